@@ -1,0 +1,45 @@
+/* dsflash public API: load a DeepSeek-V4.1-Flash checkpoint once, run many sequences on it.
+ *
+ * The loaded model (ds_model) is immutable and shared; a sequence (ds_seq) holds one request's
+ * mutable state (KV rings, compressed entries, index keys, pending ratio-2 groups, token history).
+ * A step feeds n >= 1 tokens at the sequence's next positions: a prefill chunk, one decode token and
+ * a multi-row verify block share one path, and results do not depend on how a prompt is chunked. */
+#ifndef DSFLASH_H
+#define DSFLASH_H
+#include <stddef.h>
+#include <stdint.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ds_model ds_model;
+typedef struct ds_seq ds_seq;
+
+typedef struct ds_load_options {
+    const char *kernels;      /* "auto" (default), "avx512-vnni", "avx2", "reference" */
+    int threads;              /* 0 = all cores */
+    int full_validation;      /* loader checklist level full */
+    int64_t max_model_len;    /* 0 = config's max_position_embeddings */
+} ds_load_options;
+
+/* Returns NULL on failure and writes a one-line message (E_CODE: file: tensor: expected, found). */
+ds_model *ds_model_load(const char *dir, const ds_load_options *opts, char *errbuf, size_t errlen);
+void ds_model_free(ds_model *m);
+int ds_model_vocab_size(const ds_model *m);
+int ds_model_eos_id(const ds_model *m);
+
+ds_seq *ds_seq_new(const ds_model *m);
+void ds_seq_free(ds_seq *s);
+int64_t ds_seq_length(const ds_seq *s);       /* committed-and-processed positions */
+/* Roll back to `len` processed positions (speculative rejection, preemption); len <= length. */
+int ds_seq_truncate(ds_seq *s, int64_t len);
+
+/* Process tokens[0..n-1] at positions length..length+n-1.  If logits != NULL, writes fp32 logits
+ * for the last `n_logits` rows ([n_logits][vocab]); n_logits <= n.  Returns 0 or -1 (errbuf). */
+int ds_seq_step(ds_model *m, ds_seq *s, const int32_t *tokens, int n, float *logits, int n_logits,
+                char *errbuf, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

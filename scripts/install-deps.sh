@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The single source of dsflash's dependencies: Debian packages for building, running and testing,
+# and the pinned npm packages that test suites use as independent references.  Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO="sudo"
+DEBS=(build-essential pkg-config libcjson-dev libssl-dev libutf8proc-dev libmicrohttpd-dev
+      python3 python3-numpy curl ca-certificates)
+missing=()
+for p in "${DEBS[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p"); done
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then missing+=(nodejs npm); fi
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "install-deps: apt-get install ${missing[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# npm test references (versions pinned in each package.json + package-lock.json).
+for d in tests/tokenizer tests/server; do
+    if [ -f "$d/package.json" ]; then
+        (cd "$d" && npm ci --no-audit --no-fund --loglevel=error)
+    fi
+done
+[ -x tests/tokenizer/fetch-data.sh ] && tests/tokenizer/fetch-data.sh
+echo "install-deps: ok"

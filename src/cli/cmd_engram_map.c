@@ -1,0 +1,8 @@
+/* dsflash engram-map: placeholder until its issue lands; it refuses to run rather than pretend. */
+#include "cli/commands.h"
+#include <stdio.h>
+int cmd_engram_map(int argc, char **argv) {
+    (void)argc; (void)argv;
+    fprintf(stderr, "dsflash engram-map: not available in this build yet\n");
+    return 2;
+}

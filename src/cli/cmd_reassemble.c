@@ -1,0 +1,8 @@
+/* dsflash reassemble: placeholder until its issue lands; it refuses to run rather than pretend. */
+#include "cli/commands.h"
+#include <stdio.h>
+int cmd_reassemble(int argc, char **argv) {
+    (void)argc; (void)argv;
+    fprintf(stderr, "dsflash reassemble: not available in this build yet\n");
+    return 2;
+}

@@ -1,0 +1,62 @@
+/* safetensors over mmap (CHECKPOINT.md §3): read-only views of every tensor, and an atomic writer.
+ * A file is mapped once; tensors are pointers into the mapping, never eager copies (except an
+ * unaligned tensor, which is copied into an aligned buffer with a W_DATA_LAYOUT warning). */
+#ifndef DS_IO_SAFETENSORS_H
+#define DS_IO_SAFETENSORS_H
+#include "base/common.h"
+
+typedef enum {
+    DS_DT_F32 = 0, DS_DT_F16, DS_DT_BF16, DS_DT_I8, DS_DT_U8, DS_DT_F8_E4M3, DS_DT_F8_E8M0,
+    DS_DT_F64, DS_DT_I16, DS_DT_U16, DS_DT_I32, DS_DT_U32, DS_DT_I64, DS_DT_U64, DS_DT_BOOL,
+    DS_DT_F8_E5M2, DS_DT_COUNT
+} ds_dtype;
+
+const char *ds_dtype_name(ds_dtype t);
+int ds_dtype_size(ds_dtype t);
+int ds_dtype_parse(const char *name, ds_dtype *out); /* -1 if unknown */
+
+#define DS_MAX_DIMS 8
+typedef struct ds_tensor {
+    const char *name;
+    ds_dtype dtype;
+    int ndim;
+    int64_t shape[DS_MAX_DIMS];
+    uint64_t nbytes;
+    uint64_t begin;        /* data_offsets relative to the data section */
+    const void *data;      /* view into the mapping (or aligned copy) */
+    const struct ds_stfile *file;
+} ds_tensor;
+
+typedef struct ds_stfile {
+    char *path;            /* as opened */
+    int fd;
+    const uint8_t *map;
+    uint64_t file_size;
+    uint64_t header_len;   /* N */
+    uint64_t data_start;   /* 8 + N */
+    int n_tensors;
+    ds_tensor *tensors;    /* sorted by name */
+    char *metadata_json;   /* "__metadata__" object as text, or NULL */
+    int n_warnings;
+} ds_stfile;
+
+/* Open and validate (checklist items 8–12: E_HEADER_TOO_LARGE, E_HEADER_PARSE, E_OFFSETS_RANGE,
+ * E_SHARD_TRUNCATED, warnings W_DATA_LAYOUT).  Messages name the file and tensor. */
+int ds_st_open(const char *path, ds_stfile **out, ds_error *err);
+void ds_st_close(ds_stfile *f);
+const ds_tensor *ds_st_find(const ds_stfile *f, const char *name);
+int64_t ds_tensor_numel(const ds_tensor *t);
+
+/* Writer: collects tensors then writes header + data atomically (temp file, fsync, rename).
+ * Data is copied at add time unless `borrow` is set (caller keeps it alive until finish). */
+typedef struct ds_stwriter ds_stwriter;
+ds_stwriter *ds_stw_new(void);
+void ds_stw_add(ds_stwriter *w, const char *name, ds_dtype dt, int ndim, const int64_t *shape,
+                const void *data, int borrow);
+void ds_stw_set_metadata(ds_stwriter *w, const char *key, const char *value);
+/* Pad the header so data starts at a multiple of `align` (8 default; Engram tables use 112). */
+int ds_stw_finish(ds_stwriter *w, const char *path, ds_error *err); /* frees w */
+void ds_stw_free(ds_stwriter *w);
+uint64_t ds_stw_data_bytes(const ds_stwriter *w);
+
+#endif

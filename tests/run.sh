@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Runs every test suite and prints one closing line "N passed, N failed" summed over all suites.
+# Suites: C unit programs (build/$BUILD/tests/test_*), and script suites tests/*/run_*.sh, each of
+# which prints its own "N passed, N failed" line.  BUILD=asan runs the same suites on the sanitizer build.
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-release}
+export BUILD
+export DSFLASH_BIN="$PWD/build/$BUILD/dsflash"
+export DS_TEST_TMP=${DS_TEST_TMP:-$(mktemp -d)}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
+total_pass=0; total_fail=0; failed_suites=()
+run_suite() {
+    local name=$1; shift
+    local log; log=$(mktemp)
+    echo "=== $name"
+    "$@" 2>&1 | tee "$log"
+    local rc=${PIPESTATUS[0]}
+    local line; line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
+    if [ -z "$line" ]; then
+        echo "  (suite $name printed no result line, rc=$rc: counted as 1 failure)"
+        total_fail=$((total_fail + 1)); failed_suites+=("$name")
+    else
+        local p f; p=$(echo "$line" | cut -d' ' -f1); f=$(echo "$line" | cut -d' ' -f3)
+        total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
+        if [ "$f" != 0 ] || [ "$rc" != 0 ]; then
+            failed_suites+=("$name")
+            [ "$f" = 0 ] && total_fail=$((total_fail + 1))
+        fi
+    fi
+    rm -f "$log"
+}
+for t in build/$BUILD/tests/test_*; do
+    [ -x "$t" ] || continue
+    run_suite "$(basename "$t")" "$t"
+done
+for s in tests/*/run_*.sh; do
+    [ -f "$s" ] || continue
+    run_suite "$s" bash "$s"
+done
+[ ${#failed_suites[@]} -gt 0 ] && echo "failed suites: ${failed_suites[*]}"
+echo "$total_pass passed, $total_fail failed"
+[ "$total_fail" = 0 ]

@@ -1,0 +1,61 @@
+/* Runner behind check.h: runs every registered case (or those named on the command line). */
+#define _GNU_SOURCE
+#include "check.h"
+#include <stdarg.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+struct ds_test_case ds_tests[512];
+int ds_ntests, ds_case_failed;
+
+const char *ds_test_tmpdir(void) {
+    static char dir[512];
+    if (!dir[0]) {
+        const char *base = getenv("DS_TEST_TMP");
+        snprintf(dir, sizeof dir, "%s/dsflash-test-XXXXXX", base ? base : "/tmp");
+        if (!mkdtemp(dir)) { perror("mkdtemp"); exit(2); }
+    }
+    return dir;
+}
+
+int ds_test_sh(char *out, size_t outlen, const char *fmt, ...) {
+    char cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t n = 0;
+    char tmp[4096];
+    size_t r;
+    while ((r = fread(tmp, 1, sizeof tmp, p)) > 0) {
+        if (out && n + 1 < outlen) {
+            size_t c = r < outlen - 1 - n ? r : outlen - 1 - n;
+            memcpy(out + n, tmp, c);
+            n += c;
+        }
+    }
+    if (out && outlen) out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+int ds_test_main(int argc, char **argv) {
+    int passed = 0, failed = 0;
+    for (int i = 0; i < ds_ntests; i++) {
+        if (argc > 1) {
+            int want = 0;
+            for (int a = 1; a < argc; a++) want |= !strcmp(argv[a], ds_tests[i].name);
+            if (!want) continue;
+        }
+        ds_case_failed = 0;
+        ds_tests[i].fn();
+        if (ds_case_failed) { failed++; printf("not ok %s\n", ds_tests[i].name); }
+        else { passed++; printf("ok %s\n", ds_tests[i].name); }
+        fflush(stdout);
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,44 @@
+/* Minimal test harness shared by the C unit tests.  Each test program registers cases with
+ * TEST(name) and runs them from main via RUN_ALL(); every CHECK counts, and the program ends with
+ * the line "N passed, N failed" (counts of test cases) that tests/run.sh aggregates.  A case fails
+ * if any CHECK inside it fails; failures print file:line and the message. */
+#ifndef DS_TEST_CHECK_H
+#define DS_TEST_CHECK_H
+#include <stdio.h>
+#include <string.h>
+#include <stdlib.h>
+
+typedef void (*ds_test_fn)(void);
+struct ds_test_case { const char *name; ds_test_fn fn; };
+extern struct ds_test_case ds_tests[512];
+extern int ds_ntests, ds_case_failed;
+
+#define TEST(name)                                                              \
+    static void name(void);                                                     \
+    __attribute__((constructor)) static void reg_##name(void) {                 \
+        ds_tests[ds_ntests].name = #name; ds_tests[ds_ntests++].fn = name;      \
+    }                                                                           \
+    static void name(void)
+
+#define CHECK(cond, ...)                                                        \
+    do {                                                                        \
+        if (!(cond)) {                                                          \
+            ds_case_failed = 1;                                                 \
+            fprintf(stderr, "  FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);   \
+            fprintf(stderr, "" __VA_ARGS__);                                    \
+            fprintf(stderr, "\n");                                              \
+        }                                                                       \
+    } while (0)
+
+#define CHECK_STR_CONTAINS(hay, needle)                                         \
+    CHECK((hay) && strstr((hay), (needle)) != NULL, "'%s' not found in '%s'",   \
+          (needle), (hay) ? (hay) : "(null)")
+
+/* Scratch directory for this test program (created under $DS_TEST_TMP or /tmp). */
+const char *ds_test_tmpdir(void);
+/* Run a shell command, return its exit status (or -1). Output captured into buf if given. */
+int ds_test_sh(char *out, size_t outlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+int ds_test_main(int argc, char **argv);
+#define RUN_ALL() int main(int argc, char **argv) { return ds_test_main(argc, argv); }
+#endif

@@ -39,6 +39,18 @@ int ds_seq_truncate(ds_seq *s, int64_t len);
 int ds_seq_step(ds_model *m, ds_seq *s, const int32_t *tokens, int n, float *logits, int n_logits,
                 char *errbuf, size_t errlen);
 
+/* Batched step: the rows of all sequences go through each linear together (a batched decode
+ * streams each weight once per step), while attention, compressor and indexer run per sequence.
+ * Sequence i processes tokens[i][0..n_rows[i]-1] at its next positions; logits[i] (NULL allowed
+ * when n_logits[i] == 0) receives the fp32 logits of its last n_logits[i] rows.  A sequence may
+ * appear only once.  Results are bit-identical to stepping each sequence alone.  On error
+ * (-1, errbuf) no sequence has changed. */
+int ds_batch_step(ds_model *m, int n_seqs, ds_seq **seqs, const int32_t *const *tokens, const int *n_rows,
+                  float *const *logits, const int *n_logits, char *errbuf, size_t errlen);
+
+/* Greedy choice over fp32 logits: the largest value, ties to the lowest id. */
+int32_t ds_argmax(const float *logits, int n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,8 +1,191 @@
-/* dsflash tokenize: placeholder until its issue lands; it refuses to run rather than pretend. */
+/* dsflash tokenize: text (or a chat request) in, token ids out.
+ *
+ * Why it exists: the same tokenizer and chat encoder the server uses, reachable without a server,
+ * for checking prompts, counting tokens and comparing against other tokenizers byte for byte.
+ * Options are long and matched exactly (TOOLS.md §0); exit status 0 ok, 1 bad input content
+ * (invalid UTF-8, a chat request the encoder rejects), 2 usage, 3 I/O error, 5 input missing. */
+#define _GNU_SOURCE
 #include "cli/commands.h"
+#include "base/common.h"
+#include "base/fsutil.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/json_canon.h"
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+        "usage: dsflash tokenize (--tokenizer FILE | --model DIR) [--text STRING | --file FILE | --chat FILE.json]\n"
+        "                        [--no-special] [--json] [--print-prompt] [--time]\n"
+        "  Text comes from --text, --file or standard input.  Ids are printed space-separated on one line.\n"
+        "  --chat FILE.json   render a messages array (or an object with messages, tools, reasoning_effort,\n"
+        "                     chat_template_kwargs, response_format, add_generation_prompt,\n"
+        "                     continue_final_message) through the deepseek_v41 encoder\n"
+        "  --no-special       do not recognise added-token literals in the text\n"
+        "  --json             print {\"count\":N,\"tokens\":[...]} instead\n"
+        "  --print-prompt     with --chat: print the rendered prompt text instead of ids\n"
+        "  --time             report encode time and throughput on standard error\n");
+}
+
+static int read_stdin(char **data, size_t *len) {
+    size_t cap = 65536, n = 0;
+    char *b = ds_xmalloc(cap);
+    for (;;) {
+        if (n + 65536 > cap) { cap *= 2; b = ds_xrealloc(b, cap); }
+        ssize_t r = read(0, b + n, cap - n - 1);
+        if (r < 0) { free(b); return -1; }
+        if (r == 0) break;
+        n += (size_t)r;
+    }
+    b[n] = 0;
+    *data = b;
+    *len = n;
+    return 0;
+}
+
+static int load_tokenizer(const char *file, const char *model, ds_tokenizer **tok) {
+    char *path = file ? ds_xstrdup(file) : ds_path_join(model, "tokenizer.json");
+    ds_error err = {0};
+    if (!ds_file_exists(path)) {
+        fprintf(stderr, "dsflash tokenize: %s: no such file\n", path);
+        free(path);
+        return 5;
+    }
+    int rc = ds_tokenizer_load(path, tok, &err);
+    free(path);
+    if (rc < 0) {
+        fprintf(stderr, "dsflash tokenize: %s\n", err.msg);
+        return !strcmp(err.code, "E_IO") ? 3 : 1;
+    }
+    return 0;
+}
+
+/* A --chat file: a messages array, or an object holding the request fields. */
+static int render_chat(const ds_tokenizer *tok, const char *data, size_t len, const char *path,
+                       bool print_prompt, ds_tokens *ids, char **prompt_out) {
+    ds_error err = {0};
+    cJSON *root = ds_json_parse_exact(data, len, &err);
+    if (!root) { fprintf(stderr, "dsflash tokenize: %s: %s\n", path, err.msg); return 1; }
+    ds_chat_request req = {0};
+    req.add_generation_prompt = true;
+    if (cJSON_IsArray(root)) {
+        req.messages = root;
+    } else if (cJSON_IsObject(root)) {
+        req.messages = cJSON_GetObjectItemCaseSensitive(root, "messages");
+        req.tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
+        if (cJSON_IsNull(req.tools)) req.tools = NULL;
+        req.reasoning_effort = cJSON_GetObjectItemCaseSensitive(root, "reasoning_effort");
+        req.chat_template_kwargs = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
+        req.response_format = cJSON_GetObjectItemCaseSensitive(root, "response_format");
+        req.allow_response_format = true;
+        const cJSON *agp = cJSON_GetObjectItemCaseSensitive(root, "add_generation_prompt");
+        const cJSON *cfm = cJSON_GetObjectItemCaseSensitive(root, "continue_final_message");
+        if (agp) req.add_generation_prompt = cJSON_IsTrue(agp);
+        if (cfm) req.continue_final_message = cJSON_IsTrue(cfm);
+    } else {
+        fprintf(stderr, "dsflash tokenize: %s: expected a messages array or a request object\n", path);
+        cJSON_Delete(root);
+        return 1;
+    }
+    ds_chat_prompt p = {0};
+    int rc = print_prompt ? ds_chat_render(tok, &req, &p, &err) : ds_chat_encode(tok, &req, &p, ids, &err);
+    cJSON_Delete(root);
+    if (rc < 0) {
+        fprintf(stderr, "dsflash tokenize: %s: %s (%s%s%s)\n", path, err.msg, err.code,
+                p.err_param[0] ? ", param " : "", p.err_param);
+        ds_chat_prompt_free(&p);
+        return 1;
+    }
+    *prompt_out = p.text;
+    p.text = NULL;
+    ds_chat_prompt_free(&p);
+    return 0;
+}
+
 int cmd_tokenize(int argc, char **argv) {
-    (void)argc; (void)argv;
-    fprintf(stderr, "dsflash tokenize: not available in this build yet\n");
-    return 2;
+    const char *tok_file = NULL, *model = NULL, *text = NULL, *file = NULL, *chat = NULL;
+    bool no_special = false, json = false, print_prompt = false, timing = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool has_val = i + 1 < argc;
+        if (!strcmp(a, "--tokenizer") && has_val) tok_file = argv[++i];
+        else if (!strcmp(a, "--model") && has_val) model = argv[++i];
+        else if (!strcmp(a, "--text") && has_val) text = argv[++i];
+        else if (!strcmp(a, "--file") && has_val) file = argv[++i];
+        else if (!strcmp(a, "--chat") && has_val) chat = argv[++i];
+        else if (!strcmp(a, "--no-special")) no_special = true;
+        else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--print-prompt")) print_prompt = true;
+        else if (!strcmp(a, "--time")) timing = true;
+        else if (!strcmp(a, "--help")) { usage(stdout); return 0; }
+        else {
+            fprintf(stderr, "dsflash tokenize: unknown option or missing value: %s\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!!tok_file + !!model != 1 || !!text + !!file + !!chat > 1 || (print_prompt && !chat) ||
+        (chat && no_special)) {
+        fprintf(stderr, "dsflash tokenize: give exactly one of --tokenizer/--model, at most one of "
+                        "--text/--file/--chat; --print-prompt needs --chat; --no-special conflicts with --chat\n");
+        usage(stderr);
+        return 2;
+    }
+    ds_tokenizer *tok = NULL;
+    int rc = load_tokenizer(tok_file, model, &tok);
+    if (rc) return rc;
+
+    char *data = NULL;
+    size_t len = 0;
+    ds_error err = {0};
+    const char *src = chat ? chat : file;
+    if (text) {
+        data = ds_xstrdup(text);
+        len = strlen(text);
+    } else if (src) {
+        if (!ds_file_exists(src)) { fprintf(stderr, "dsflash tokenize: %s: no such file\n", src); ds_tokenizer_free(tok); return 5; }
+        if (ds_read_file(src, &data, &len, &err) < 0) {
+            fprintf(stderr, "dsflash tokenize: %s\n", err.msg);
+            ds_tokenizer_free(tok);
+            return 3;
+        }
+    } else if (read_stdin(&data, &len) < 0) {
+        fprintf(stderr, "dsflash tokenize: error reading standard input\n");
+        ds_tokenizer_free(tok);
+        return 3;
+    }
+
+    ds_tokens ids = {0};
+    char *prompt = NULL;
+    double t0 = ds_now();
+    if (chat) rc = render_chat(tok, data, len, chat, print_prompt, &ids, &prompt);
+    else if (ds_tokenizer_encode(tok, data, len, !no_special, &ids, &err) < 0) {
+        fprintf(stderr, "dsflash tokenize: %s%s%s\n", src ? src : "input", ": ", err.msg);
+        rc = 1;
+    }
+    double dt = ds_now() - t0;
+    if (rc == 0) {
+        if (timing)
+            fprintf(stderr, "encode: %zu bytes -> %zu tokens in %.3f s (%.2f MB/s)\n", len, ids.n, dt,
+                    dt > 0 ? (double)len / dt / 1e6 : 0.0);
+        if (print_prompt) {
+            fwrite(prompt, 1, strlen(prompt), stdout);
+        } else if (json) {
+            printf("{\"count\":%zu,\"tokens\":[", ids.n);
+            for (size_t i = 0; i < ids.n; i++) printf(i ? ",%d" : "%d", ids.ids[i]);
+            printf("]}\n");
+        } else {
+            for (size_t i = 0; i < ids.n; i++) printf(i ? " %d" : "%d", ids.ids[i]);
+            printf("\n");
+        }
+        if (fflush(stdout) != 0) rc = 3;
+    }
+    free(prompt);
+    ds_tokens_free(&ids);
+    free(data);
+    ds_tokenizer_free(tok);
+    return rc;
 }

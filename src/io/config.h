@@ -11,7 +11,8 @@
 #define DS_MAX_NGRAM  8
 
 typedef enum { DS_ROLE_SWA = 0, DS_ROLE_FULL, DS_ROLE_REINDEX, DS_ROLE_REUSE } ds_role;
-typedef enum { DS_FMT_W4A8 = 0, DS_FMT_FP8 = 1 } ds_ckpt_format;     /* CHECKPOINT.md §13 / §14 */
+/* CHECKPOINT.md §13 / §14; NONE = no quantization_config (a plain BF16/F32 source checkpoint). */
+typedef enum { DS_FMT_W4A8 = 0, DS_FMT_FP8 = 1, DS_FMT_NONE = 2 } ds_ckpt_format;
 typedef enum { DS_SCORE_SQRTSOFTPLUS = 0, DS_SCORE_SOFTMAX, DS_SCORE_SIGMOID } ds_score_func;
 
 typedef struct ds_layer_role {
@@ -70,6 +71,7 @@ typedef struct ds_config {
     /* Engram */
     int n_engram, engram_layers[DS_MAX_LIST];
     int64_t engram_rows[DS_MAX_LIST];        /* engram_num_embeddings per Engram layer */
+    int n_engram_rows;                       /* entries in engram_num_embeddings (== n_engram) */
     int engram_max_ngram;
     int64_t engram_vocab_size;   /* prime search floor */
     int engram_n_heads;
@@ -78,6 +80,7 @@ typedef struct ds_config {
     int engram_classes;          /* V_c */
     bool has_engram_multipliers; /* fixture-only key present */
     int64_t engram_multipliers[DS_MAX_LIST][DS_MAX_NGRAM];
+    int n_mult_layers, n_mult_per_layer;     /* shape of engram_hash_multipliers as written */
     char engram_token_map_file[256];         /* fixture-only key, "" if absent */
     /* DSpark */
     int dspark_block;
@@ -101,15 +104,26 @@ typedef struct ds_config {
     ds_layer_role roles[DS_MAX_LAYERS];      /* [L + S_d] */
 } ds_config;
 
-/* Read config.json (and inference/config.json if present; both must agree) from a model dir. */
+/* Read config.json (and inference/config.json if present; both must agree) from a model dir, then
+ * validate.  Disagreement is E_CONFIG naming the field and both values.  The number format is taken
+ * from config.json's quantization_config only (a flat `dtype` is not compared: the flat file of the
+ * W4A8 release is inherited from the official one). */
 int ds_config_load(const char *model_dir, ds_config *cfg, ds_error *err);
-/* Parse one JSON text (either spelling).  `path` is used in error messages. */
+/* Parse one JSON text (either spelling).  `path` is used in error messages.  Does not validate.
+ * Unknown quantization_config → E_CONFIG_QUANT; missing/ill-typed fields → E_CONFIG. */
 int ds_config_parse(const char *json_text, const char *path, ds_config *cfg, ds_error *err);
 /* Apply the §1.2 validation rules and fill cfg->roles.  Errors are E_CONFIG naming the rule. */
 int ds_config_validate(ds_config *cfg, const char *path, ds_error *err);
 /* Built-in fixture configs (MODEL.md §8): "tiny", "mini".  Returns -1 for an unknown name. */
 int ds_config_preset(const char *name, ds_config *cfg);
-/* Write cfg as HF-style config.json text (caller frees).  Used by mkmodel. */
+/* Write cfg as HF-style config.json text (caller frees).  Used by mkmodel.  Engram multipliers
+ * are written as exact JSON integers. */
 char *ds_config_to_json(const ds_config *cfg);
+/* Flat (inference/config.json) spelling of the same fields, for fixtures that test both files. */
+char *ds_config_to_flat_json(const ds_config *cfg);
+/* True when the model dimensions equal V4.1-Flash's (the release profile of TOOLS.md §2). */
+bool ds_config_is_v41_flash(const ds_config *cfg);
+/* The V4.1-Flash configuration of MODEL.md §1.1 (used by counts tests and the profile). */
+void ds_config_v41_flash(ds_config *cfg);
 
 #endif

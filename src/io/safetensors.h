@@ -12,6 +12,7 @@ typedef enum {
 } ds_dtype;
 
 const char *ds_dtype_name(ds_dtype t);
+bool ds_dtype_is_float(ds_dtype t); /* F32, F16, BF16, F64 (dense float storage) */
 int ds_dtype_size(ds_dtype t);
 int ds_dtype_parse(const char *name, ds_dtype *out); /* -1 if unknown */
 
@@ -38,6 +39,9 @@ typedef struct ds_stfile {
     ds_tensor *tensors;    /* sorted by name */
     char *metadata_json;   /* "__metadata__" object as text, or NULL */
     int n_warnings;
+    char **warnings;       /* [n_warnings] W_DATA_LAYOUT texts (also logged) */
+    int n_copies;          /* aligned copies made for unaligned tensors (freed on close) */
+    void **copies;
 } ds_stfile;
 
 /* Open and validate (checklist items 8–12: E_HEADER_TOO_LARGE, E_HEADER_PARSE, E_OFFSETS_RANGE,
@@ -53,8 +57,21 @@ typedef struct ds_stwriter ds_stwriter;
 ds_stwriter *ds_stw_new(void);
 void ds_stw_add(ds_stwriter *w, const char *name, ds_dtype dt, int ndim, const int64_t *shape,
                 const void *data, int borrow);
+/* Deferred variant: `fill` is called during finish with a scratch buffer of the tensor's byte
+ * size, so a writer holds at most one tensor in memory (mkmodel's mini model is ~6.7 GiB).
+ * `data == NULL` in ds_stw_add means zero-filled. */
+typedef int (*ds_stw_fill_fn)(void *ctx, const char *name, void *buf, uint64_t nbytes, ds_error *err);
+void ds_stw_add_fill(ds_stwriter *w, const char *name, ds_dtype dt, int ndim, const int64_t *shape,
+                     ds_stw_fill_fn fill, void *ctx);
 void ds_stw_set_metadata(ds_stwriter *w, const char *key, const char *value);
-/* Pad the header so data starts at a multiple of `align` (8 default; Engram tables use 112). */
+/* By default the header is padded with spaces so the data section starts at a multiple of 8.
+ * Forcing a header size of exactly `n` bytes reproduces fixed layouts: the Engram table files
+ * (CHECKPOINT.md §9) use n = 104, so data starts at byte 112.  Finish fails (E_INVALID_ARG) if the
+ * JSON does not fit or 8 + n is not a multiple of 8. */
+#define DS_ENGRAM_HEADER_SIZE 104
+void ds_stw_set_header_size(ds_stwriter *w, uint64_t n);
+/* Data layout: tensors are placed by descending item size, then by name, so every tensor is
+ * aligned to its item size with no gaps; the header lists them in name order. */
 int ds_stw_finish(ds_stwriter *w, const char *path, ds_error *err); /* frees w */
 void ds_stw_free(ds_stwriter *w);
 uint64_t ds_stw_data_bytes(const ds_stwriter *w);

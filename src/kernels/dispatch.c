@@ -1,37 +1,397 @@
-/* Run-time selection of the kernel path.  Until the SIMD paths land, only "reference" exists;
- * asking for another path is an error, never a silent fallback (PITFALLS.md §A). */
-#include "kernels/kernels.h"
-#include <string.h>
+/* Kernel path selection and the threaded drivers behind ds_linear_forward*.
+ *
+ * Why here and not in each ISA file: the parts that decide *what* runs where (path choice, lazy
+ * repack, activation preparation, splitting work over the pool) are the same for every path, and
+ * keeping them in one place means a SIMD file contains only arithmetic.  Work is split by output
+ * panels (16 rows) and, when there are fewer panels than threads, by activation rows; every
+ * output is produced whole by one task, so results never depend on the split.
+ * Path choice: "auto" takes AVX-512 VNNI if CPUID reports it, else AVX2+FMA, else the scalar
+ * reference, and says why.  An explicit path the CPU cannot run is an error (PITFALLS §A.1).
+ * The first forward of each family after a selection logs "kernel <family>: <path> ENGAGED". */
+#include "kernels/kern_internal.h"
+#include "base/threadpool.h"
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-static const char *g_active = "reference";
+static const ds_kern_ops *g_ops;      /* NULL = scalar reference */
+static int g_resolved;
+static char g_reason[160] = "not selected yet";
+static atomic_int g_announced[4];     /* per ds_lin_fmt */
+static atomic_int g_announced_q;
+static _Atomic uint64_t g_weight_bytes;
+static _Atomic size_t g_packed_bytes;
+
+static int cpu_avx2(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+static int cpu_avx512vnni(void) {
+    return cpu_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vnni");
+}
+
+int ds_kernels_available(const char *name) {
+    __builtin_cpu_init();
+    if (!name || !strcmp(name, "auto") || !strcmp(name, "reference")) return 1;
+    if (!strcmp(name, "avx2")) return cpu_avx2();
+    if (!strcmp(name, "avx512-vnni")) return cpu_avx512vnni();
+    return 0;
+}
+
+static void reset_announcements(void) {
+    for (int i = 0; i < 4; i++) atomic_store(&g_announced[i], 0);
+    atomic_store(&g_announced_q, 0);
+}
 
 int ds_kernels_select(const char *name, ds_error *err) {
-    if (!name || !strcmp(name, "auto") || !strcmp(name, "reference")) { g_active = "reference"; return 0; }
-    return ds_fail(err, "E_KERNELS", "--kernels %s: this build has no such kernel path (available: auto, reference)", name);
-}
-const char *ds_kernels_active(void) { return g_active; }
-
-void ds_linear_forward_q(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y) {
-    ds_ref_linear_q(L, xq, xs, n, y);
-}
-
-void ds_linear_forward(const ds_linear *L, const ds_bf16 *x, int n, float *y) {
-    if (L->fmt == DS_LIN_W8A8 || L->fmt == DS_LIN_W4A8) {
-        int8_t *q = ds_amalloc((size_t)n * L->in);
-        float *s = ds_amalloc(sizeof(float) * (size_t)n);
-        ds_quantize_rows(x, n, L->in, q, s);
-        ds_linear_forward_q(L, q, s, n, y);
-        ds_afree(q);
-        ds_afree(s);
+    __builtin_cpu_init();
+    if (!name) name = "auto";
+    if (!strcmp(name, "auto")) {
+        if (cpu_avx512vnni()) {
+            g_ops = &ds_kern_avx512;
+            snprintf(g_reason, sizeof g_reason, "auto: CPU reports avx512f/bw/vl/dq + avx512-vnni");
+        } else if (cpu_avx2()) {
+            g_ops = &ds_kern_avx2;
+            snprintf(g_reason, sizeof g_reason, "auto: CPU reports avx2 + fma, no avx512-vnni");
+        } else {
+            g_ops = NULL;
+            snprintf(g_reason, sizeof g_reason, "auto: CPU has neither avx2+fma nor avx512-vnni");
+        }
+    } else if (!strcmp(name, "reference")) {
+        g_ops = NULL;
+        snprintf(g_reason, sizeof g_reason, "requested: reference");
+    } else if (!strcmp(name, "avx2") || !strcmp(name, "avx512-vnni")) {
+        if (!ds_kernels_available(name))
+            return ds_fail(err, "E_KERNELS",
+                           "--kernels %s: this CPU cannot run it (CPUID lacks %s); available: %s",
+                           name, !strcmp(name, "avx2") ? "avx2/fma" : "avx512f/bw/vl/dq/vnni",
+                           cpu_avx512vnni() ? "auto, avx512-vnni, avx2, reference"
+                           : cpu_avx2()     ? "auto, avx2, reference"
+                                            : "auto, reference");
+        g_ops = !strcmp(name, "avx2") ? &ds_kern_avx2 : &ds_kern_avx512;
+        snprintf(g_reason, sizeof g_reason, "requested: %s", name);
     } else {
-        ds_ref_linear_f(L, x, n, y);
+        return ds_fail(err, "E_KERNELS",
+                       "--kernels %s: unknown kernel path (expected auto, avx512-vnni, avx2 or reference)", name);
+    }
+    g_resolved = 1;
+    reset_announcements();
+    ds_log(DS_LOG_INFO, "kernels: %s selected (%s)", ds_kernels_active(), g_reason);
+    return 0;
+}
+
+static const ds_kern_ops *ops(void) {
+    if (!g_resolved) ds_kernels_select("auto", NULL);
+    return g_ops;
+}
+
+const char *ds_kernels_active(void) {
+    const ds_kern_ops *o = ops();
+    return o ? o->name : "reference";
+}
+const char *ds_kernels_reason(void) { ops(); return g_reason; }
+
+static void announce(ds_lin_fmt fmt) {
+    static const char *fam[] = {"w8a8", "w4a8", "bf16", "f32"};
+    if (atomic_exchange(&g_announced[fmt], 1)) return;
+    ds_log(DS_LOG_INFO, "kernel %s: %s ENGAGED", fam[fmt], ds_kernels_active());
+}
+
+uint64_t ds_kernels_weight_bytes_read(void) { return atomic_load_explicit(&g_weight_bytes, memory_order_relaxed); }
+size_t ds_kernels_packed_bytes(void) { return atomic_load(&g_packed_bytes); }
+
+static uint64_t weight_bytes(const ds_linear *L) {
+    uint64_t o = (uint64_t)L->out, i = (uint64_t)L->in;
+    switch (L->fmt) {
+    case DS_LIN_W8A8: return o * i + 4 * o;
+    case DS_LIN_W4A8: return (o + 1) / 2 * i + 4 * o;
+    case DS_LIN_BF16: return 2 * o * i;
+    default: return 4 * o * i;
     }
 }
 
-size_t ds_linear_prepare(ds_linear *L) { (void)L; return 0; }
+/* ---- per-thread scratch: slots that grow and are reused (no page faults per call) ---- */
+enum { SLOT_Q, SLOT_QU, SLOT_S, SLOT_XSUM, SLOT_XD, SLOT_TASKS, SLOT_ACT, SLOT_ACTS, SLOT_N };
+static _Thread_local struct { void *p; size_t cap; } tl_scratch[SLOT_N];
+static void *scratch(int slot, size_t bytes) {
+    if (bytes > tl_scratch[slot].cap) {
+        ds_afree(tl_scratch[slot].p);
+        size_t cap = bytes + bytes / 4 + 4096;
+        tl_scratch[slot].p = ds_amalloc(cap);
+        tl_scratch[slot].cap = cap;
+    }
+    return tl_scratch[slot].p;
+}
+
+/* ---- preparation ---- */
+
+static ds_packed *ensure_packed(const ds_linear *L) {
+    ds_packed *P = __atomic_load_n((ds_packed *const *)&L->packed, __ATOMIC_ACQUIRE);
+    if (P) return P;
+    size_t bytes = 0;
+    ds_packed *mine = ds_pack_linear(L, &bytes);
+    ds_packed *expected = NULL;
+    /* The struct is the caller's (heap) object; lazily filling its private cache is the one write
+     * a forward makes, published atomically so concurrent first uses agree on one copy. */
+    ds_linear *Lw = (ds_linear *)L;
+    if (__atomic_compare_exchange_n((ds_packed **)&Lw->packed, &expected, mine, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE)) {
+        Lw->packed_bytes = bytes;
+        Lw->packed_kind = DS_PACK_KIND_TILES16;
+        atomic_fetch_add(&g_packed_bytes, bytes);
+        return mine;
+    }
+    ds_afree(mine);
+    return expected;
+}
+
+size_t ds_linear_prepare(ds_linear *L) {
+    if (L->fmt != DS_LIN_W8A8 && L->fmt != DS_LIN_W4A8) return 0;
+    if (!ops()) return 0; /* the reference path reads the published layout */
+    if (L->packed) return L->packed_bytes;
+    ensure_packed(L);
+    return L->packed_bytes;
+}
+
 void ds_linear_release(ds_linear *L) {
-    if (L->packed) ds_afree(L->packed);
+    if (L->packed) {
+        atomic_fetch_sub(&g_packed_bytes, L->packed_bytes);
+        ds_afree(L->packed);
+    }
     L->packed = NULL;
     L->packed_bytes = 0;
+    L->packed_kind = 0;
+}
+
+/* ---- quantized forward ---- */
+
+typedef struct {
+    const ds_linear *L;
+    const ds_packed *P;
+    ds_qact X;
+    const int8_t *xq;      /* reference path: caller's rows */
+    const float *xs;
+    float *y;
+} qjob;
+
+typedef struct { int job, r0, r1, p0, p1; } qtask;
+
+typedef struct {
+    const ds_kern_ops *ops;
+    qjob *jobs;
+    qtask *tasks;
+} qrun;
+
+static void q_task(void *vctx, int t, int thread) {
+    (void)thread;
+    qrun *c = vctx;
+    const qtask *k = &c->tasks[t];
+    qjob *j = &c->jobs[k->job];
+    if (!c->ops) {
+        int o0 = k->p0 * DS_PANEL_ROWS, o1 = DS_MIN(j->L->out, k->p1 * DS_PANEL_ROWS);
+        ds_ref_linear_q_rows(j->L, j->xq + (size_t)k->r0 * j->L->in, j->xs + k->r0, k->r1 - k->r0, o0, o1,
+                             j->y + (size_t)k->r0 * j->L->out);
+    } else {
+        c->ops->q_panels(j->P, &j->X, k->r0, k->r1, k->p0, k->p1, j->y, j->L->out);
+    }
+}
+
+/* Split one job into tasks: by panels; by rows too when panels are fewer than threads. */
+static int plan_tasks(const ds_linear *L, int n, int job, int threads, qtask *out) {
+    int np = (L->out + DS_PANEL_ROWS - 1) / DS_PANEL_ROWS;
+    double work = (double)L->out * L->in * n;
+    if (threads <= 1 || work < 65536.0) {
+        out[0] = (qtask){job, 0, n, 0, np};
+        return 1;
+    }
+    int pch = DS_MIN(np, n >= 8 ? 4 * threads : threads); /* GEMM: more, smaller tasks balance better */
+    int rch = 1;
+    if (np < threads && n >= 2) rch = DS_MIN(n, (threads + np - 1) / np);
+    int cnt = 0;
+    for (int a = 0; a < pch; a++)
+        for (int b = 0; b < rch; b++) {
+            int p0 = (int)((long)np * a / pch), p1 = (int)((long)np * (a + 1) / pch);
+            int r0 = (int)((long)n * b / rch), r1 = (int)((long)n * (b + 1) / rch);
+            if (p1 > p0 && r1 > r0) out[cnt++] = (qtask){job, r0, r1, p0, p1};
+        }
+    return cnt;
+}
+
+static int max_tasks(int threads) { return 4 * threads * 2 + 4; }
+
+void ds_linear_forward_q_many(const ds_linear_job *jobs, int n_jobs) {
+    const ds_kern_ops *o = ops();
+    int threads = ds_pool_threads();
+    size_t qbytes = 0, qubytes = 0, xsums = 0;
+    for (int j = 0; j < n_jobs; j++) {
+        const ds_linear *L = jobs[j].L;
+        atomic_fetch_add_explicit(&g_weight_bytes, weight_bytes(L), memory_order_relaxed);
+        announce(L->fmt);
+        if (o) {
+            size_t kpad = (size_t)((L->in + 63) & ~63);
+            if (L->in % 64) qbytes += kpad * (size_t)jobs[j].n;
+            if (o->wants_qu && L->fmt == DS_LIN_W8A8) qubytes += kpad * (size_t)jobs[j].n;
+            xsums += (size_t)jobs[j].n;
+        }
+    }
+    qjob *qj = scratch(SLOT_ACTS, sizeof(qjob) * (size_t)n_jobs);
+    qtask *tasks = scratch(SLOT_TASKS, sizeof(qtask) * (size_t)n_jobs * (size_t)max_tasks(threads));
+    int8_t *qbuf = o ? scratch(SLOT_Q, qbytes) : NULL;
+    uint8_t *qubuf = o ? scratch(SLOT_QU, qubytes) : NULL;
+    int32_t *xsbuf = o ? scratch(SLOT_XSUM, sizeof(int32_t) * xsums) : NULL;
+    int ntask = 0;
+    for (int j = 0; j < n_jobs; j++) {
+        const ds_linear *L = jobs[j].L;
+        int n = jobs[j].n, in = L->in;
+        qj[j] = (qjob){.L = L, .xq = jobs[j].xq, .xs = jobs[j].xs, .y = jobs[j].y};
+        if (n <= 0) continue;
+        if (o) {
+            qj[j].P = ensure_packed(L);
+            int kpad = (in + 63) & ~63;
+            const int8_t *q = jobs[j].xq;
+            if (in % 64) { /* zero-pad rows so kernels never read past a row */
+                int8_t *dst = qbuf;
+                qbuf += (size_t)kpad * n;
+                for (int r = 0; r < n; r++) {
+                    memcpy(dst + (size_t)r * kpad, q + (size_t)r * in, (size_t)in);
+                    memset(dst + (size_t)r * kpad + in, 0, (size_t)(kpad - in));
+                }
+                q = dst;
+            }
+            int32_t *xsum = xsbuf;
+            xsbuf += n;
+            for (int r = 0; r < n; r++) {
+                int32_t sum = 0;
+                const int8_t *qr = q + (size_t)r * kpad;
+                for (int i = 0; i < in; i++) sum += qr[i];
+                xsum[r] = sum;
+            }
+            const uint8_t *qu = NULL;
+            if (o->wants_qu && L->fmt == DS_LIN_W8A8) {
+                uint8_t *dst = qubuf;
+                qubuf += (size_t)kpad * n;
+                for (size_t i = 0; i < (size_t)kpad * n; i++) dst[i] = (uint8_t)q[i] ^ 0x80u;
+                qu = dst;
+            }
+            qj[j].X = (ds_qact){.q = q, .qu = qu, .s = jobs[j].xs, .xsum = xsum, .n = n, .kpad = kpad};
+        }
+        ntask += plan_tasks(L, n, j, threads, tasks + ntask);
+    }
+    qrun run = {o, qj, tasks};
+    ds_pool_run(ntask, q_task, &run);
+}
+
+void ds_linear_forward_q(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y) {
+    ds_linear_job j = {L, xq, xs, n, y};
+    ds_linear_forward_q_many(&j, 1);
+}
+
+/* ---- activation quantization ---- */
+
+typedef struct { const ds_bf16 *x; int n, k, per; int8_t *q; float *s; const ds_kern_ops *ops; } quant_ctx;
+
+static void quant_task(void *vctx, int t, int thread) {
+    (void)thread;
+    quant_ctx *c = vctx;
+    int r0 = t * c->per, r1 = DS_MIN(c->n, r0 + c->per);
+    for (int r = r0; r < r1; r++) {
+        if (c->ops) c->ops->quantize_row(c->x + (size_t)r * c->k, c->k, c->q + (size_t)r * c->k, c->s + r);
+        else ds_ref_quantize_rows(c->x + (size_t)r * c->k, 1, c->k, c->q + (size_t)r * c->k, c->s + r);
+    }
+}
+
+void ds_quantize_rows(const ds_bf16 *x, int n, int k, int8_t *q, float *s) {
+    if (n <= 0) return;
+    quant_ctx c = {x, n, k, 1, q, s, ops()};
+    int threads = ds_pool_threads();
+    int tasks = ((double)n * k < 262144.0 || threads <= 1) ? 1 : DS_MIN(n, 2 * threads);
+    c.per = (n + tasks - 1) / tasks;
+    tasks = (n + c.per - 1) / c.per;
+    ds_pool_run(tasks, quant_task, &c);
+}
+
+/* ---- float forward ---- */
+
+typedef struct {
+    const ds_linear *L;
+    const ds_kern_ops *ops;
+    const ds_bf16 *x;
+    const double *xd;
+    int xstride, n, per;
+    float *y;
+} frun;
+
+static void f_task(void *vctx, int t, int thread) {
+    (void)thread;
+    frun *c = vctx;
+    int o0 = t * c->per, o1 = DS_MIN(c->L->out, o0 + c->per);
+    if (o0 >= o1) return;
+    if (c->ops) c->ops->f_rows(c->L, c->xd, c->xstride, c->n, o0, o1, c->y);
+    else ds_ref_linear_f_rows(c->L, c->x, c->n, o0, o1, c->y);
+}
+
+void ds_linear_forward(const ds_linear *L, const ds_bf16 *x, int n, float *y) {
+    if (n <= 0) return;
+    if (L->fmt == DS_LIN_W8A8 || L->fmt == DS_LIN_W4A8) {
+        int8_t *q = scratch(SLOT_ACT, (size_t)n * L->in);
+        float *s = scratch(SLOT_S, sizeof(float) * (size_t)n);
+        ds_quantize_rows(x, n, L->in, q, s);
+        ds_linear_forward_q(L, q, s, n, y);
+        return;
+    }
+    const ds_kern_ops *o = ops();
+    atomic_fetch_add_explicit(&g_weight_bytes, weight_bytes(L), memory_order_relaxed);
+    announce(L->fmt);
+    frun c = {L, o, x, NULL, 0, n, 1, y};
+    if (o) { /* exact float64 copy of the activations, shared by every output row */
+        c.xstride = (L->in + 15) & ~15;
+        double *xd = scratch(SLOT_XD, sizeof(double) * (size_t)c.xstride * n);
+        for (int r = 0; r < n; r++) {
+            for (int i = 0; i < L->in; i++) xd[(size_t)r * c.xstride + i] = ds_bf16_to_f32(x[(size_t)r * L->in + i]);
+            for (int i = L->in; i < c.xstride; i++) xd[(size_t)r * c.xstride + i] = 0.0;
+        }
+        c.xd = xd;
+    }
+    int threads = ds_pool_threads();
+    double work = (double)L->out * L->in * n;
+    int tasks = (threads <= 1 || work < 32768.0) ? 1 : DS_MIN(L->out, n >= 8 ? 4 * threads : threads);
+    c.per = (L->out + tasks - 1) / tasks;
+    c.per = (c.per + 3) & ~3; /* keep row blocks whole; results do not depend on it */
+    tasks = (L->out + c.per - 1) / c.per;
+    ds_pool_run(tasks, f_task, &c);
+}
+
+/* ---- MoE helpers ---- */
+
+void ds_gather_rows_q(const int8_t *xq, const float *xs, int k, const int *rows, int n, int8_t *dq, float *ds) {
+    for (int i = 0; i < n; i++) {
+        memcpy(dq + (size_t)i * k, xq + (size_t)rows[i] * k, (size_t)k);
+        ds[i] = xs[rows[i]];
+    }
+}
+
+int ds_moe_group_rows(const int32_t *sel, int n, int k, int n_experts, ds_moe_groups *g, ds_error *err) {
+    memset(g, 0, sizeof *g);
+    for (int i = 0; i < n * k; i++)
+        if (sel[i] < 0 || sel[i] >= n_experts)
+            return ds_fail(err, "E_MOE_EXPERT", "MoE routing: row %d slot %d selects expert %d, outside [0, %d)",
+                           i / k, i % k, sel[i], n_experts);
+    g->n_experts = n_experts;
+    g->n_rows = n;
+    g->k = k;
+    g->off = ds_xcalloc((size_t)n_experts + 1, sizeof(int));
+    g->idx = ds_xmalloc(sizeof(int) * (size_t)(n * k > 0 ? n * k : 1));
+    for (int i = 0; i < n * k; i++) g->off[sel[i] + 1]++;
+    for (int e = 0; e < n_experts; e++) g->off[e + 1] += g->off[e];
+    int *fill = ds_xmalloc(sizeof(int) * (size_t)(n_experts > 0 ? n_experts : 1));
+    memcpy(fill, g->off, sizeof(int) * (size_t)n_experts);
+    for (int i = 0; i < n * k; i++) g->idx[fill[sel[i]]++] = i; /* ascending i => rows ascending */
+    free(fill);
+    return 0;
+}
+
+void ds_moe_groups_free(ds_moe_groups *g) {
+    free(g->off);
+    free(g->idx);
+    memset(g, 0, sizeof *g);
 }

@@ -10,9 +10,16 @@
  * Exactness contract (tests rely on it):
  *  - quantized (W8A8/W4A8): acc is an exact int32 sum, y = (float)acc * (s_x * s_w[o]), computed
  *    as written (s_x*s_w first, in fp32).  Every path must be bit-identical to the scalar one.
- *  - float (BF16/F32 weights): y = Σ_i fp32(W[o][i])·fp32(x[i]) in fp32.  The reduction order is
- *    fixed per path (independent of n, of row position in the batch and of thread count), so
- *    results are batch- and chunk-invariant; SIMD paths may differ from scalar by rounding. */
+ *  - float (BF16/F32 weights): y = fp32(Σ_i f64(W[o][i])·f64(x[i])) (docs/NUMERICS.md rule 2):
+ *    products are exact in float64, the sum is accumulated in float64 and rounded once.  The
+ *    reduction order is fixed per path (independent of n, of row position in the batch and of
+ *    thread count), so results are batch- and chunk-invariant; SIMD paths may differ from the
+ *    scalar one only through float64 rounding of the partial sums (in practice the fp32 results
+ *    agree; tests allow |diff| <= 1e-6 * Σ|W·x|).
+ *
+ * Threads: every forward splits its output rows over the persistent pool (base/threadpool.h);
+ * results never depend on the thread count.  Called from inside a pool task, a forward runs
+ * serially on that thread (the pool does not nest). */
 #ifndef DS_KERNELS_H
 #define DS_KERNELS_H
 #include "base/common.h"
@@ -42,14 +49,69 @@ void ds_linear_forward(const ds_linear *L, const ds_bf16 *x, int n, float *y);
  * quantization of the same rows. */
 void ds_linear_forward_q(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y);
 
-/* Optional load-time repack into kernel tiles; returns bytes allocated (0 if none). */
+/* Load-time repack into kernel tiles; returns bytes allocated (0 if none: float formats, or the
+ * reference path).  The published tensors are never modified.  Quantized linears that were not
+ * prepared are repacked on first use by a SIMD path (thread-safe); call this at load to pay the
+ * cost up front and to report it.  ds_linear_release frees the tiles. */
 size_t ds_linear_prepare(ds_linear *L);
 void ds_linear_release(ds_linear *L);
+/* Bytes of repacked tiles currently held by all linears (for the load-time memory report). */
+size_t ds_kernels_packed_bytes(void);
+/* Weight bytes streamed by linear forwards since start (each call adds its matrix and scales
+ * once, whatever n is): the "bytes read per token" of bench decode.  Relaxed atomic counter. */
+uint64_t ds_kernels_weight_bytes_read(void);
+
+/* Several independent quantized linears in ONE pool dispatch (e.g. w1 and w3 of every expert of a
+ * MoE step, or wq_a + wkv on the same rows).  Each job has its own rows; outputs are identical to
+ * calling ds_linear_forward_q on each job.  Saves one barrier per job on small matrices. */
+typedef struct ds_linear_job {
+    const ds_linear *L;
+    const int8_t *xq;      /* [n][L->in] */
+    const float *xs;       /* [n] */
+    int n;
+    float *y;              /* [n][L->out] */
+} ds_linear_job;
+void ds_linear_forward_q_many(const ds_linear_job *jobs, int n_jobs);
+
+/* MoE row grouping (MODEL.md §2.9, SERVING.md §8.6): given the top-k expert ids of n rows
+ * (sel[r*k + j]), list for each expert the (row, slot) pairs routed to it, rows ascending.  The
+ * model then gathers each expert's rows (ds_gather_rows_q), runs its linears once on that block
+ * (each expert's weights streamed once per step), and sums per row in ascending expert id with
+ * the shared expert last.  Entries for expert e are idx[off[e] .. off[e+1]); idx = r*k + j
+ * identifies the slot (row r = idx / k).  Returns -1 with err if an id is out of [0, n_experts). */
+typedef struct ds_moe_groups {
+    int n_experts, n_rows, k;
+    int *off;              /* [n_experts + 1] */
+    int *idx;              /* [n_rows * k] */
+} ds_moe_groups;
+int ds_moe_group_rows(const int32_t *sel, int n, int k, int n_experts, ds_moe_groups *g, ds_error *err);
+void ds_moe_groups_free(ds_moe_groups *g);
+/* Copy quantized rows src[rows[i]] (row length k) into dst[i]; scales likewise. */
+void ds_gather_rows_q(const int8_t *xq, const float *xs, int k, const int *rows, int n,
+                      int8_t *dq, float *ds);
 
 /* Kernel path selection.  name: "auto", "avx512-vnni", "avx2", "reference".  An explicit path the
  * CPU cannot run is an error (never a silent fallback). */
 int ds_kernels_select(const char *name, ds_error *err);
 const char *ds_kernels_active(void);
+/* Whether this CPU can run a named path ("auto" and "reference": always). */
+int ds_kernels_available(const char *name);
+/* Why "auto" chose what it chose (CPU features), for the start-up echo. */
+const char *ds_kernels_reason(void);
+
+/* Self-check (SERVING.md §13 step 3): run the active path and the scalar reference on random
+ * tiles of every family and report max |diff|.  Integer families must give 0; float families
+ * are within 1e-6 relative.  Returns 0 if every family passed, -1 otherwise (err names the
+ * family).  families[] receives one line per family ("kernel w4a8: OK avx2 ENGAGED (tiles 64,
+ * max |diff| 0)") when non-NULL. */
+typedef struct ds_kernel_check {
+    char family[16];       /* "w4a8", "w8a8", "bf16", "f32", "quantize" */
+    char path[24];
+    double max_abs_diff;
+    int ok;
+    char line[160];
+} ds_kernel_check;
+int ds_kernels_selfcheck(ds_kernel_check out[8], int *n_out, ds_error *err);
 
 /* ---- scalar reference implementations (ground truth for every SIMD path) ---- */
 void ds_ref_linear_q(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y);

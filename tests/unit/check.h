@@ -13,19 +13,19 @@ struct ds_test_case { const char *name; ds_test_fn fn; };
 extern struct ds_test_case ds_tests[512];
 extern int ds_ntests, ds_case_failed;
 
-#define TEST(name)                                                              \
-    static void name(void);                                                     \
-    __attribute__((constructor)) static void reg_##name(void) {                 \
-        ds_tests[ds_ntests].name = #name; ds_tests[ds_ntests++].fn = name;      \
+#define TEST(tname)                                                             \
+    static void tname(void);                                                    \
+    __attribute__((constructor)) static void reg_##tname(void) {                \
+        ds_tests[ds_ntests].name = #tname; ds_tests[ds_ntests++].fn = tname;    \
     }                                                                           \
-    static void name(void)
+    static void tname(void)
 
 #define CHECK(cond, ...)                                                        \
     do {                                                                        \
         if (!(cond)) {                                                          \
             ds_case_failed = 1;                                                 \
             fprintf(stderr, "  FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);   \
-            fprintf(stderr, "" __VA_ARGS__);                                    \
+            fprintf(stderr, " " __VA_ARGS__);                                    \
             fprintf(stderr, "\n");                                              \
         }                                                                       \
     } while (0)

@@ -1,0 +1,168 @@
+/* The real model behind the engine's backend interface (include/dsflash.h, model/model.h).
+ *
+ * Why it is built this way: the model keeps its own block tables and takes pages through an
+ * allocator during a step (ds_seq_new_paged + ds_kv_alloc_ops), reserving all of a step's pages
+ * up front so a step never fails half-way.  The engine owns the pools, so the allocator handed to
+ * the model is the engine's page manager: allocation evicts prefix-cache entries when needed and
+ * release drops a reference.  The engine's table for the request (ds_kv_seqtab) is then a mirror
+ * of the model's tables, refreshed after every step, which is what the prefix cache registers
+ * and what an audit checks.  CKV and IDX pages are handed out as pairs with the same id (the
+ * engine sizes both pools alike): the model asks for a CKV page and then the IDX page of the same
+ * block, so the IDX request returns the id of the CKV page just given. */
+#include "engine/backend_model.h"
+#include "model/model.h"
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct mseq {
+    ds_seq *s;
+    ds_kvm *km;
+    uint32_t pair[8];       /* CKV ids whose IDX twin has not been asked for yet */
+    int n_pair;
+} mseq;
+
+typedef struct mback {
+    ds_model *m;
+} mback;
+
+static int ops_alloc(void *ctx, ds_kv_kind kind, uint32_t *page) {
+    mseq *q = ctx;
+    if (kind == DS_KV_IDX) {
+        if (!q->n_pair) return -1;
+        *page = q->pair[0];
+        memmove(q->pair, q->pair + 1, sizeof(uint32_t) * (size_t)--q->n_pair);
+        return 0;
+    }
+    if (kind == DS_KV_CKV && q->n_pair == (int)DS_ARRAY_LEN(q->pair)) return -1;
+    if (ds_kvm_page_alloc(q->km, kind, page)) return -1;
+    if (kind == DS_KV_CKV) q->pair[q->n_pair++] = *page;
+    return 0;
+}
+
+static void ops_release(void *ctx, ds_kv_kind kind, uint32_t page) {
+    mseq *q = ctx;
+    if (kind == DS_KV_IDX) return; /* released with its CKV twin */
+    ds_kvm_page_unref(q->km, kind, page);
+}
+
+static void mb_layout(void *impl, int bs, ds_kv_layout *out) {
+    mback *b = impl;
+    ds_kv_layout_init(out, &b->m->cfg, bs);
+}
+
+static void *mb_open(void *impl, ds_kvm *km, ds_kv_seqtab *tab, const int32_t *tokens, int64_t start, ds_error *err) {
+    mback *b = impl;
+    mseq *q = ds_xcalloc(1, sizeof *q);
+    q->km = km;
+    ds_kv_alloc_ops ops = {q, ops_alloc, ops_release};
+    q->s = ds_seq_new_paged(b->m, &km->pools, ops);
+    if (!q->s) {
+        free(q);
+        ds_fail(err, "E_SEQ", "cannot create a paged sequence");
+        return NULL;
+    }
+    if (start > 0) {
+        int64_t k = start / km->bs;
+        int64_t lo = start - km->window;
+        lo = lo < 0 ? 0 : lo / km->bs;
+        int n_win = (int)(k - lo);
+        uint32_t *win = ds_xmalloc(sizeof(uint32_t) * (size_t)(n_win ? n_win : 1));
+        for (int i = 0; i < n_win; i++) win[i] = tab->win[lo + i];
+        /* the table's references pass to the sequence, which releases them through ops_release */
+        int rc = ds_seq_adopt_prefix(q->s, k, tab->blk, tab->blk, n_win, win, tokens, err);
+        free(win);
+        if (rc) {
+            ds_seq_free(q->s); /* adopted nothing: the references are still the table's */
+            free(q);
+            return NULL;
+        }
+    }
+    return q;
+}
+
+static void mb_needed(void *impl, ds_kvm *km, void *seq, const ds_kv_seqtab *tab, int64_t a, int64_t b,
+                      uint64_t need[DS_KV_KINDS]) {
+    mseq *q = seq;
+    uint32_t c[DS_KV_KINDS];
+    ds_seq_pages_needed(q->s, (int)(b - a), c);
+    for (int k = 0; k < DS_KV_KINDS; k++) need[k] = c[k];
+}
+
+static int mb_prepare(void *impl, ds_kvm *km, void *seq, ds_kv_seqtab *tab, int64_t a, int64_t b) { return 0; }
+
+static void mb_after(void *impl, ds_kvm *km, void *seq, ds_kv_seqtab *tab, const int32_t *tokens, int64_t L,
+                     const char *salt) {
+    mseq *q = seq;
+    ds_seq *s = q->s;
+    ds_kvm_seqtab_reserve(tab, (int)(s->n_kv_blocks + 1));
+    for (int64_t i = 0; i < tab->cap; i++) {
+        tab->blk[i] = i < s->n_kv_blocks ? s->ckv[i] : DS_KV_NONE;
+        tab->win[i] = i < s->blk_cap ? s->win[i] : DS_KV_NONE;
+    }
+    tab->n_blk = (int)s->n_kv_blocks;
+    tab->state = s->state;
+    ds_kvm_after_step(km, tab, tokens, L, salt);
+}
+
+static void mb_release(void *impl, ds_kvm *km, void *seq, ds_kv_seqtab *tab) {
+    mseq *q = seq;
+    ds_seq_free(q->s); /* hands every page back through ops_release */
+    free(q);
+    ds_kvm_seqtab_clear(tab);
+}
+
+static int mb_step(void *impl, ds_kv_pools *pools, ds_backend_item *items, int n, float *logits, ds_error *err) {
+    mback *b = impl;
+    ds_seq **seqs = ds_xmalloc(sizeof(ds_seq *) * (size_t)n);
+    const int32_t **toks = ds_xmalloc(sizeof(int32_t *) * (size_t)n);
+    int *rows = ds_xmalloc(sizeof(int) * (size_t)n);
+    int *nl = ds_xmalloc(sizeof(int) * (size_t)n);
+    float **out = ds_xmalloc(sizeof(float *) * (size_t)n);
+    size_t off = 0;
+    int V = ds_model_vocab_size(b->m);
+    for (int i = 0; i < n; i++) {
+        mseq *q = items[i].seq;
+        seqs[i] = q->s;
+        toks[i] = items[i].tokens + items[i].pos0;
+        rows[i] = items[i].n;
+        nl[i] = items[i].n_logits;
+        out[i] = nl[i] ? logits + off * (size_t)V : NULL;
+        off += (size_t)nl[i];
+    }
+    char eb[512] = "";
+    int rc = ds_batch_step(b->m, n, seqs, toks, rows, out, nl, eb, sizeof eb);
+    if (rc) ds_fail(err, "E_FORWARD", "%s", eb);
+    free(seqs);
+    free(toks);
+    free(rows);
+    free(nl);
+    free(out);
+    return rc;
+}
+
+static void mb_destroy(void *impl) { free(impl); }
+
+ds_backend *ds_backend_model_new(ds_model *m) {
+    mback *mb = ds_xcalloc(1, sizeof *mb);
+    mb->m = m;
+    ds_backend *b = ds_xcalloc(1, sizeof *b);
+    b->name = "model";
+    b->impl = mb;
+    b->vocab = ds_model_vocab_size(m);
+    b->window = m->cfg.window + DS_MAX_ROLLBACK;
+    b->eos_id = m->cfg.eos_id;
+    b->bos_id = m->cfg.bos_id;
+    b->pad_id = m->cfg.pad_id;
+    b->noise_id = m->cfg.dspark_noise_id;
+    b->image_id = m->cfg.image_token_id;
+    b->lazy_pages = true;
+    b->layout = mb_layout;
+    b->seq_open = mb_open;
+    b->pages_needed = mb_needed;
+    b->prepare = mb_prepare;
+    b->after_step = mb_after;
+    b->release = mb_release;
+    b->step = mb_step;
+    b->destroy = mb_destroy;
+    return b;
+}

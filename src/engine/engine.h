@@ -1,0 +1,136 @@
+/* The serving engine (SERVING.md §1–§7, §9): request queue, continuous batching, chunked
+ * prefill, the admission gate, preemption by recompute, paged KV with prefix caching, sampling
+ * and stop conditions.
+ *
+ * Why it is built this way: one engine thread owns every piece of scheduler and KV state, so
+ * none of it needs locks; the HTTP threads talk to it only through submit/cancel (a locked
+ * inbox drained once per step) and read results from the request object, whose output part is
+ * guarded by the request's own mutex and signalled with its condition variable.  A slow or dead
+ * client therefore never stalls a step.  A request object is reference counted because both
+ * sides hold it: the front end until its response is written, the engine until it is finished.
+ *
+ * Detokenization and stop strings run on the engine thread (stop conditions are checked token by
+ * token in commit order, §2 rule 2) through a small callback interface, so the engine does not
+ * depend on the tokenizer module; the server plugs its tokenizer in. */
+#ifndef DS_ENGINE_ENGINE_H
+#define DS_ENGINE_ENGINE_H
+#include "base/common.h"
+#include "engine/backend.h"
+#include "engine/metrics.h"
+#include "engine/sampler.h"
+#include "engine/stop_match.h"
+#include "engine/textbuf.h"
+#include <pthread.h>
+#include <stdatomic.h>
+
+typedef struct ds_engine ds_engine;
+
+typedef struct ds_engine_config {
+    int max_num_seqs;                 /* 32 */
+    int max_num_batched_tokens;       /* 8192 */
+    int block_size;                   /* 128 */
+    bool prefix_caching;              /* true */
+    bool admission_gate;              /* true */
+    int max_prefill_seqs;             /* 1 */
+    int gate_decode_steps_per_chunk;  /* 1 */
+    int64_t max_model_len;
+    int max_pending;                  /* 1024 */
+    uint64_t kv_budget_bytes;         /* B_kv */
+    bool kv_high_first;               /* --debug-kv-alloc-order high-first */
+    const char *fingerprint;          /* model + KV format identity (prefix-cache seed) */
+    int prompt_logprobs_chunk;        /* row cap per step for requests with prompt_logprobs (256) */
+} ds_engine_config;
+void ds_engine_config_defaults(ds_engine_config *c);
+
+/* Incremental detokenizer plugged in by the server. */
+typedef struct ds_detok_ops {
+    void *ctx;
+    void *(*open)(void *ctx);
+    /* newly completed text for one id (NULL + *len 0 when none) */
+    const char *(*push)(void *st, int32_t id, size_t *len);
+    const char *(*flush)(void *st, size_t *len);
+    void (*close)(void *st);
+} ds_detok_ops;
+
+typedef enum { DS_REQ_WAITING = 0, DS_REQ_PREFILL, DS_REQ_DECODE, DS_REQ_DONE } ds_req_state;
+typedef enum { DS_END_NONE = 0, DS_END_STOP, DS_END_LENGTH, DS_END_CANCELLED, DS_END_ERROR } ds_req_end;
+
+typedef struct ds_req {
+    /* ---- set by the creator before submit, then read-only ---- */
+    char id[64];
+    int32_t *prompt;
+    int64_t n_prompt;
+    ds_sampling_params sp;
+    int64_t seed;                 /* effective seed */
+    char *cache_salt;
+    bool skip_special;            /* drop BOS/EOS/PAD from text (completions default) */
+    bool want_text;               /* run the detokenizer */
+    bool exclude_metrics;         /* self-check traffic */
+    double t_arrival;
+
+    /* ---- engine thread only ---- */
+    ds_req_state state;
+    int32_t *tokens;              /* prompt + generated */
+    int64_t n_tokens, cap_tokens;
+    int64_t n_computed;
+    ds_kv_seqtab tab;
+    void *seq;
+    uint64_t admit_order;
+    void *detok;
+    ds_stop_matcher stopm;
+    int64_t n_plp_done;           /* prompt-logprob positions captured */
+    bool reached_decode;
+    bool in_step;                 /* has a row in the step being built */
+
+    /* ---- output, guarded by mu ---- */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t version;             /* bumped on every change */
+    int32_t *out_ids;
+    ds_sample_result *out_lp;     /* per output token when sp.logprobs >= 0 */
+    int64_t n_out, cap_out;
+    ds_tbuf text;                 /* released text (stop strings held back and removed) */
+    ds_sample_result *plp;        /* prompt logprobs, [n_prompt]; entry 0 unused (null) */
+    int64_t n_plp;
+    bool finished;
+    ds_req_end end;
+    bool stopped_by_eos;          /* EOS (not a stop string or stop id) ended it */
+    int err_status;
+    char err_code[40];
+    char err_msg[256];
+    int64_t cached_tokens;        /* prefix-cache hit of the first admission */
+    double t_first_token, t_finish;
+
+    atomic_bool cancel;
+    atomic_int refs;
+} ds_req;
+
+/* A request holding a copy of the prompt and parameters; refs = 1 (the creator's). */
+ds_req *ds_req_new(const char *id, const int32_t *prompt, int64_t n, const ds_sampling_params *sp);
+void ds_req_ref(ds_req *r);
+void ds_req_unref(ds_req *r);
+/* Wait until r->version differs from `seen` or `timeout_s` passes.  Call with r->mu held. */
+void ds_req_wait_locked(ds_req *r, uint64_t seen, double timeout_s);
+
+ds_engine *ds_engine_create(const ds_engine_config *cfg, ds_backend *be, const ds_token_mask *mask,
+                            ds_metrics *metrics, const ds_detok_ops *detok, ds_error *err);
+/* Stop the engine thread; unfinished requests end with a 503 error. */
+void ds_engine_destroy(ds_engine *e);
+/* Queue a request (the engine takes a reference).  Returns 0, or -1 when running + waiting has
+ * reached max_pending (429), or the engine is stopping. */
+int ds_engine_submit(ds_engine *e, ds_req *r);
+/* Ask the engine to drop a request at the next step boundary (client disconnect). */
+void ds_engine_cancel(ds_engine *e, ds_req *r);
+/* Drop evictable prefix-cache entries at the next step boundary; returns after it happened. */
+void ds_engine_reset_prefix_cache(ds_engine *e);
+void ds_engine_gauges(ds_engine *e, ds_metrics_gauges *g);
+const ds_kv_budget *ds_engine_kv_plan(const ds_engine *e);
+/* §4.5 addressing self-test over the engine's pools; report receives the PASS/FAIL line. */
+int ds_engine_kv_selftest(ds_engine *e, char *report, size_t len);
+/* Block until no request is running or waiting, or timeout; returns 0 when idle. */
+int ds_engine_wait_idle(ds_engine *e, double timeout_s);
+/* Page-accounting audit run between steps (tests); 0 = consistent. */
+int ds_engine_audit(ds_engine *e, char *msg, size_t len);
+uint64_t ds_engine_steps(const ds_engine *e);
+
+#endif

@@ -1,0 +1,51 @@
+/* The engine object (private to src/engine).  Fields below `state_mu` are owned by the engine
+ * thread and touched by other threads only while holding state_mu (audit, self-test); the inbox
+ * and flags are guarded by mu; gauges are atomics so /metrics never waits for a step. */
+#ifndef DS_ENGINE_INTERNAL_H
+#define DS_ENGINE_INTERNAL_H
+#include "engine/engine.h"
+
+struct ds_engine {
+    ds_engine_config cfg;
+    ds_backend *be;
+    const ds_token_mask *mask;
+    ds_metrics *m;
+    ds_detok_ops detok;
+    bool has_detok;
+    ds_kvm km;
+    pthread_t thr;
+
+    pthread_mutex_t mu;          /* inbox, stopping, reset flags */
+    pthread_cond_t cv;           /* wakes the engine thread */
+    pthread_cond_t idle_cv;      /* prefix-cache reset completion */
+    ds_req **inbox;
+    int n_inbox, cap_inbox;
+    bool stopping, reset_pc;
+    uint64_t reset_done;
+    atomic_int n_live;           /* submitted and not finished */
+
+    pthread_mutex_t state_mu;    /* held by the engine thread for a whole step */
+    ds_req **waiting;
+    int n_waiting, cap_waiting;
+    ds_req **running;            /* admission order */
+    int n_running, cap_running;
+    uint64_t admit_counter;
+    int forced_decode, empty_streak;
+    int decode_since_prefill;    /* decode steps since the last prefill-only step */
+    int prefill_since_decode;    /* prefill steps since the last decode step (stall) */
+    int prefill_episode;
+    uint64_t steps;
+    bool warned_preempt;
+    ds_backend_item *items;
+    ds_req **item_req;
+    int n_items, cap_items;
+    float *logits;
+    size_t logits_cap;
+    ds_sampler_scratch *ss;
+    uint64_t promised[DS_KV_KINDS];  /* pages promised to lazy-backend rows of the step being built */
+
+    atomic_int g_running, g_waiting;
+    atomic_uint_fast64_t g_blocks_used, g_blocks_evictable;
+};
+
+#endif

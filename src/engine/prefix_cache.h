@@ -1,0 +1,74 @@
+/* Prefix cache index (SERVING.md §7): chained 128-bit block hashes, token verification, and
+ * the LRU order of evictable blocks and window tails.
+ *
+ * Why it is built this way: a cached block *is* a CKV/IDX block of the pool, so entries are
+ * indexed by block id (at most one entry per block, no separate allocation) and the hash table
+ * maps a chain hash to that block id.  Each entry keeps its block's token ids so that a hit is
+ * confirmed by comparison — a hash collision can never cause reuse.  The WIN page that holds a
+ * block's window rows ("tail") is attached to the entry when the request that wrote it still held
+ * it at registration; tails are what make a hit usable (§7.2 condition 2).
+ *
+ * Reference counts live in the KV manager; this module only keeps evictable items (reference
+ * count 0) in two LRU lists, one per page kind.  A request releases its pages deepest block first,
+ * so inside one release the deeper block sits nearer the head and is evicted first (§7.4 tie
+ * rule).  Hashes use SHA-256 (OpenSSL) truncated to 128 bits: fast enough for one hash per
+ * 128-token block and free of the weak-hash collision worries. */
+#ifndef DS_ENGINE_PREFIX_CACHE_H
+#define DS_ENGINE_PREFIX_CACHE_H
+#include "base/common.h"
+
+#define DS_PC_HASH_BYTES 16
+
+typedef struct ds_pc_entry {
+    uint8_t hash[DS_PC_HASH_BYTES];
+    uint32_t win;          /* attached WIN tail page or DS_KV_NONE */
+    int32_t depth;         /* block index in its chain */
+    int32_t next;          /* hash bucket chain (block ids), -1 = end */
+    int32_t lru_prev, lru_next;
+    bool valid, in_lru;
+} ds_pc_entry;
+
+typedef struct ds_prefix_cache {
+    int bs;
+    uint32_t n_blocks, n_win;
+    ds_pc_entry *e;          /* [n_blocks] */
+    int32_t *tokens;         /* [n_blocks][bs] token ids of each entry */
+    int32_t *buckets;        /* [n_buckets] -> block id */
+    uint32_t n_buckets;
+    int32_t *win_owner;      /* [n_win] -> block id whose tail it is, -1 */
+    int32_t *wprev, *wnext;  /* WIN LRU links, [n_win] */
+    uint8_t *win_in_lru;
+    int32_t lru_head, lru_tail, wlru_head, wlru_tail;
+    uint32_t n_entries, n_lru, n_wlru;
+} ds_prefix_cache;
+
+void ds_pc_init(ds_prefix_cache *pc, uint32_t n_blocks, uint32_t n_win, int bs);
+void ds_pc_free(ds_prefix_cache *pc);
+
+/* hash_{-1}: the seed from a model + KV-format fingerprint string. */
+void ds_pc_seed_hash(const char *fingerprint, uint8_t out[DS_PC_HASH_BYTES]);
+/* hash_i = H(hash_{i-1}, tokens of block i, extra) — salt only for block 0 (NULL for none). */
+void ds_pc_block_hash(const uint8_t parent[DS_PC_HASH_BYTES], const int32_t *tokens, int bs, const char *salt,
+                      uint8_t out[DS_PC_HASH_BYTES]);
+
+/* Block id of a valid entry with this hash and these tokens, or -1. */
+int32_t ds_pc_lookup(const ds_prefix_cache *pc, const uint8_t hash[DS_PC_HASH_BYTES], const int32_t *tokens);
+/* Register block `blk` (refcount > 0, full, immutable from now on).  Returns false (and
+ * registers nothing) when an entry with the same hash exists already. */
+bool ds_pc_insert(ds_prefix_cache *pc, uint32_t blk, const uint8_t hash[DS_PC_HASH_BYTES], const int32_t *tokens,
+                  int depth);
+/* Remove an entry (eviction or reset); its tail is detached and returned (DS_KV_NONE if none). */
+uint32_t ds_pc_remove(ds_prefix_cache *pc, uint32_t blk);
+void ds_pc_attach_win(ds_prefix_cache *pc, uint32_t blk, uint32_t win);
+/* Detach a tail from its entry (the tail page is being evicted). */
+void ds_pc_detach_win(ds_prefix_cache *pc, uint32_t win);
+
+/* LRU lists of evictable (refcount 0) items.  push = most recent (tail end). */
+void ds_pc_lru_push(ds_prefix_cache *pc, uint32_t blk);
+void ds_pc_lru_remove(ds_prefix_cache *pc, uint32_t blk);
+int32_t ds_pc_lru_oldest(const ds_prefix_cache *pc);
+void ds_pc_wlru_push(ds_prefix_cache *pc, uint32_t win);
+void ds_pc_wlru_remove(ds_prefix_cache *pc, uint32_t win);
+int32_t ds_pc_wlru_oldest(const ds_prefix_cache *pc);
+
+#endif

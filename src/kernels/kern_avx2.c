@@ -1,0 +1,301 @@
+/* AVX2 kernel path (x86-64 with AVX2 + FMA; no VNNI).
+ *
+ * Integer kernels read the shared 16-row tile layout (kern_internal.h) as two 8-row halves per
+ * tile.  AVX2 has no VPDPBUSD, so products go through VPMADDUBSW (u8 x s8 -> pairs summed in
+ * saturating int16) and VPMADDWD against ones (-> int32).  Saturation must never happen or the
+ * result would not be exact:
+ *   W8A8: |w| <= 128 as the unsigned operand (VPABSB) and sign(x, w) as the signed one (VPSIGNB),
+ *         so a pair is at most 2*128*127 = 32512 < 32767;
+ *   W4A8: tiles hold w+8 in 0..15, a pair is at most 2*15*127 = 3810, and four k-steps (lo+hi
+ *         nibble each) sum to at most 30480 before they are widened, so int16 accumulation over
+ *         4 steps is exact; the +8 bias is removed at the end with 8*Σx.
+ * Float kernels widen bf16/f32 weights to float64 and use FMA into float64 accumulators (products
+ * are exact there), 4 accumulators x 4 lanes per output row, combined in a fixed order, so each
+ * row's result depends only on its own data (batch and thread invariant).
+ * Every function here is compiled for AVX2 through the target pragma; the dispatcher only calls
+ * them when CPUID reports AVX2 and FMA. */
+#include "kernels/kern_internal.h"
+#include <string.h>
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#include <immintrin.h>
+
+#define AI static inline __attribute__((always_inline))
+
+static inline int32_t load4(const void *p) { int32_t v; memcpy(&v, p, 4); return v; }
+
+/* Scale and store 8 outputs (o0..o0+7) of one row; outputs >= out are dropped. */
+AI void store8(__m256i acc, float sx, const float *scale, int o0, int out, float *yrow) {
+    __m256 sc = _mm256_mul_ps(_mm256_set1_ps(sx), _mm256_loadu_ps(scale + o0));
+    __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(acc), sc);
+    if (o0 + 8 <= out) {
+        _mm256_storeu_ps(yrow + o0, v);
+    } else if (o0 < out) {
+        float tmp[8];
+        _mm256_storeu_ps(tmp, v);
+        memcpy(yrow + o0, tmp, sizeof(float) * (size_t)(out - o0));
+    }
+}
+
+AI void w8_block(const ds_packed *P, const ds_qact *X, int p, int r, const int NP, const int NR,
+                 float *y, int ystride) {
+    __m256i acc[2][2][4];
+    const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 8
+    for (int j = 0; j < NP; j++)
+#pragma GCC unroll 8
+        for (int h = 0; h < 2; h++)
+#pragma GCC unroll 8
+            for (int i = 0; i < NR; i++) acc[j][h][i] = _mm256_setzero_si256();
+    const uint8_t *wp = P->tiles + (size_t)p * P->panel_bytes;
+    for (int s = 0; s < P->ksteps; s++) {
+        __m256i w[2][2], aw[2][2];
+#pragma GCC unroll 8
+        for (int j = 0; j < NP; j++)
+#pragma GCC unroll 8
+            for (int h = 0; h < 2; h++) {
+                w[j][h] = _mm256_load_si256((const __m256i *)(wp + (size_t)j * P->panel_bytes +
+                                                              (size_t)s * DS_TILE_BYTES + 32 * h));
+                aw[j][h] = _mm256_abs_epi8(w[j][h]);
+            }
+#pragma GCC unroll 8
+        for (int i = 0; i < NR; i++) {
+            __m256i xb = _mm256_set1_epi32(load4(X->q + (size_t)(r + i) * X->kpad + 4 * (size_t)s));
+#pragma GCC unroll 8
+            for (int j = 0; j < NP; j++)
+#pragma GCC unroll 8
+                for (int h = 0; h < 2; h++) {
+                    __m256i t = _mm256_maddubs_epi16(aw[j][h], _mm256_sign_epi8(xb, w[j][h]));
+                    acc[j][h][i] = _mm256_add_epi32(acc[j][h][i], _mm256_madd_epi16(t, ones));
+                }
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < NR; i++)
+#pragma GCC unroll 8
+        for (int j = 0; j < NP; j++)
+#pragma GCC unroll 8
+            for (int h = 0; h < 2; h++)
+                store8(acc[j][h][i], X->s[r + i], P->scale, (p + j) * DS_PANEL_ROWS + 8 * h, P->out,
+                       y + (size_t)(r + i) * ystride);
+}
+
+AI void w4_block(const ds_packed *P, const ds_qact *X, int p, int r, const int NP, const int NR,
+                 float *y, int ystride) {
+    __m256i acc[2][2][2], a16[2][2][2];
+    const __m256i ones = _mm256_set1_epi16(1), m0f = _mm256_set1_epi8(0x0f);
+#pragma GCC unroll 8
+    for (int j = 0; j < NP; j++)
+#pragma GCC unroll 8
+        for (int h = 0; h < 2; h++)
+#pragma GCC unroll 8
+            for (int i = 0; i < NR; i++) acc[j][h][i] = a16[j][h][i] = _mm256_setzero_si256();
+    const uint8_t *wp = P->tiles + (size_t)p * P->panel_bytes;
+    int s = 0;
+    while (s < P->ksteps) {
+        int s_end = DS_MIN(P->ksteps, s + 4); /* int16 accumulation is exact over 4 steps */
+        for (; s < s_end; s++) {
+            __m256i x0[2], x1[2];
+#pragma GCC unroll 8
+            for (int i = 0; i < NR; i++) {
+                const int8_t *xr = X->q + (size_t)(r + i) * X->kpad + 8 * (size_t)s;
+                x0[i] = _mm256_set1_epi32(load4(xr));
+                x1[i] = _mm256_set1_epi32(load4(xr + 4));
+            }
+#pragma GCC unroll 8
+            for (int j = 0; j < NP; j++)
+#pragma GCC unroll 8
+                for (int h = 0; h < 2; h++) {
+                    __m256i w = _mm256_load_si256((const __m256i *)(wp + (size_t)j * P->panel_bytes +
+                                                                    (size_t)s * DS_TILE_BYTES + 32 * h));
+                    __m256i lo = _mm256_and_si256(w, m0f);
+                    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m0f);
+#pragma GCC unroll 8
+                    for (int i = 0; i < NR; i++) {
+                        __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(lo, x0[i]),
+                                                     _mm256_maddubs_epi16(hi, x1[i]));
+                        a16[j][h][i] = _mm256_add_epi16(a16[j][h][i], t);
+                    }
+                }
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < NP; j++)
+#pragma GCC unroll 8
+            for (int h = 0; h < 2; h++)
+#pragma GCC unroll 8
+                for (int i = 0; i < NR; i++) {
+                    acc[j][h][i] = _mm256_add_epi32(acc[j][h][i], _mm256_madd_epi16(a16[j][h][i], ones));
+                    a16[j][h][i] = _mm256_setzero_si256();
+                }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < NR; i++) {
+        __m256i bias = _mm256_set1_epi32(8 * X->xsum[r + i]);
+#pragma GCC unroll 8
+        for (int j = 0; j < NP; j++)
+#pragma GCC unroll 8
+            for (int h = 0; h < 2; h++)
+                store8(_mm256_sub_epi32(acc[j][h][i], bias), X->s[r + i], P->scale,
+                       (p + j) * DS_PANEL_ROWS + 8 * h, P->out, y + (size_t)(r + i) * ystride);
+    }
+}
+
+static void w8_panels(const ds_packed *P, const ds_qact *X, int r0, int r1, int p0, int p1, float *y,
+                      int ystride) {
+    if (r1 - r0 == 1) { /* matrix-vector: two panels at once, two weight streams */
+        int p = p0;
+        for (; p + 2 <= p1; p += 2) w8_block(P, X, p, r0, 2, 1, y, ystride);
+        if (p < p1) w8_block(P, X, p, r0, 1, 1, y, ystride);
+        return;
+    }
+    for (int p = p0; p < p1; p++) {
+        int r = r0;
+        for (; r + 4 <= r1; r += 4) w8_block(P, X, p, r, 1, 4, y, ystride);
+        switch (r1 - r) {
+        case 3: w8_block(P, X, p, r, 1, 3, y, ystride); break;
+        case 2: w8_block(P, X, p, r, 1, 2, y, ystride); break;
+        case 1: w8_block(P, X, p, r, 1, 1, y, ystride); break;
+        default: break;
+        }
+    }
+}
+
+static void w4_panels(const ds_packed *P, const ds_qact *X, int r0, int r1, int p0, int p1, float *y,
+                      int ystride) {
+    if (r1 - r0 == 1) {
+        int p = p0;
+        for (; p + 2 <= p1; p += 2) w4_block(P, X, p, r0, 2, 1, y, ystride);
+        if (p < p1) w4_block(P, X, p, r0, 1, 1, y, ystride);
+        return;
+    }
+    for (int p = p0; p < p1; p++) {
+        int r = r0;
+        for (; r + 2 <= r1; r += 2) w4_block(P, X, p, r, 1, 2, y, ystride);
+        if (r < r1) w4_block(P, X, p, r, 1, 1, y, ystride);
+    }
+}
+
+static void q_panels(const ds_packed *P, const ds_qact *X, int r0, int r1, int p0, int p1, float *y,
+                     int ystride) {
+    if (P->fmt == DS_LIN_W8A8) w8_panels(P, X, r0, r1, p0, p1, y, ystride);
+    else w4_panels(P, X, r0, r1, p0, p1, y, ystride);
+}
+
+/* ---- float linears: float64 accumulation ---- */
+
+AI void widen16(const ds_linear *L, int o, int i, __m256d d[4]) {
+    __m256 lo, hi;
+    if (L->fmt == DS_LIN_BF16) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)((const ds_bf16 *)L->w + (size_t)o * L->in + i));
+        lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(v)), 16));
+        hi = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(v, 1)), 16));
+    } else {
+        const float *wr = (const float *)L->w + (size_t)o * L->in + i;
+        lo = _mm256_loadu_ps(wr);
+        hi = _mm256_loadu_ps(wr + 8);
+    }
+    d[0] = _mm256_cvtps_pd(_mm256_castps256_ps128(lo));
+    d[1] = _mm256_cvtps_pd(_mm256_extractf128_ps(lo, 1));
+    d[2] = _mm256_cvtps_pd(_mm256_castps256_ps128(hi));
+    d[3] = _mm256_cvtps_pd(_mm256_extractf128_ps(hi, 1));
+}
+
+static inline double wval(const ds_linear *L, int o, int i) {
+    return L->fmt == DS_LIN_BF16 ? (double)ds_bf16_to_f32(((const ds_bf16 *)L->w)[(size_t)o * L->in + i])
+                                 : (double)((const float *)L->w)[(size_t)o * L->in + i];
+}
+
+/* RO output rows against one float64 activation row.  Per row: 4 accumulators of 4 lanes, element
+ * i of each 16-block goes to accumulator (i/4)%4 lane i%4; combined as ((a0+a1)+(a2+a3)), lanes
+ * ((l0+l2)+(l1+l3)), then the tail in index order. */
+AI void f_block(const ds_linear *L, const double *xd, int o, const int RO, float *yrow) {
+    __m256d acc[2][4];
+#pragma GCC unroll 8
+    for (int j = 0; j < RO; j++)
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) acc[j][k] = _mm256_setzero_pd();
+    const int in = L->in, k16 = in & ~15;
+    for (int i = 0; i < k16; i += 16) {
+        __m256d x[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) x[k] = _mm256_loadu_pd(xd + i + 4 * k);
+#pragma GCC unroll 8
+        for (int j = 0; j < RO; j++) {
+            __m256d d[4];
+            widen16(L, o + j, i, d);
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) acc[j][k] = _mm256_fmadd_pd(d[k], x[k], acc[j][k]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < RO; j++) {
+        __m256d v = _mm256_add_pd(_mm256_add_pd(acc[j][0], acc[j][1]), _mm256_add_pd(acc[j][2], acc[j][3]));
+        __m128d h = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+        double sum = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+        for (int i = k16; i < in; i++) sum += wval(L, o + j, i) * xd[i];
+        yrow[o + j] = (float)sum;
+    }
+}
+
+static void f_rows(const ds_linear *L, const double *xd, int xstride, int n, int o0, int o1, float *y) {
+    int o = o0;
+    for (; o + 2 <= o1; o += 2)
+        for (int r = 0; r < n; r++) f_block(L, xd + (size_t)r * xstride, o, 2, y + (size_t)r * L->out);
+    for (; o < o1; o++)
+        for (int r = 0; r < n; r++) f_block(L, xd + (size_t)r * xstride, o, 1, y + (size_t)r * L->out);
+}
+
+/* ---- activation quantization (bit-exact with the scalar reference: IEEE division and
+ * round-to-nearest-even are the same operations in vector form) ---- */
+
+AI __m256 bf8_to_ps(const ds_bf16 *p) {
+    __m128i v = _mm_loadu_si128((const __m128i *)p);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+}
+
+void ds_avx2_quantize_row(const ds_bf16 *x, int k, int8_t *q, float *s) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 m = _mm256_setzero_ps();
+    int k8 = k & ~7, i;
+    /* max_ps(a, m) returns m when a is NaN, like the scalar `a > amax` test. */
+    for (i = 0; i < k8; i += 8) m = _mm256_max_ps(_mm256_and_ps(bf8_to_ps(x + i), absmask), m);
+    float lanes[8];
+    _mm256_storeu_ps(lanes, m);
+    float amax = 0.f;
+    for (int l = 0; l < 8; l++) if (lanes[l] > amax) amax = lanes[l];
+    for (; i < k; i++) {
+        float a = __builtin_fabsf(ds_bf16_to_f32(x[i]));
+        if (a > amax) amax = a;
+    }
+    float sx = amax / 127.0f;
+    *s = sx;
+    if (amax == 0.f) { memset(q, 0, (size_t)k); return; }
+    const __m256 vs = _mm256_set1_ps(sx), hi = _mm256_set1_ps(127.f), lo = _mm256_set1_ps(-127.f);
+    int k16 = k & ~15;
+    for (i = 0; i < k16; i += 16) {
+        __m256 a = _mm256_round_ps(_mm256_div_ps(bf8_to_ps(x + i), vs), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m256 b = _mm256_round_ps(_mm256_div_ps(bf8_to_ps(x + i + 8), vs), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m256i ia = _mm256_cvtps_epi32(_mm256_max_ps(_mm256_min_ps(a, hi), lo));
+        __m256i ib = _mm256_cvtps_epi32(_mm256_max_ps(_mm256_min_ps(b, hi), lo));
+        __m128i a16 = _mm_packs_epi32(_mm256_castsi256_si128(ia), _mm256_extracti128_si256(ia, 1));
+        __m128i b16 = _mm_packs_epi32(_mm256_castsi256_si128(ib), _mm256_extracti128_si256(ib, 1));
+        _mm_storeu_si128((__m128i *)(q + i), _mm_packs_epi16(a16, b16));
+    }
+    for (; i < k; i++) {
+        float v = __builtin_rintf(ds_bf16_to_f32(x[i]) / sx);
+        if (v > 127.f) v = 127.f;
+        if (v < -127.f) v = -127.f;
+        q[i] = (int8_t)v;
+    }
+}
+
+#pragma GCC pop_options
+
+const ds_kern_ops ds_kern_avx2 = {
+    .name = "avx2",
+    .wants_qu = 0,
+    .q_panels = q_panels,
+    .f_rows = f_rows,
+    .quantize_row = ds_avx2_quantize_row,
+};

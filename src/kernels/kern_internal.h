@@ -1,0 +1,68 @@
+/* Private contract between the dispatcher (dispatch.c) and the per-ISA kernel files.
+ *
+ * Why a repacked tile layout: the published W4A8 layout packs two output rows per byte along the
+ * output axis, and W8A8 is plain row-major; neither lets one 64-byte load feed an int8 dot-product
+ * instruction for 16 outputs at once.  The load-time repack turns each linear into panels of 16
+ * output rows; a panel is a sequence of 64-byte tiles along the input axis:
+ *   W8A8 tile = 16 rows x 4 inputs  (byte 4*r + j = W[o0+r][4s+j], signed int8)
+ *   W4A8 tile = 16 rows x 8 inputs  (byte 4*r + j: low nibble = W[o0+r][8s+j] + 8,
+ *                                    high nibble = W[o0+r][8s+4+j] + 8, i.e. unsigned 0..15)
+ * so an AVX-512 register holds one tile and VPDPBUSD against 4 broadcast activation bytes
+ * accumulates 16 outputs; AVX2 reads the same tile as two 8-row halves.  One layout serves both
+ * SIMD paths, so switching --kernels never needs a second copy.  Padding (rows past `out`, inputs
+ * past `in`) holds code 0.  The biases (+8 for int4, x+128 for the unsigned VPDPBUSD operand on
+ * W8A8) are removed exactly in int32 with per-row sums, so every path stays bit-exact. */
+#ifndef DS_KERNELS_INTERNAL_H
+#define DS_KERNELS_INTERNAL_H
+#include "kernels/kernels.h"
+
+#define DS_PANEL_ROWS 16
+#define DS_TILE_BYTES 64
+#define DS_PACK_KIND_TILES16 1
+
+typedef struct ds_packed {
+    ds_lin_fmt fmt;
+    int out, in;
+    int npanels;          /* ceil(out / 16) */
+    int ksteps;           /* tiles per panel: W8 ceil(in/4), W4 ceil(in/8) */
+    size_t panel_bytes;   /* 64 * ksteps */
+    float *scale;         /* [npanels*16] s_w, 0 for padding rows */
+    int32_t *wsum;        /* [npanels*16] Σ_i W[o][i] (W8 only; removes the x+128 bias) */
+    uint8_t *tiles;       /* npanels * panel_bytes, 64-byte aligned */
+} ds_packed;
+
+/* Quantized activations as the SIMD kernels read them. */
+typedef struct ds_qact {
+    const int8_t *q;      /* [n][kpad] codes, zero past `in` */
+    const uint8_t *qu;    /* [n][kpad] q + 128 (q ^ 0x80), or NULL when the path does not use it */
+    const float *s;       /* [n] */
+    const int32_t *xsum;  /* [n] Σ_i q[i] (removes the +8 bias of int4 tiles) */
+    int n, kpad;
+} ds_qact;
+
+/* One kernel path.  q_panels: y[r][o] for rows r in [r0,r1) and outputs of panels [p0,p1)
+ * (stride ystride floats per row; outputs >= out are not written).  f_rows: float linear for
+ * outputs [o0,o1), x given as exact float64 rows of stride xstride (zero padded). */
+typedef struct ds_kern_ops {
+    const char *name;
+    int wants_qu;
+    void (*q_panels)(const ds_packed *P, const ds_qact *X, int r0, int r1, int p0, int p1, float *y,
+                     int ystride);
+    void (*f_rows)(const ds_linear *L, const double *xd, int xstride, int n, int o0, int o1, float *y);
+    void (*quantize_row)(const ds_bf16 *x, int k, int8_t *q, float *s);
+} ds_kern_ops;
+
+extern const ds_kern_ops ds_kern_avx2;
+extern const ds_kern_ops ds_kern_avx512;
+void ds_avx2_quantize_row(const ds_bf16 *x, int k, int8_t *q, float *s);
+
+/* Reference pieces on output-row ranges (threaded by the dispatcher). */
+void ds_ref_quantize_rows(const ds_bf16 *x, int n, int k, int8_t *q, float *s);
+void ds_ref_linear_q_rows(const ds_linear *L, const int8_t *xq, const float *xs, int n, int o0, int o1,
+                          float *y);
+void ds_ref_linear_f_rows(const ds_linear *L, const ds_bf16 *x, int n, int o0, int o1, float *y);
+
+/* Build the tile layout of a quantized linear (repack.c).  Returns NULL for float formats. */
+ds_packed *ds_pack_linear(const ds_linear *L, size_t *bytes);
+
+#endif

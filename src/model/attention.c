@@ -1,0 +1,147 @@
+/* Attention of one layer for every row of a step (MODEL.md §2.6), with the FULL layer's compressor
+ * and the indexer run in between (§2.7, §2.8: writes before reads).
+ *
+ * Why this shape: the projections (wq_a, wkv, wq_b, wo_a, wo_b) are linears over all rows of all
+ * sequences; the core (scores over window + selected compressed keys, sink, values = keys) is per
+ * row and head and runs as pool tasks.  A row's key list is built in one fixed order — window
+ * positions ascending (earlier positions from the sequence's WIN pages, this step's positions from
+ * scratch), then the selected compressed entries ascending — and every reduction is float64 with
+ * one rounding (docs/NUMERICS.md "attention"), so a row's output is the same whether it arrives in
+ * a prefill chunk, a decode step or a batch.  Window rows of this step are persisted into WIN pages
+ * after the core has run. */
+#include "model/forward.h"
+#include "model/ops.h"
+#include "base/threadpool.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct attn_ctx {
+    ds_step *st;
+    int layer;
+    const ds_layer_weights *w;
+    int src;                      /* CKV source of kv_src(layer), -1 for SWA layers */
+    float scale;                  /* fp32(d_h^-0.5) */
+} attn_ctx;
+
+/* One (row, head): o[row][h] = bf16(Σ p_k·k), then inverse RoPE at the row's position. */
+static void attn_task(void *vctx, int task, int thread) {
+    (void)thread;
+    attn_ctx *a = vctx;
+    ds_step *st = a->st;
+    const ds_config *c = st->c;
+    const int H = c->n_heads, dh = c->head_dim, rd = c->rope_head_dim;
+    const int row = task / H, h = task % H;
+    const ds_step_seq *sq = &st->ss[st->row_seq[row]];
+    const ds_seq *seq = sq->seq;
+    const int64_t p = st->pos[row];
+    int64_t lo = p - c->window + 1;
+    if (lo < 0) lo = 0;
+    const int n_win = (int)(p - lo + 1);
+    const int n_cmp = a->src >= 0 ? st->n_sel[row] : 0;
+    const int nk = n_win + n_cmp;
+    const ds_bf16 **keys = malloc(sizeof(*keys) * (size_t)nk);
+    float *sc = malloc(sizeof(float) * (size_t)nk);
+    double *acc = calloc((size_t)dh, sizeof(double));
+    int k = 0;
+    for (int64_t q = lo; q <= p; q++)
+        keys[k++] = q < sq->p0 ? ds_seq_win_row(seq, a->layer, q)
+                               : st->kv + (size_t)(sq->row0 + (q - sq->p0)) * dh;
+    for (int i = 0; i < n_cmp; i++) keys[k++] = ds_seq_ckv_row(seq, a->src, st->sel[(size_t)row * c->index_topk + i]);
+
+    const ds_bf16 *qh = st->q + ((size_t)row * H + h) * dh;
+    const float sink = a->w->attn_sink[h];
+    float mx = sink;
+    for (int i = 0; i < nk; i++) {
+        float d = (float)ds_dot_bb(qh, keys[i], dh);
+        sc[i] = d * a->scale;
+        if (sc[i] > mx) mx = sc[i];
+    }
+    double den = 0;
+    for (int i = 0; i < nk; i++) {
+        sc[i] = (float)exp((double)sc[i] - (double)mx);
+        den += sc[i];
+    }
+    float es = (float)exp((double)sink - (double)mx);
+    float fden = (float)(den + (double)es);
+    for (int i = 0; i < nk; i++) {
+        float pk = sc[i] / fden;
+        const ds_bf16 *kv = keys[i];
+        for (int d = 0; d < dh; d++) acc[d] += (double)pk * ds_bf16_to_f32(kv[d]);
+    }
+    ds_bf16 *oh = st->o + ((size_t)row * H + h) * dh;
+    for (int d = 0; d < dh; d++) oh[d] = ds_f32_to_bf16((float)acc[d]);
+    const float *cs = (c->roles[a->layer].ratio > 0 ? st->cs_cmp : st->cs_swa) + (size_t)row * rd;
+    ds_rope_apply(oh, dh, rd, cs, 1);
+    free(keys);
+    free(sc);
+    free(acc);
+}
+
+/* rmsnorm(bf16(linear)) for every row, rows of length n, written to dst. */
+static void norm_rows(ds_step *st, const float *lin, int N, int n, const float *w, ds_bf16 *dst) {
+    ds_bf16 *tmp = malloc(sizeof(ds_bf16) * (size_t)n);
+    for (int r = 0; r < N; r++) {
+        ds_round_rows_bf16(lin + (size_t)r * n, (size_t)n, tmp);
+        ds_rmsnorm_bf16(tmp, w, n, st->c->norm_eps, dst + (size_t)r * n);
+    }
+    free(tmp);
+}
+
+static void persist_window(ds_step *st, int layer) {
+    const int dh = st->c->head_dim;
+    for (int i = 0; i < st->n_seqs; i++) {
+        const ds_step_seq *sq = &st->ss[i];
+        int64_t from = ds_seq_win_persist_from(sq->seq, sq->p0 + sq->n);
+        for (int j = 0; j < sq->n; j++) {
+            int64_t p = sq->p0 + j;
+            if (p < from) continue;
+            memcpy(ds_seq_win_row(sq->seq, layer, p), st->kv + (size_t)(sq->row0 + j) * dh, sizeof(ds_bf16) * (size_t)dh);
+        }
+    }
+}
+
+void ds_attention_layer(ds_step *st, int l) {
+    const ds_config *c = st->c;
+    const ds_layer_weights *w = &st->m->layers[l];
+    const ds_layer_role *role = &c->roles[l];
+    const int N = st->N, H = c->n_heads, dh = c->head_dim, rd = c->rope_head_dim, ql = c->q_lora_rank;
+
+    /* queries: qr = rmsnorm(wq_a·u), q = wq_b·qr with RoPE on each head's tail */
+    ds_linear_forward(&w->wq_a, st->u, N, st->ftmp);
+    norm_rows(st, st->ftmp, N, ql, w->q_norm, st->qr);
+    ds_linear_bf16(&w->wq_b, st->qr, N, st->ftmp, st->q);
+    const float *cs_all = role->ratio > 0 ? st->cs_cmp : st->cs_swa;
+    for (int r = 0; r < N; r++)
+        for (int h = 0; h < H; h++) ds_rope_apply(st->q + ((size_t)r * H + h) * dh, dh, rd, cs_all + (size_t)r * rd, 0);
+    /* window key: kv = rmsnorm(wkv·u) with RoPE */
+    ds_linear_forward(&w->wkv, st->u, N, st->ftmp);
+    norm_rows(st, st->ftmp, N, dh, w->kv_norm, st->kv);
+    for (int r = 0; r < N; r++) ds_rope_apply(st->kv + (size_t)r * dh, dh, rd, cs_all + (size_t)r * rd, 0);
+
+    /* compressed keys: a FULL layer writes its new entries and index keys first, then the index
+     * sources select; REUSE layers keep the selection of their index source (already in st->sel) */
+    int src = -1;
+    if (role->ratio > 0) {
+        if (role->role == DS_ROLE_FULL) ds_compressor_run(st, l);
+        if (role->role == DS_ROLE_FULL || role->role == DS_ROLE_REINDEX) ds_indexer_run(st, l);
+        src = st->ss[0].seq->pools->lay.src_of_layer[role->kv_src];
+    }
+
+    attn_ctx a = {st, l, w, src, (float)(1.0 / sqrt((double)dh))};
+    ds_pool_run(N * H, attn_task, &a);
+    persist_window(st, l);
+
+    /* output: z[g] = wo_a[g]·o[g] per group, out = wo_b·bf16(z) */
+    const int G = c->o_groups, gin = H * dh / G, ol = c->o_lora_rank;
+    for (int g = 0; g < G; g++) {
+        for (int r = 0; r < N; r++)
+            memcpy(st->grp + (size_t)r * gin, st->o + (size_t)r * H * dh + (size_t)g * gin, sizeof(ds_bf16) * (size_t)gin);
+        ds_linear_forward(&w->wo_a[g], st->grp, N, st->ftmp);
+        for (int r = 0; r < N; r++)
+            ds_round_rows_bf16(st->ftmp + (size_t)r * ol, (size_t)ol, st->z + (size_t)r * G * ol + (size_t)g * ol);
+    }
+    ds_linear_forward(&w->wo_b, st->z, N, st->ftmp);
+    ds_probe_bf16(st->m, st->ftmp, (size_t)N * c->dim);
+    ds_round_rows_bf16(st->ftmp, (size_t)N * c->dim, st->y);
+}

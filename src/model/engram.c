@@ -1,0 +1,217 @@
+/* Engram (MODEL.md §2.10, §3 item 1): the token-class map, the loader checks 19/23/24, and the
+ * module applied to the residual copies before the block of an Engram layer.
+ *
+ * Why the checks live here: every hash depends on the class map, the primes and the multipliers,
+ * and a wrong one silently changes every output (PITFALLS 18, 19), so ds_model_load refuses to run
+ * unless the prime sums equal engram_num_embeddings (E_ENGRAM_PRIME_SUM), the map has exactly
+ * engram_compressed_vocab_size classes in first-seen order and vocab_size entries
+ * (E_TOKEN_MAP_SIZE), and multipliers written in the config equal the computed ones
+ * (E_ENGRAM_MULTIPLIERS).  History comes from the sequence's own token ids (committed tokens, then
+ * this step's rows); only the sequence start is a barrier (no image rows yet).
+ *
+ * The gate needs the hidden state in the original basis: with a QuaRot checkpoint each 32-block of
+ * the copy is un-rotated by B (o_b = B·h_b) for the dot product only; the value row already lives
+ * in the rotated basis and is added to h directly (docs/NUMERICS.md "Engram gate"). */
+#include "model/forward.h"
+#include "model/ops.h"
+#include "base/fsutil.h"
+#include "base/threadpool.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int load_token_map(ds_model *m, ds_error *err) {
+    const ds_config *c = &m->cfg;
+    if (!c->engram_token_map_file[0])
+        return ds_fail(err, "E_MISSING_FILE", "%s/config.json: engram_token_map_file: expected a precomputed token "
+                       "map (this build does not compute it from tokenizer.json), found none", m->dir);
+    char *path = ds_path_join(m->dir, c->engram_token_map_file);
+    char *data = NULL;
+    size_t len = 0;
+    if (ds_read_file(path, &data, &len, err) < 0) {
+        ds_fail(err, "E_MISSING_FILE", "%s: expected the Engram token map (engram_token_map_file), found %s", path,
+                err && err->msg[0] ? err->msg : "no file");
+        free(path);
+        return -1;
+    }
+    int rc = 0;
+    const size_t want = (size_t)c->vocab_size * 4u;
+    if (len != want) {
+        rc = ds_fail(err, "E_TOKEN_MAP_SIZE", "%s: expected %zu bytes (vocab_size %d x 4), found %zu", path, want,
+                     c->vocab_size, len);
+        goto out;
+    }
+    m->token_class = ds_model_own(m, ds_xmalloc(want));
+    int64_t next_new = 0;
+    for (int v = 0; v < c->vocab_size; v++) {
+        const uint8_t *b = (const uint8_t *)data + 4 * (size_t)v;
+        uint32_t k = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+        if ((int64_t)k > next_new) {
+            rc = ds_fail(err, "E_TOKEN_MAP_SIZE", "%s: expected class <= %lld at id %d (first-seen order), found %u", path,
+                         (long long)next_new, v, k);
+            goto out;
+        }
+        if ((int64_t)k == next_new) next_new++;
+        m->token_class[v] = k;
+    }
+    if (next_new != c->engram_classes) {
+        rc = ds_fail(err, "E_TOKEN_MAP_SIZE", "%s: expected %d classes (engram_compressed_vocab_size), found %lld", path,
+                     c->engram_classes, (long long)next_new);
+        goto out;
+    }
+    if (c->engram_pad_id < 0 || c->engram_pad_id >= c->vocab_size) {
+        rc = ds_fail(err, "E_CONFIG", "%s/config.json: engram_pad_id: expected 0..%d, found %d", m->dir, c->vocab_size - 1,
+                     c->engram_pad_id);
+        goto out;
+    }
+    m->pad_class = m->token_class[c->engram_pad_id];
+out:
+    free(data);
+    free(path);
+    return rc;
+}
+
+int ds_model_init_engram(ds_model *m, ds_error *err) {
+    const ds_config *c = &m->cfg;
+    if (c->n_engram == 0) return 0;
+    if (ds_engram_consts_init(&m->ec, c, err) < 0) return -1;
+    for (int e = 0; e < c->n_engram; e++)
+        if (m->ec.prime_sum[e] != c->engram_rows[e])
+            return ds_fail(err, "E_ENGRAM_PRIME_SUM", "%s/config.json: engram_num_embeddings[%d] (layer %d): expected %lld "
+                           "(sum of its primes), found %lld", m->dir, e, c->engram_layers[e], (long long)m->ec.prime_sum[e],
+                           (long long)c->engram_rows[e]);
+    if (c->has_engram_multipliers) {
+        if (c->n_mult_layers != c->n_engram || c->n_mult_per_layer != c->engram_max_ngram)
+            return ds_fail(err, "E_ENGRAM_MULTIPLIERS", "%s/config.json: engram_hash_multipliers: expected %d x %d, found %d x %d",
+                           m->dir, c->n_engram, c->engram_max_ngram, c->n_mult_layers, c->n_mult_per_layer);
+        for (int e = 0; e < c->n_engram; e++)
+            for (int k = 0; k < c->engram_max_ngram; k++)
+                if (c->engram_multipliers[e][k] != m->ec.mult[e][k])
+                    return ds_fail(err, "E_ENGRAM_MULTIPLIERS", "%s/config.json: engram_hash_multipliers[%d][%d]: expected %lld, "
+                                   "found %lld", m->dir, e, k, (long long)m->ec.mult[e][k], (long long)c->engram_multipliers[e][k]);
+    }
+    return load_token_map(m, err);
+}
+
+/* ---- the module ---- */
+
+/* E4M3 (FN) byte -> value (CHECKPOINT.md §14). */
+static float e4m3_value(uint8_t b) {
+    int s = b >> 7, e = (b >> 3) & 15, mnt = b & 7;
+    float v;
+    if (e == 15 && mnt == 7) return NAN;
+    if (e == 0) v = ldexpf((float)mnt / 8.0f, -6);
+    else v = ldexpf(1.0f + (float)mnt / 8.0f, e - 7);
+    return s ? -v : v;
+}
+
+/* Dequantize one table row into bf16 (exact: code times a power of two). */
+static void table_row(const ds_engram_weights *ew, int hd, int64_t row, ds_bf16 *out) {
+    const int ng = hd / 32;
+    if (!ew->fp8) {
+        const int8_t *code = (const int8_t *)ew->codes + (size_t)row * hd;
+        const float *sc = (const float *)ew->scales + (size_t)row * ng;
+        for (int i = 0; i < hd; i++) out[i] = ds_f32_to_bf16((float)code[i] * sc[i / 32]);
+    } else {
+        const uint8_t *code = (const uint8_t *)ew->codes + (size_t)row * hd;
+        const uint8_t *sc = (const uint8_t *)ew->scales + (size_t)row * ng;
+        for (int i = 0; i < hd; i++) out[i] = ds_f32_to_bf16(ldexpf(e4m3_value(code[i]), (int)sc[i / 32] - 127));
+    }
+}
+
+typedef struct gate_ctx {
+    ds_step *st;
+    const ds_engram_weights *ew;
+    const float *kv;              /* [N][(HC+1)·D] fp32 values of the bf16 linear output */
+} gate_ctx;
+
+static void gate_task(void *vctx, int row, int thread) {
+    (void)thread;
+    gate_ctx *g = vctx;
+    ds_step *st = g->st;
+    const ds_model *m = st->m;
+    const int D = st->c->dim, HC = st->c->hc_mult;
+    const double eps = st->c->norm_eps;
+    const float *kvr = g->kv + (size_t)row * (HC + 1) * D;
+    const float *value = kvr + (size_t)HC * D;
+    float *o = malloc(sizeof(float) * (size_t)D), *val = NULL;
+    if (m->rotate_value) {
+        /* value'_b = Bᵀ·value_b, kept fp32 */
+        val = malloc(sizeof(float) * (size_t)D);
+        for (int b = 0; b < D / 32; b++)
+            for (int i = 0; i < 32; i++) {
+                double s = 0;
+                for (int j = 0; j < 32; j++) s += (double)m->rot[j * 32 + i] * value[b * 32 + j];
+                val[b * 32 + i] = (float)s;
+            }
+        value = val;
+    }
+    const float dm05 = (float)(1.0 / sqrt((double)D));
+    for (int k = 0; k < HC; k++) {
+        ds_bf16 *xk = st->X + ((size_t)row * HC + k) * D;
+        const float *key = kvr + (size_t)k * D;
+        const float *wq = g->ew->wq + (size_t)k * D;
+        if (m->unrotate_gate) {
+            for (int b = 0; b < D / 32; b++)
+                for (int i = 0; i < 32; i++) {
+                    double s = 0;
+                    for (int j = 0; j < 32; j++) s += (double)m->rot[i * 32 + j] * ds_bf16_to_f32(xk[b * 32 + j]);
+                    o[b * 32 + i] = (float)s;
+                }
+        } else {
+            for (int d = 0; d < D; d++) o[d] = ds_bf16_to_f32(xk[d]);
+        }
+        double sso = 0, ssk = 0, t = 0;
+        for (int d = 0; d < D; d++) {
+            sso += (double)o[d] * o[d];
+            ssk += (double)key[d] * key[d];
+            t += (double)o[d] * (double)wq[d] * (double)key[d];
+        }
+        float fso = (float)sso, fsk = (float)ssk;
+        float rstd = (float)((1.0 / sqrt((double)fso / D + eps)) * (1.0 / sqrt((double)fsk / D + eps)));
+        float dot = (float)t * rstd;
+        dot = dot * dm05;
+        double ad = fabs((double)dot);
+        double z = copysign(sqrt(ad > 1e-6 ? ad : 1e-6), (double)dot);
+        float gate = (float)ds_sigmoid64(z);
+        for (int d = 0; d < D; d++) {
+            double h = ds_bf16_to_f32(xk[d]);
+            xk[d] = ds_f32_to_bf16((float)(h + (double)gate * value[d]));
+        }
+    }
+    free(o);
+    free(val);
+}
+
+void ds_engram_layer(ds_step *st, int e) {
+    const ds_model *m = st->m;
+    const ds_config *c = st->c;
+    const ds_engram_weights *ew = &m->engram[e];
+    const ds_engram_consts *ec = &m->ec;
+    const int N = st->N, hd = c->engram_head_dim, ncol = ec->n_cols, D = c->dim, HC = c->hc_mult;
+    const int ein = ncol * hd;
+    ds_bf16 *ev = malloc(sizeof(ds_bf16) * (size_t)N * ein);
+    for (int r = 0; r < N; r++) {
+        const ds_step_seq *sq = &st->ss[st->row_seq[r]];
+        const int64_t p = st->pos[r];
+        int64_t t[DS_MAX_NGRAM], rows[DS_ENGRAM_MAX_COLS];
+        int barrier = 0;
+        for (int s = 0; s < ec->max_ngram; s++) {
+            int64_t q = p - s;
+            if (q < 0) barrier = 1;     /* the sequence start; image rows would be barriers too */
+            if (barrier) { t[s] = m->pad_class; continue; }
+            int32_t tok = q >= sq->p0 ? sq->tok[q - sq->p0] : sq->seq->tokens[q];
+            t[s] = m->token_class[tok];
+        }
+        ds_engram_row_ids(ec, e, t, rows);
+        for (int col = 0; col < ncol; col++) table_row(ew, hd, rows[col], ev + (size_t)r * ein + (size_t)col * hd);
+    }
+    float *kv = malloc(sizeof(float) * (size_t)N * (HC + 1) * D);
+    ds_linear_forward(&ew->wkv, ev, N, kv);
+    for (size_t i = 0; i < (size_t)N * (HC + 1) * D; i++) kv[i] = ds_round_bf16(kv[i]);
+    gate_ctx g = {st, ew, kv};
+    ds_pool_run(N, gate_task, &g);
+    free(kv);
+    free(ev);
+}

@@ -1,0 +1,229 @@
+/* The forward pass of one (batched) step (MODEL.md §2.1–§2.3, §2.11): embedding and expansion into
+ * HC copies, per layer the optional Engram, the attention site and the FFN site with the lagged
+ * pre-mix, then the final collapse, norm and head for the rows that need logits.
+ *
+ * Why the step is validated and its pages reserved before any computation: a step must either
+ * happen completely or leave every sequence as it was (the engine retries or preempts), so all
+ * argument checks and page allocations come first, and sequence bookkeeping (tokens, length,
+ * window retention) is committed only at the end.  Per-row work (mixes, norms, collapse, expand)
+ * runs as pool tasks over rows; sublayers see all rows of the batch at once. */
+#include "model/forward.h"
+#include "model/ops.h"
+#include "base/threadpool.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct site_ctx {
+    ds_step *st;
+    const ds_hc_params *hp;
+    const float *norm;
+} site_ctx;
+
+/* Site entry of one row: mixes from X, u = rmsnorm(collapse(X, pre_in)). */
+static void site_in_task(void *vctx, int r, int thread) {
+    (void)thread;
+    site_ctx *s = vctx;
+    ds_step *st = s->st;
+    const int HC = st->c->hc_mult, D = st->c->dim;
+    const ds_bf16 *X = st->X + (size_t)r * HC * D;
+    ds_hc_mixes(s->hp, X, &st->mix[r]);
+    ds_bf16 *tmp = malloc(sizeof(ds_bf16) * (size_t)D);
+    ds_hc_collapse(X, st->pre + (size_t)r * HC, HC, D, tmp);
+    ds_rmsnorm_bf16(tmp, s->norm, D, st->c->norm_eps, st->u + (size_t)r * D);
+    free(tmp);
+}
+
+/* Site exit of one row: X = expand(y, R), and this site's pre becomes the next site's. */
+static void site_out_task(void *vctx, int r, int thread) {
+    (void)thread;
+    site_ctx *s = vctx;
+    ds_step *st = s->st;
+    const int HC = st->c->hc_mult, D = st->c->dim;
+    ds_hc_expand(st->y + (size_t)r * D, st->R + (size_t)r * HC * D, &st->mix[r], HC, D, st->X + (size_t)r * HC * D);
+    memcpy(st->pre + (size_t)r * HC, st->mix[r].pre, sizeof(float) * (size_t)HC);
+}
+
+static void run_site(ds_step *st, int l, int ffn) {
+    const ds_layer_weights *w = &st->m->layers[l];
+    const size_t xs = (size_t)st->N * st->c->hc_mult * st->c->dim;
+    memcpy(st->R, st->X, sizeof(ds_bf16) * xs);
+    site_ctx s = {st, ffn ? &w->hc_ffn : &w->hc_attn, ffn ? w->ffn_norm : w->attn_norm};
+    ds_pool_run(st->N, site_in_task, &s);
+    if (ffn) ds_moe_layer(st, l);
+    else ds_attention_layer(st, l);
+    ds_pool_run(st->N, site_out_task, &s);
+}
+
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+static int step_alloc(ds_step *st) {
+    const ds_config *c = st->c;
+    const size_t N = (size_t)st->N, HC = (size_t)c->hc_mult, D = (size_t)c->dim, dh = (size_t)c->head_dim;
+    const size_t H = (size_t)c->n_heads, rd = (size_t)c->rope_head_dim;
+    size_t cols = max_sz((size_t)c->q_lora_rank, H * dh);
+    cols = max_sz(cols, (size_t)c->index_n_heads * (size_t)c->index_head_dim);
+    cols = max_sz(cols, max_sz((size_t)c->o_lora_rank, D));
+    cols = max_sz(cols, (size_t)c->n_experts);
+    st->ftmp_cols = cols;
+    st->row_seq = ds_xmalloc(sizeof(int) * N);
+    st->pos = ds_xmalloc(sizeof(int64_t) * N);
+    st->X = ds_amalloc(sizeof(ds_bf16) * N * HC * D);
+    st->R = ds_amalloc(sizeof(ds_bf16) * N * HC * D);
+    st->pre = ds_xmalloc(sizeof(float) * N * HC);
+    st->mix = ds_xmalloc(sizeof(ds_hc_mix) * N);
+    st->u = ds_amalloc(sizeof(ds_bf16) * N * D);
+    st->y = ds_amalloc(sizeof(ds_bf16) * N * D);
+    st->cs_swa = ds_xmalloc(sizeof(float) * N * rd);
+    st->cs_cmp = ds_xmalloc(sizeof(float) * N * rd);
+    st->ftmp = ds_amalloc(sizeof(float) * N * cols);
+    st->qr = ds_amalloc(sizeof(ds_bf16) * N * (size_t)c->q_lora_rank);
+    st->q = ds_amalloc(sizeof(ds_bf16) * N * H * dh);
+    st->kv = ds_amalloc(sizeof(ds_bf16) * N * dh);
+    st->o = ds_amalloc(sizeof(ds_bf16) * N * H * dh);
+    st->grp = ds_amalloc(sizeof(ds_bf16) * N * H * dh / (size_t)c->o_groups);
+    st->z = ds_amalloc(sizeof(ds_bf16) * N * (size_t)c->o_groups * (size_t)c->o_lora_rank);
+    size_t K = (size_t)(c->index_topk > 0 ? c->index_topk : 1);
+    size_t CB = (size_t)(c->cand_topk_blocks > 0 ? c->cand_topk_blocks : 1);
+    st->sel = ds_xmalloc(sizeof(int32_t) * N * K);
+    st->n_sel = ds_xcalloc(N, sizeof(int));
+    st->cand = ds_xmalloc(sizeof(int32_t) * N * CB);
+    st->n_cand = ds_xmalloc(sizeof(int) * N);
+    for (size_t r = 0; r < N; r++) st->n_cand[r] = -1;
+    size_t ni = (size_t)(c->index_n_heads > 0 ? c->index_n_heads : 1), di = (size_t)(c->index_head_dim > 0 ? c->index_head_dim : 1);
+    st->qi = ds_amalloc(sizeof(ds_bf16) * N * ni * di);
+    st->iw = ds_xmalloc(sizeof(float) * N * ni);
+    return 0;
+}
+
+static void step_free(ds_step *st) {
+    free(st->row_seq); free(st->pos);
+    ds_afree(st->X); ds_afree(st->R); free(st->pre); free(st->mix);
+    ds_afree(st->u); ds_afree(st->y); free(st->cs_swa); free(st->cs_cmp); ds_afree(st->ftmp);
+    ds_afree(st->qr); ds_afree(st->q); ds_afree(st->kv); ds_afree(st->o); ds_afree(st->grp); ds_afree(st->z);
+    free(st->sel); free(st->n_sel); free(st->cand); free(st->n_cand); ds_afree(st->qi); free(st->iw);
+    free(st->ss);
+}
+
+static int validate(ds_model *m, int n_seqs, ds_seq **seqs, const int32_t *const *tokens, const int *n_rows,
+                    float *const *logits, const int *n_logits, ds_error *err) {
+    const ds_config *c = &m->cfg;
+    if (n_seqs <= 0 || !seqs || !tokens || !n_rows)
+        return ds_fail(err, "E_INVALID_ARG", "step: expected at least one sequence, found %d", n_seqs);
+    for (int i = 0; i < n_seqs; i++) {
+        const ds_seq *s = seqs[i];
+        if (!s || s->m != m) return ds_fail(err, "E_INVALID_ARG", "step: sequence %d does not belong to this model", i);
+        for (int j = 0; j < i; j++)
+            if (seqs[j] == s) return ds_fail(err, "E_INVALID_ARG", "step: sequence %d appears twice in one batch", i);
+        if (n_rows[i] < 1) return ds_fail(err, "E_INVALID_ARG", "step: sequence %d: expected n >= 1 rows, found %d", i, n_rows[i]);
+        int nl = n_logits ? n_logits[i] : 0;
+        if (nl < 0 || nl > n_rows[i])
+            return ds_fail(err, "E_INVALID_ARG", "step: sequence %d: expected n_logits in 0..%d, found %d", i, n_rows[i], nl);
+        if (nl > 0 && (!logits || !logits[i]))
+            return ds_fail(err, "E_INVALID_ARG", "step: sequence %d: n_logits %d without a logits buffer", i, nl);
+        if (s->len + n_rows[i] > m->max_len)
+            return ds_fail(err, "E_CONTEXT_LENGTH", "step: sequence %d: expected at most %lld positions (max model length), "
+                           "found %lld", i, (long long)m->max_len, (long long)(s->len + n_rows[i]));
+        for (int j = 0; j < n_rows[i]; j++)
+            if (tokens[i][j] < 0 || tokens[i][j] >= c->vocab_size)
+                return ds_fail(err, "E_TOKEN_ID", "step: sequence %d row %d: expected a token id in 0..%d, found %d", i, j,
+                               c->vocab_size - 1, tokens[i][j]);
+    }
+    return 0;
+}
+
+
+static void compute_logits(ds_step *st, float *const *logits, const int *n_logits) {
+    const ds_model *m = st->m;
+    const ds_config *c = st->c;
+    const int HC = c->hc_mult, D = c->dim, V = c->vocab_size;
+    int M = 0;
+    for (int i = 0; i < st->n_seqs; i++) M += n_logits ? n_logits[i] : 0;
+    if (!M) return;
+    /* gather the normalized final rows, in (sequence, row) order */
+    ds_bf16 *hn = ds_amalloc(sizeof(ds_bf16) * (size_t)M * D), *tmp = malloc(sizeof(ds_bf16) * (size_t)D);
+    float **dst = malloc(sizeof(float *) * (size_t)M);
+    int k = 0;
+    for (int i = 0; i < st->n_seqs; i++) {
+        const ds_step_seq *sq = &st->ss[i];
+        int nl = n_logits[i];
+        for (int j = 0; j < nl; j++, k++) {
+            int r = sq->row0 + sq->n - nl + j;
+            ds_hc_collapse(st->X + (size_t)r * HC * D, st->pre + (size_t)r * HC, HC, D, tmp);
+            ds_rmsnorm_bf16(tmp, m->norm, D, c->norm_eps, hn + (size_t)k * D);
+            dst[k] = logits[i] + (size_t)j * V;
+        }
+    }
+    const int chunk = 64;
+    float *out = ds_amalloc(sizeof(float) * (size_t)chunk * V);
+    for (int r0 = 0; r0 < M; r0 += chunk) {
+        int n = M - r0 < chunk ? M - r0 : chunk;
+        ds_linear_forward(&m->head, hn + (size_t)r0 * D, n, out);
+        for (int j = 0; j < n; j++) memcpy(dst[r0 + j], out + (size_t)j * V, sizeof(float) * (size_t)V);
+    }
+    ds_afree(out);
+    ds_afree(hn);
+    free(tmp);
+    free(dst);
+}
+
+int ds_batch_step(ds_model *m, int n_seqs, ds_seq **seqs, const int32_t *const *tokens, const int *n_rows,
+                  float *const *logits, const int *n_logits, char *errbuf, size_t errlen) {
+    ds_error err = {{0}, {0}};
+    if (!m) {
+        if (errbuf) snprintf(errbuf, errlen, "E_INVALID_ARG: step: no model");
+        return -1;
+    }
+    if (validate(m, n_seqs, seqs, tokens, n_rows, logits, n_logits, &err) < 0 ||
+        ds_seq_reserve_many(seqs, n_rows, n_seqs, &err) < 0) {
+        if (errbuf) snprintf(errbuf, errlen, "%s: %s", err.code, err.msg);
+        return -1;
+    }
+    const ds_config *c = &m->cfg;
+    ds_step st;
+    memset(&st, 0, sizeof st);
+    st.m = m;
+    st.c = c;
+    st.n_seqs = n_seqs;
+    st.ss = ds_xcalloc((size_t)n_seqs, sizeof(ds_step_seq));
+    for (int i = 0; i < n_seqs; i++) {
+        st.ss[i].seq = seqs[i];
+        st.ss[i].row0 = st.N;
+        st.ss[i].n = n_rows[i];
+        st.ss[i].p0 = seqs[i]->len;
+        st.ss[i].tok = tokens[i];
+        st.N += n_rows[i];
+    }
+    step_alloc(&st);
+    const int HC = c->hc_mult, D = c->dim, rd = c->rope_head_dim;
+    for (int i = 0; i < n_seqs; i++)
+        for (int j = 0; j < n_rows[i]; j++) {
+            int r = st.ss[i].row0 + j;
+            st.row_seq[r] = i;
+            st.pos[r] = st.ss[i].p0 + j;
+            ds_rope_cossin(&m->rope_swa, st.pos[r], st.cs_swa + (size_t)r * rd);
+            ds_rope_cossin(&m->rope_cmp, st.pos[r], st.cs_cmp + (size_t)r * rd);
+            const ds_bf16 *e = m->embed + (size_t)tokens[i][j] * D;
+            for (int k = 0; k < HC; k++) memcpy(st.X + ((size_t)r * HC + k) * D, e, sizeof(ds_bf16) * (size_t)D);
+            for (int k = 0; k < HC; k++) st.pre[(size_t)r * HC + k] = k == 0 ? 1.0f : 0.0f;
+        }
+    for (int l = 0; l < c->n_layers; l++) {
+        if (c->roles[l].engram >= 0) ds_engram_layer(&st, c->roles[l].engram);
+        run_site(&st, l, 0);
+        run_site(&st, l, 1);
+        if (m->trace) m->trace(m->trace_ctx, l, st.N, st.X);
+    }
+    compute_logits(&st, logits, n_logits);
+    for (int i = 0; i < n_seqs; i++) ds_seq_commit(seqs[i], tokens[i], n_rows[i]);
+    step_free(&st);
+    return 0;
+}
+
+int ds_seq_step(ds_model *m, ds_seq *s, const int32_t *tokens, int n, float *logits, int n_logits, char *errbuf,
+                size_t errlen) {
+    float *const lg[1] = {logits};
+    const int32_t *const tk[1] = {tokens};
+    int nr[1] = {n}, nl[1] = {n_logits};
+    return ds_batch_step(m, 1, &s, tk, nr, lg, nl, errbuf, errlen);
+}

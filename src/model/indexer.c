@@ -1,0 +1,111 @@
+/* Indexer of an index-source layer (MODEL.md §2.8): per row, the top-k compressed entries that the
+ * layer and the REUSE layers after it attend to, with the two-level candidate mask.
+ *
+ * Why it is organized per row: the scores of a row only need its own index query and head weights
+ * and the index keys of kv_src(l) visible to it (N_p = ⌊(p+1)/r⌋), which the compressor has already
+ * written into the sequence's IDX pages; so rows are independent pool tasks and the result cannot
+ * depend on chunking.  The candidate source stores its kept blocks per row for the later index
+ * layers of the same step (its own selection is unmasked).  Exact shortcuts: when N_p <= index_topk
+ * the selection is everything visible, and when the blocks fit the candidate budget every block is
+ * kept — in both cases no score can change the result, so none is computed.  Ties go to the lower
+ * entry (block) index; the selection is returned ascending. */
+#include "model/forward.h"
+#include "model/ops.h"
+#include "base/threadpool.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct idx_ctx {
+    ds_step *st;
+    int layer;
+    int src;                      /* CKV/IDX source of kv_src(layer) */
+    int ratio;
+} idx_ctx;
+
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void idx_task(void *vctx, int row, int thread) {
+    (void)thread;
+    idx_ctx *x = vctx;
+    ds_step *st = x->st;
+    const ds_config *c = st->c;
+    const ds_layer_role *role = &c->roles[x->layer];
+    const int K = c->index_topk, nh = c->index_n_heads, di = c->index_head_dim, B = c->cand_block_size;
+    const int64_t p = st->pos[row];
+    const int64_t Np = (p + 1) / x->ratio;
+    int32_t *sel = st->sel + (size_t)row * K;
+    const int is_cand_src = role->cand_source;
+    const int64_t nb = (Np + B - 1) / B;
+    const int keep_all_blocks = nb <= c->cand_topk_blocks;
+    if (is_cand_src && keep_all_blocks) st->n_cand[row] = -1;
+
+    if (Np <= K) {                                  /* everything visible is selected */
+        for (int64_t s = 0; s < Np; s++) sel[s] = (int32_t)s;
+        st->n_sel[row] = (int)Np;
+        return;
+    }
+    const ds_seq *seq = st->ss[st->row_seq[row]].seq;
+    float *I = malloc(sizeof(float) * (size_t)Np);
+    const ds_bf16 *qi = st->qi + (size_t)row * nh * di;
+    const float *w = st->iw + (size_t)row * nh;
+    for (int64_t s = 0; s < Np; s++) {
+        const ds_bf16 *k = ds_seq_idx_row(seq, x->src, s);
+        double acc = 0;
+        for (int h = 0; h < nh; h++) {
+            float d = (float)ds_dot_bb(qi + (size_t)h * di, k, di);
+            acc += (double)w[h] * (double)(d > 0 ? d : 0.0f);
+        }
+        I[s] = (float)acc;
+    }
+    int32_t *heap = malloc(sizeof(int32_t) * (size_t)(K > c->cand_topk_blocks ? K : c->cand_topk_blocks));
+    if (is_cand_src && !keep_all_blocks) {
+        /* block maxima, newest (possibly partial) block forced in, keep the best blocks */
+        float *bsc = malloc(sizeof(float) * (size_t)nb);
+        for (int64_t b = 0; b < nb; b++) {
+            float mx = -INFINITY;
+            for (int64_t s = b * B; s < (b + 1) * B && s < Np; s++) if (I[s] > mx) mx = I[s];
+            bsc[b] = mx;
+        }
+        bsc[(Np - 1) / B] = INFINITY;
+        float next;
+        int32_t *kept = st->cand + (size_t)row * c->cand_topk_blocks;
+        int nk = ds_topk_next(bsc, nb, c->cand_topk_blocks, kept, heap, &next);
+        st->n_cand[row] = nk;
+        if (nk > 1 && isfinite(bsc[kept[nk - 1]])) ds_probe_gap(st->m, 2, bsc[kept[nk - 1]], next);
+        free(bsc);
+    }
+    if (role->uses_candidates && st->n_cand[row] >= 0) {
+        uint8_t *keep = calloc((size_t)nb, 1);
+        const int32_t *kept = st->cand + (size_t)row * c->cand_topk_blocks;
+        for (int i = 0; i < st->n_cand[row]; i++) keep[kept[i]] = 1;
+        for (int64_t s = 0; s < Np; s++) if (!keep[s / B]) I[s] = -INFINITY;
+        free(keep);
+    }
+    float next;
+    int n = ds_topk_next(I, Np, K, sel, heap, &next);
+    if (n == K) ds_probe_gap(st->m, 1, I[sel[n - 1]], next);
+    qsort(sel, (size_t)n, sizeof(int32_t), cmp_i32);
+    st->n_sel[row] = n;
+    free(heap);
+    free(I);
+}
+
+void ds_indexer_run(ds_step *st, int l) {
+    const ds_config *c = st->c;
+    const ds_layer_weights *w = &st->m->layers[l];
+    const int N = st->N, nh = c->index_n_heads, di = c->index_head_dim, rd = c->rope_head_dim;
+    /* index queries (RoPE with the CMP table at the row's position) and head weights */
+    ds_linear_bf16(&w->idx_wq_b, st->qr, N, st->ftmp, st->qi);
+    for (int r = 0; r < N; r++)
+        for (int h = 0; h < nh; h++) ds_rope_apply(st->qi + ((size_t)r * nh + h) * di, di, rd, st->cs_cmp + (size_t)r * rd, 0);
+    ds_linear_forward(&w->idx_wproj, st->u, N, st->ftmp);
+    const float k = (float)(1.0 / sqrt((double)di * (double)nh));
+    for (int r = 0; r < N; r++)
+        for (int h = 0; h < nh; h++) st->iw[(size_t)r * nh + h] = st->ftmp[(size_t)r * nh + h] * k;
+    idx_ctx x = {st, l, st->ss[0].seq->pools->lay.src_of_layer[c->roles[l].kv_src], c->roles[l].ratio};
+    ds_pool_run(N, idx_task, &x);
+}

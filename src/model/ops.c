@@ -1,0 +1,82 @@
+/* Numeric building blocks (see ops.h for the evaluation contract). */
+#include "model/ops.h"
+#include <stdlib.h>
+
+void ds_rmsnorm_bf16(const ds_bf16 *x, const float *w, int n, double eps, ds_bf16 *y) {
+    float ss = ds_sumsq_b(x, n);
+    float rs = (float)(1.0 / sqrt((double)ss / n + eps));
+    for (int i = 0; i < n; i++) {
+        float t = ds_bf16_to_f32(x[i]) * rs;
+        y[i] = ds_f32_to_bf16(t * w[i]);
+    }
+}
+
+void ds_round_rows_bf16(const float *x, size_t n, ds_bf16 *y) {
+    for (size_t i = 0; i < n; i++) y[i] = ds_f32_to_bf16(x[i]);
+}
+
+void ds_linear_bf16(const ds_linear *L, const ds_bf16 *x, int n, float *tmp, ds_bf16 *y) {
+    if (n <= 0) return;
+    ds_linear_forward(L, x, n, tmp);
+    ds_round_rows_bf16(tmp, (size_t)n * L->out, y);
+}
+
+/* "a ranks before b": higher score, or equal score and lower index. */
+static inline int better(const float *s, int32_t a, int32_t b) {
+    return s[a] > s[b] || (s[a] == s[b] && a < b);
+}
+
+/* Min-heap on the ranking (root = worst kept entry). */
+static void sift_down(const float *s, int32_t *h, int n, int i) {
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, w = i;
+        if (l < n && better(s, h[w], h[l])) w = l;
+        if (r < n && better(s, h[w], h[r])) w = r;
+        if (w == i) return;
+        int32_t t = h[i]; h[i] = h[w]; h[w] = t;
+        i = w;
+    }
+}
+static void sift_up(const float *s, int32_t *h, int i) {
+    while (i > 0) {
+        int p = (i - 1) / 2;
+        if (!better(s, h[p], h[i])) return;
+        int32_t t = h[i]; h[i] = h[p]; h[p] = t;
+        i = p;
+    }
+}
+
+int ds_topk_next(const float *score, int64_t n, int k, int32_t *out, int32_t *h, float *next) {
+    int m = 0;
+    float nxt = -INFINITY;
+    if (k <= 0) { if (next) *next = -INFINITY; return 0; }
+    for (int64_t i = 0; i < n; i++) {
+        if (score[i] == -INFINITY) continue;
+        if (m < k) {
+            h[m] = (int32_t)i;
+            sift_up(score, h, m);
+            m++;
+        } else if (better(score, (int32_t)i, h[0])) {
+            /* the evicted root becomes a candidate for "best not kept" */
+            if (score[h[0]] > nxt) nxt = score[h[0]];
+            h[0] = (int32_t)i;
+            sift_down(score, h, m, 0);
+        } else if (score[i] > nxt) {
+            nxt = score[i];
+        }
+    }
+    /* heap-sort into descending ranking */
+    int cnt = m;
+    while (m > 0) {
+        out[m - 1] = h[0];
+        h[0] = h[m - 1];
+        m--;
+        sift_down(score, h, m, 0);
+    }
+    if (next) *next = nxt;
+    return cnt;
+}
+
+int ds_topk(const float *score, int64_t n, int k, int32_t *out, int32_t *heap_tmp) {
+    return ds_topk_next(score, n, k, out, heap_tmp, NULL);
+}

@@ -1,0 +1,68 @@
+/* Small numeric building blocks of the reference forward pass, each written exactly as
+ * docs/NUMERICS.md evaluates it: reductions accumulate in float64 from the exact values of their
+ * operands and round once to fp32; transcendentals are evaluated in float64 and rounded once; plain
+ * fp32 arithmetic is plain C float arithmetic (the build uses -ffp-contract=off, so no FMA).
+ *
+ * Why float64 reductions: a one-ulp fp32 difference next to a bf16 boundary moves a stored value by
+ * 2^-8, which an independent oracle cannot match at 1e-4.  Every routine here has a fixed evaluation
+ * order that does not depend on batching, chunking or threads, which is what makes chunked prefill,
+ * decode and batched steps bit-identical (MODEL.md §6.4). */
+#ifndef DS_MODEL_OPS_H
+#define DS_MODEL_OPS_H
+#include <math.h>
+#include <stdint.h>
+#include "base/bf16.h"
+#include "kernels/kernels.h"
+
+/* Σ f64(a[i])·f64(b[i]) for bf16 vectors (not yet rounded). */
+static inline double ds_dot_bb(const ds_bf16 *a, const ds_bf16 *b, int n) {
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += (double)ds_bf16_to_f32(a[i]) * ds_bf16_to_f32(b[i]);
+        s1 += (double)ds_bf16_to_f32(a[i + 1]) * ds_bf16_to_f32(b[i + 1]);
+        s2 += (double)ds_bf16_to_f32(a[i + 2]) * ds_bf16_to_f32(b[i + 2]);
+        s3 += (double)ds_bf16_to_f32(a[i + 3]) * ds_bf16_to_f32(b[i + 3]);
+    }
+    for (; i < n; i++) s0 += (double)ds_bf16_to_f32(a[i]) * ds_bf16_to_f32(b[i]);
+    return (s0 + s1) + (s2 + s3);
+}
+
+/* Σ f64(a[i])·f64(b[i]) for an fp32 vector and a bf16 vector. */
+static inline double ds_dot_fb(const float *a, const ds_bf16 *b, int n) {
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += (double)a[i] * ds_bf16_to_f32(b[i]);
+        s1 += (double)a[i + 1] * ds_bf16_to_f32(b[i + 1]);
+        s2 += (double)a[i + 2] * ds_bf16_to_f32(b[i + 2]);
+        s3 += (double)a[i + 3] * ds_bf16_to_f32(b[i + 3]);
+    }
+    for (; i < n; i++) s0 += (double)a[i] * ds_bf16_to_f32(b[i]);
+    return (s0 + s1) + (s2 + s3);
+}
+
+/* fp32(Σ f64(x)²) of a bf16 vector. */
+static inline float ds_sumsq_b(const ds_bf16 *x, int n) { return (float)ds_dot_bb(x, x, n); }
+
+static inline double ds_sigmoid64(double z) { return 1.0 / (1.0 + exp(-z)); }
+
+/* rmsnorm(x, w) = bf16(fp32(fp32(x·rs)·w)), rs = fp32(1/sqrt(f64(ss)/n + eps)) (MODEL.md §2.4). */
+void ds_rmsnorm_bf16(const ds_bf16 *x, const float *w, int n, double eps, ds_bf16 *y);
+
+/* y = bf16(W·x) for n rows, through the kernel interface; tmp must hold n·out floats. */
+void ds_linear_bf16(const ds_linear *L, const ds_bf16 *x, int n, float *tmp, ds_bf16 *y);
+
+/* Round an fp32 array to bf16. */
+void ds_round_rows_bf16(const float *x, size_t n, ds_bf16 *y);
+
+/* Top-k selection, ties toward the lower index: writes the indices of the k largest of
+ * score[0..n-1] in descending score order (lower index first among equal scores).  Entries equal to
+ * -INFINITY are never selected; returns the number selected (<= k).  heap_tmp: k ints. */
+int ds_topk(const float *score, int64_t n, int k, int32_t *out, int32_t *heap_tmp);
+
+/* Same over the order key (score desc, index asc) but also reports the (k+1)-th best score in
+ * *next (-INFINITY if none), for margin statistics. */
+int ds_topk_next(const float *score, int64_t n, int k, int32_t *out, int32_t *heap_tmp, float *next);
+
+#endif

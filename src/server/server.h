@@ -1,0 +1,47 @@
+/* The OpenAI-compatible HTTP front end (SERVING.md §10) on libmicrohttpd.
+ *
+ * Why it is built this way: libmicrohttpd runs one thread per connection here, so a handler may
+ * block while its request is generated: a non-streaming handler waits on the request's condition
+ * variable in 100 ms slices, and a streaming response's reader callback does the same, checking
+ * the client socket (POLLRDHUP) between slices so a vanished client cancels its request within
+ * 100 ms even during prefill (§10.6).  The engine never touches a socket.  Everything else —
+ * validation, response shapes, errors — lives in api*.c and response.c so it can be unit-tested
+ * without sockets. */
+#ifndef DS_SERVER_SERVER_H
+#define DS_SERVER_SERVER_H
+#include "base/common.h"
+#include "engine/engine.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct ds_server ds_server;
+
+typedef struct ds_server_config {
+    const char *host;
+    int port;
+    const char *api_key;             /* NULL: no authentication */
+    const char *const *names;        /* served name first, then aliases */
+    int n_names;
+    const char *root;                /* checkpoint name for /v1/models */
+    int64_t max_model_len;
+    uint64_t max_body;               /* bytes; larger bodies get 413 */
+    int http_threads;                /* connection handling threads hint (echoed) */
+    int max_connections;
+    bool dev_endpoints;
+    bool default_thinking;
+    int limit_images;
+    const char *server_info_json;    /* effective configuration object (text) */
+} ds_server_config;
+
+ds_server *ds_server_start(const ds_server_config *cfg, ds_engine *e, const ds_tokenizer *tok, ds_metrics *m,
+                           ds_error *err);
+/* Before READY: /health answers 503 {"status":"starting","phase":phase}. */
+void ds_server_set_phase(ds_server *s, const char *phase);
+void ds_server_set_ready(ds_server *s, const char *instance_id);
+void ds_server_stop(ds_server *s);
+/* The bound port (useful with port 0). */
+int ds_server_port(const ds_server *s);
+
+/* Engine detokenizer callbacks over the tokenizer's incremental decoder. */
+ds_detok_ops ds_server_detok_ops(const ds_tokenizer *tok);
+
+#endif

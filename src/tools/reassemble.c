@@ -1,0 +1,903 @@
+/* Reassembly of split files (contract and invariant in reassemble.h; steps numbered as TOOLS.md
+ * §1.2).  Each target is handled by reassemble_target(), which returns an exit class; the run
+ * merges them.  The per-target state (open fds, paths, the journal) lives in one struct so that
+ * every failure path can clean up through one function and never leave T.partial behind when the
+ * spec says it must go (mismatch, I/O error), while keeping it when a resume is intended (signal). */
+#define _GNU_SOURCE
+#include "tools/reassemble.h"
+#include "base/fsutil.h"
+#include "base/sha256.h"
+#include "tools/hash_pipeline.h"
+#include "tools/progress.h"
+#include <cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SPACE_MARGIN ((uint64_t)1 << 30)   /* §1.2 step 4: free space >= remaining + 1 GiB */
+
+static int exit_rank(int c) {
+    switch (c) {
+    case DS_EXIT_USAGE: return 6;
+    case DS_EXIT_IO: return 5;
+    case DS_EXIT_LOCK: return 4;
+    case DS_EXIT_MISSING: return 3;
+    case DS_EXIT_CHECK: return 2;
+    case DS_EXIT_NEED: return 1;
+    case DS_EXIT_OK: return 0;
+    default: return 7;   /* 128+signal */
+    }
+}
+
+int ds_exit_merge(int a, int b) { return exit_rank(b) > exit_rank(a) ? b : a; }
+
+void ds_reassemble_opts_default(ds_reassemble_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->dir = ".";
+    o->readback = true;
+    o->resume = true;
+    o->jobs = 2;
+}
+
+static int stopped(volatile sig_atomic_t *stop) { return stop && *stop ? 128 + (int)*stop : 0; }
+
+/* ------------------------------------------------------------------------------------------ */
+/* Locking                                                                                      */
+
+int ds_tool_lock(const char *dir, const char *name, ds_error *err) {
+    char *rel = NULL;
+    if (asprintf(&rel, "%s.lock", name) < 0) abort();
+    char *path = ds_path_join(dir, rel);
+    free(rel);
+    /* The lock file is removed on release, so a process may lock an inode that was just unlinked;
+     * re-check that the path still names the locked inode and retry if not. */
+    for (int attempt = 0; attempt < 100; attempt++) {
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0) {
+            ds_fail(err, "E_IO", "%s: cannot create lock file: %s", path, strerror(errno));
+            free(path);
+            return -DS_EXIT_IO;
+        }
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            int e = errno;
+            close(fd);
+            if (e == EWOULDBLOCK) {
+                ds_fail(err, "E_LOCK", "%s is held by another process (a reassemble or split of the same file is running)", path);
+                free(path);
+                return -DS_EXIT_LOCK;
+            }
+            ds_fail(err, "E_IO", "%s: flock failed: %s", path, strerror(e));
+            free(path);
+            return -DS_EXIT_IO;
+        }
+        struct stat a, b;
+        if (fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev) {
+            free(path);
+            return fd;
+        }
+        close(fd);
+    }
+    ds_fail(err, "E_LOCK", "%s: lock file keeps being replaced by other processes", path);
+    free(path);
+    return -DS_EXIT_LOCK;
+}
+
+void ds_tool_unlock(const char *dir, const char *name, int fd) {
+    if (fd < 0) return;
+    char *rel = NULL;
+    if (asprintf(&rel, "%s.lock", name) < 0) abort();
+    char *path = ds_path_join(dir, rel);
+    unlink(path);          /* while still holding the lock: see the inode re-check above */
+    close(fd);
+    free(path);
+    free(rel);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Part-set consistency (step 1)                                                                */
+
+typedef struct { char *name; int idx, cnt, width; } found_part;
+
+static int cmp_found(const void *a, const void *b) {
+    const found_part *x = a, *y = b;
+    if (x->idx != y->idx) return x->idx < y->idx ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+static void appendf(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void appendf(char *buf, size_t n, const char *fmt, ...) {
+    size_t k = strlen(buf);
+    if (k + 1 >= n) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + k, n - k, fmt, ap);
+    va_end(ap);
+}
+
+int ds_parts_check_set(const char *dir, const ds_parts_target *t, char *why, size_t why_len) {
+    why[0] = 0;
+    DIR *d = opendir(dir);
+    if (!d) {
+        snprintf(why, why_len, "cannot list %s: %s", dir, strerror(errno));
+        return DS_EXIT_IO;
+    }
+    found_part *f = NULL;
+    int nf = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char *base = NULL;
+        int idx, cnt, w;
+        if (!ds_parts_parse_name(de->d_name, &base, &idx, &cnt, &w)) continue;
+        int mine = !strcmp(base, t->name);
+        free(base);
+        if (!mine) continue;
+        f = ds_xrealloc(f, (size_t)(nf + 1) * sizeof *f);
+        f[nf++] = (found_part){ds_xstrdup(de->d_name), idx, cnt, w};
+    }
+    closedir(d);
+    qsort(f, (size_t)nf, sizeof *f, cmp_found);
+
+    int rc = 0;
+    /* Listed parts that are not on disk make this "input missing" (class 5). */
+    int n_missing = 0;
+    for (int i = 0; i < t->n_parts; i++) {
+        char *p = ds_path_join(dir, t->parts[i].name);
+        struct stat st;
+        if (stat(p, &st) != 0) {
+            if (n_missing++ < 4) appendf(why, why_len, "%smissing %s", why[0] ? "; " : "", t->parts[i].name);
+        } else if (!S_ISREG(st.st_mode)) {
+            appendf(why, why_len, "%s%s is not a regular file", why[0] ? "; " : "", t->parts[i].name);
+            rc = DS_EXIT_CHECK;
+        }
+        free(p);
+    }
+    if (n_missing > 4) appendf(why, why_len, " (and %d more)", n_missing - 4);
+    if (t->n_parts == 0) {
+        appendf(why, why_len, "%sPARTS.sha256 lists no parts for it", why[0] ? "; " : "");
+        rc = DS_EXIT_MISSING;
+    } else if (nf == 0) {
+        appendf(why, why_len, "%sno part files found", why[0] ? "; " : "");
+        rc = DS_EXIT_MISSING;
+    }
+    for (int i = 0; i < nf && rc != DS_EXIT_MISSING; i++) {
+        if (f[i].cnt != nf) {
+            appendf(why, why_len, "%s%s says %d parts, %d found", why[0] ? "; " : "", f[i].name, f[i].cnt, nf);
+            rc = DS_EXIT_CHECK;
+            break;
+        }
+    }
+    for (int i = 0; i < nf && rc == 0; i++) {
+        if (f[i].idx != i) {
+            appendf(why, why_len, "%sindices not contiguous from 0: %s at position %d", why[0] ? "; " : "", f[i].name, i);
+            rc = DS_EXIT_CHECK;
+        } else if (i + 1 < nf && f[i + 1].idx == f[i].idx) {
+            appendf(why, why_len, "%sduplicate index: %s and %s", why[0] ? "; " : "", f[i].name, f[i + 1].name);
+            rc = DS_EXIT_CHECK;
+        }
+    }
+    if (rc == 0 && nf != t->n_parts) {
+        appendf(why, why_len, "%s%d part files found, PARTS.sha256 lists %d", why[0] ? "; " : "", nf, t->n_parts);
+        rc = DS_EXIT_CHECK;
+    }
+    for (int i = 0; i < nf && rc == 0; i++)
+        if (strcmp(f[i].name, t->parts[i].name) != 0) {
+            appendf(why, why_len, "%sfound %s where PARTS.sha256 lists %s", why[0] ? "; " : "", f[i].name, t->parts[i].name);
+            rc = DS_EXIT_CHECK;
+        }
+    if (n_missing) rc = DS_EXIT_MISSING;   /* missing input outranks the inconsistency it causes */
+
+    /* Sizes: all parts but the last equal (and equal part_size= when given), the last no larger
+     * and non-empty, the sum equal to size= when given.  A truncated part fails here, before any
+     * byte is read. */
+    if (rc == 0) {
+        int64_t first = -1, sum = 0;
+        for (int i = 0; i < nf && rc == 0; i++) {
+            char *p = ds_path_join(dir, f[i].name);
+            int64_t sz = ds_file_size(p);
+            free(p);
+            sum += sz;
+            bool last = i == nf - 1;
+            int64_t want_full = t->part_size > 0 ? t->part_size : first;
+            if (i == 0 && !last) first = sz;
+            if (!last && want_full >= 0 && sz != want_full) {
+                snprintf(why, why_len, "%s is %lld bytes, expected %lld like every part but the last (truncated?)",
+                         f[i].name, (long long)sz, (long long)want_full);
+                rc = DS_EXIT_CHECK;
+            } else if (last && nf > 1 && (sz > want_full || sz == 0)) {
+                snprintf(why, why_len, "last part %s is %lld bytes, expected 1..%lld", f[i].name, (long long)sz, (long long)want_full);
+                rc = DS_EXIT_CHECK;
+            } else if (last && nf == 1 && t->part_size > 0 && sz > t->part_size) {
+                snprintf(why, why_len, "%s is %lld bytes, more than part_size=%lld", f[i].name, (long long)sz, (long long)t->part_size);
+                rc = DS_EXIT_CHECK;
+            }
+        }
+        if (rc == 0 && t->size >= 0 && sum != t->size) {
+            snprintf(why, why_len, "parts total %lld bytes, PARTS.sha256 says size=%lld (a part is truncated or extended)",
+                     (long long)sum, (long long)t->size);
+            rc = DS_EXIT_CHECK;
+        }
+    }
+    for (int i = 0; i < nf; i++) free(f[i].name);
+    free(f);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Parallel part verification (check-only, split's verify pass)                                 */
+
+typedef struct {
+    const char *dir;
+    const ds_parts_target *t;
+    int next;                     /* next part index to take (under mu) */
+    pthread_mutex_t mu;
+    char (*got)[DS_SHA256_HEX_LEN + 1];
+    int *status;                  /* per part: 0 hashed, 3 I/O error, 128+n stopped */
+    ds_error *errs;
+    ds_progress *progress;
+    volatile sig_atomic_t *stop;
+} verify_job;
+
+static int store_hex(void *user, int seg, const char *hex, ds_error *err) {
+    memcpy(user, hex, DS_SHA256_HEX_LEN + 1);
+    return 0;
+}
+
+static void *verify_worker(void *p) {
+    verify_job *j = p;
+    for (;;) {
+        pthread_mutex_lock(&j->mu);
+        int i = j->next++;
+        pthread_mutex_unlock(&j->mu);
+        if (i >= j->t->n_parts) break;
+        char *path = ds_path_join(j->dir, j->t->parts[i].name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            ds_fail(&j->errs[i], "E_IO", "%s: cannot open: %s", path, strerror(errno));
+            j->status[i] = DS_EXIT_IO;
+        } else {
+            struct stat st;
+            fstat(fd, &st);
+            ds_hp_segment seg = {fd, 0, (uint64_t)st.st_size, -1, 0, path, NULL};
+            ds_hp_opts o = {.seg_hash = true, .on_done = store_hex, .user = j->got[i], .progress = j->progress, .stop = j->stop};
+            int r = ds_hp_run(&seg, 1, &o, &j->errs[i]);
+            j->status[i] = r == 0 ? 0 : r == 1 ? stopped(j->stop) : DS_EXIT_IO;
+            close(fd);
+        }
+        free(path);
+    }
+    return NULL;
+}
+
+int ds_parts_verify(const char *dir, const ds_parts_target *t, int jobs, bool quiet, volatile sig_atomic_t *stop) {
+    verify_job j = {.dir = dir, .t = t, .stop = stop};
+    pthread_mutex_init(&j.mu, NULL);
+    int n = t->n_parts;
+    j.got = ds_xcalloc((size_t)(n ? n : 1), sizeof *j.got);
+    j.status = ds_xcalloc((size_t)(n ? n : 1), sizeof *j.status);
+    j.errs = ds_xcalloc((size_t)(n ? n : 1), sizeof *j.errs);
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        char *p = ds_path_join(dir, t->parts[i].name);
+        int64_t sz = ds_file_size(p);
+        total += sz > 0 ? (uint64_t)sz : 0;
+        free(p);
+    }
+    ds_progress prog;
+    char label[160];
+    snprintf(label, sizeof label, "%s parts", t->name);
+    ds_progress_init(&prog, label, total, quiet);
+    ds_progress_stage(&prog, "verify %d part%s, %d at a time", n, n == 1 ? "" : "s", jobs);
+    j.progress = &prog;
+    if (jobs < 1) jobs = 1;
+    if (jobs > n) jobs = n ? n : 1;
+    pthread_t *th = ds_xmalloc((size_t)jobs * sizeof *th);
+    for (int i = 0; i < jobs; i++) pthread_create(&th[i], NULL, verify_worker, &j);
+    for (int i = 0; i < jobs; i++) pthread_join(th[i], NULL);
+    ds_progress_finish(&prog);
+    ds_progress_destroy(&prog);
+    int rc = stopped(stop);
+    for (int i = 0; i < n && !rc; i++) {
+        if (j.status[i] == DS_EXIT_IO) {
+            printf("[FAIL] %s: %s\n", t->name, j.errs[i].msg);
+            rc = ds_exit_merge(rc, DS_EXIT_IO);
+        } else if (j.status[i] == 0 && strcmp(j.got[i], t->parts[i].sha256) != 0) {
+            int idx = 0, cnt, w = 2;
+            ds_parts_parse_name(t->parts[i].name, NULL, &idx, &cnt, &w);
+            printf("[FAIL] %s: part %0*d sha256 mismatch (%s: expected %s, got %s)\n", t->name, w, idx,
+                   t->parts[i].name, t->parts[i].sha256, j.got[i]);
+            rc = ds_exit_merge(rc, DS_EXIT_CHECK);
+        }
+    }
+    free(th);
+    free(j.got);
+    free(j.status);
+    free(j.errs);
+    pthread_mutex_destroy(&j.mu);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Stamp T.verified (step 2)                                                                    */
+
+static int64_t mtime_ns(const struct stat *st) { return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec; }
+
+static bool stamp_matches(const char *stamp_path, const struct stat *st, const char *want_hex) {
+    char *text = NULL;
+    if (ds_read_file(stamp_path, &text, NULL, NULL) != 0) return false;
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    if (!j) return false;
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(j, "sha256");
+    const cJSON *sz = cJSON_GetObjectItemCaseSensitive(j, "size");
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "mtime_ns");
+    const cJSON *ino = cJSON_GetObjectItemCaseSensitive(j, "inode");
+    /* Integers are stored as decimal strings: a double cannot hold a nanosecond mtime exactly. */
+    char buf[3][32];
+    snprintf(buf[0], sizeof buf[0], "%lld", (long long)st->st_size);
+    snprintf(buf[1], sizeof buf[1], "%lld", (long long)mtime_ns(st));
+    snprintf(buf[2], sizeof buf[2], "%llu", (unsigned long long)st->st_ino);
+    bool ok = cJSON_IsString(h) && !strcmp(h->valuestring, want_hex) && cJSON_IsString(sz) &&
+              !strcmp(sz->valuestring, buf[0]) && cJSON_IsString(mt) && !strcmp(mt->valuestring, buf[1]) &&
+              cJSON_IsString(ino) && !strcmp(ino->valuestring, buf[2]);
+    cJSON_Delete(j);
+    return ok;
+}
+
+static int stamp_write(const char *stamp_path, const char *target_path, const char *hex, ds_error *err) {
+    struct stat st;
+    if (stat(target_path, &st) != 0) return ds_fail(err, "E_IO", "%s: stat failed: %s", target_path, strerror(errno));
+    char sz[32], mt[32], ino[32], utc[32];
+    snprintf(sz, sizeof sz, "%lld", (long long)st.st_size);
+    snprintf(mt, sizeof mt, "%lld", (long long)mtime_ns(&st));
+    snprintf(ino, sizeof ino, "%llu", (unsigned long long)st.st_ino);
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(utc, sizeof utc, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "sha256", hex);
+    cJSON_AddStringToObject(j, "size", sz);
+    cJSON_AddStringToObject(j, "mtime_ns", mt);
+    cJSON_AddStringToObject(j, "inode", ino);
+    cJSON_AddStringToObject(j, "verified_utc", utc);
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    int rc = ds_write_file_atomic(stamp_path, text, strlen(text), err);
+    free(text);
+    return rc;
+}
+
+/* Hash one whole file with progress; 0 ok, 1 stopped, -1 error. */
+static int hash_whole_file(const char *path, const char *label, const char *stage, bool quiet,
+                           volatile sig_atomic_t *stop, char hex[DS_SHA256_HEX_LEN + 1], ds_error *err) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ds_fail(err, "E_IO", "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    fstat(fd, &st);
+    ds_progress prog;
+    ds_progress_init(&prog, label, (uint64_t)st.st_size, quiet);
+    ds_progress_stage(&prog, "%s", stage);
+    ds_sha256 *h = ds_sha256_new();
+    ds_hp_segment seg = {fd, 0, (uint64_t)st.st_size, -1, 0, path, NULL};
+    ds_hp_opts o = {.whole = h, .progress = &prog, .stop = stop};
+    int r = ds_hp_run(&seg, 1, &o, err);
+    if (r == 0) ds_sha256_final_hex(h, hex);
+    ds_progress_finish(&prog);
+    ds_progress_destroy(&prog);
+    ds_sha256_free(h);
+    close(fd);
+    return r;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* One target                                                                                   */
+
+typedef struct tctx {
+    const ds_reassemble_opts *o;
+    const ds_parts_target *t;
+    char *path, *partial, *journal, *stamp;
+    char label[160];
+    int partial_fd;
+    int *part_fd;
+    uint64_t *end;          /* end[i]: byte offset in T where part i ends */
+    int first_seg_part;     /* part index of segment 0 in the current pipeline run */
+    int journaled;          /* parts recorded in the journal */
+    ds_progress prog;
+} tctx;
+
+static char *with_suffix(const char *dir, const char *name, const char *suffix) {
+    char *rel = NULL;
+    if (asprintf(&rel, "%s%s", name, suffix) < 0) abort();
+    char *p = ds_path_join(dir, rel);
+    free(rel);
+    return p;
+}
+
+static int part_width(const ds_parts_target *t, int i, int *idx) {
+    int cnt, w = 2;
+    *idx = i;
+    ds_parts_parse_name(t->parts[i].name, NULL, idx, &cnt, &w);
+    return w;
+}
+
+static int journal_save(tctx *c, int k, ds_error *err) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "schema", "dsflash-reassemble-journal/1");
+    cJSON_AddStringToObject(j, "target", c->t->name);
+    cJSON_AddStringToObject(j, "sha256", c->t->sha256);
+    cJSON *arr = cJSON_AddArrayToObject(j, "parts");
+    for (int i = 0; i < k; i++) {
+        cJSON *p = cJSON_CreateObject();
+        char end[32];
+        snprintf(end, sizeof end, "%llu", (unsigned long long)c->end[i]);
+        cJSON_AddStringToObject(p, "name", c->t->parts[i].name);
+        cJSON_AddStringToObject(p, "sha256", c->t->parts[i].sha256);
+        cJSON_AddStringToObject(p, "end", end);
+        cJSON_AddItemToArray(arr, p);
+    }
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    int rc = ds_write_file_atomic(c->journal, text, strlen(text), err);
+    free(text);
+    if (rc == 0) c->journaled = k;
+    return rc;
+}
+
+/* Number of parts the journal validly records, or -1 with a reason. */
+static int journal_load(tctx *c, char *why, size_t n) {
+    char *text = NULL;
+    if (ds_read_file(c->journal, &text, NULL, NULL) != 0) { snprintf(why, n, "no journal %s", c->journal); return -1; }
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    int k = -1;
+    const cJSON *tg = cJSON_GetObjectItemCaseSensitive(j, "target"), *h = cJSON_GetObjectItemCaseSensitive(j, "sha256");
+    const cJSON *parts = cJSON_GetObjectItemCaseSensitive(j, "parts");
+    if (!j || !cJSON_IsString(tg) || !cJSON_IsString(h) || !cJSON_IsArray(parts)) {
+        snprintf(why, n, "journal %s is not valid", c->journal);
+    } else if (strcmp(tg->valuestring, c->t->name) || strcmp(h->valuestring, c->t->sha256)) {
+        snprintf(why, n, "journal was written for another PARTS.sha256 entry");
+    } else if (cJSON_GetArraySize(parts) > c->t->n_parts) {
+        snprintf(why, n, "journal lists more parts than PARTS.sha256");
+    } else {
+        k = cJSON_GetArraySize(parts);
+        for (int i = 0; i < k; i++) {
+            const cJSON *p = cJSON_GetArrayItem(parts, i);
+            const cJSON *nm = cJSON_GetObjectItemCaseSensitive(p, "name"), *ph = cJSON_GetObjectItemCaseSensitive(p, "sha256");
+            const cJSON *e = cJSON_GetObjectItemCaseSensitive(p, "end");
+            char want[32];
+            snprintf(want, sizeof want, "%llu", (unsigned long long)c->end[i]);
+            if (!cJSON_IsString(nm) || !cJSON_IsString(ph) || !cJSON_IsString(e) || strcmp(nm->valuestring, c->t->parts[i].name) ||
+                strcmp(ph->valuestring, c->t->parts[i].sha256) || strcmp(e->valuestring, want)) {
+                snprintf(why, n, "journal entry %d does not match part %s (name, hash or end offset)", i, c->t->parts[i].name);
+                k = -1;
+                break;
+            }
+        }
+    }
+    cJSON_Delete(j);
+    return k;
+}
+
+/* Remove T.partial and its journal (mismatch or I/O error: nothing half-done may remain). */
+static void discard_partial(tctx *c) {
+    if (c->partial_fd >= 0) { close(c->partial_fd); c->partial_fd = -1; }
+    unlink(c->partial);
+    unlink(c->journal);
+    ds_fsync_dir_of(c->partial);
+}
+
+static int on_reverified(void *user, int seg, const char *hex, ds_error *err) {
+    tctx *c = user;
+    int i = c->first_seg_part + seg, idx;
+    int w = part_width(c->t, i, &idx);
+    if (strcmp(hex, c->t->parts[i].sha256) != 0)
+        return ds_fail(err, "E_RESUME_MISMATCH", "bytes of part %0*d already in %s do not match its hash", w, idx, c->partial);
+    if (i + 1 < c->t->n_parts) ds_progress_stage(&c->prog, "re-verify %d/%d", i + 2, c->t->n_parts);
+    return 0;
+}
+
+static int on_copied(void *user, int seg, const char *hex, ds_error *err) {
+    tctx *c = user;
+    int i = c->first_seg_part + seg, idx;
+    int w = part_width(c->t, i, &idx);
+    if (strcmp(hex, c->t->parts[i].sha256) != 0)
+        return ds_fail(err, "E_PART_MISMATCH", "part %0*d sha256 mismatch (%s: expected %s, got %s)", w, idx,
+                       c->t->parts[i].name, c->t->parts[i].sha256, hex);
+    /* Durable bytes first, then the journal that claims them. */
+    if (fdatasync(c->partial_fd) != 0)
+        return ds_fail(err, "E_IO", "%s: fdatasync failed: %s", c->partial, strerror(errno));
+    if (journal_save(c, i + 1, err) != 0) return -1;
+    if (i + 1 < c->t->n_parts) ds_progress_stage(&c->prog, "part %d/%d", i + 2, c->t->n_parts);
+    return 0;
+}
+
+static void delete_parts(const tctx *c) {
+    for (int i = 0; i < c->t->n_parts; i++) {
+        char *p = ds_path_join(c->o->dir, c->t->parts[i].name);
+        if (unlink(p) == 0) printf("deleted %s\n", c->t->parts[i].name);
+        else if (errno != ENOENT) printf("[WARN] %s: cannot delete %s: %s\n", c->t->name, c->t->parts[i].name, strerror(errno));
+        free(p);
+    }
+    ds_fsync_dir_of(c->path);
+}
+
+/* Steps 4–7 for a target whose parts passed the set check: returns an exit class. */
+static int build_target(tctx *c, bool replacing) {
+    const ds_reassemble_opts *o = c->o;
+    const ds_parts_target *t = c->t;
+    int n = t->n_parts;
+    ds_error err;
+    ds_error_clear(&err);
+    c->part_fd = ds_xmalloc((size_t)n * sizeof *c->part_fd);
+    c->end = ds_xmalloc((size_t)n * sizeof *c->end);
+    for (int i = 0; i < n; i++) c->part_fd[i] = -1;
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        char *p = ds_path_join(o->dir, t->parts[i].name);
+        c->part_fd[i] = open(p, O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        if (c->part_fd[i] < 0 || fstat(c->part_fd[i], &st) != 0) {
+            int e = errno;
+            printf("[FAIL] %s: cannot open %s: %s\n", t->name, p, strerror(e));
+            free(p);
+            return e == ENOENT ? DS_EXIT_MISSING : DS_EXIT_IO;
+        }
+        free(p);
+        total += (uint64_t)st.st_size;
+        c->end[i] = total;
+    }
+
+    /* Resume: re-hash what the journal claims, feeding the whole-file hash as well. */
+    ds_sha256 *whole = ds_sha256_new();
+    int rc = DS_EXIT_OK;
+    int start = 0;
+    char why[512];
+    struct stat pst;
+    bool have_partial = stat(c->partial, &pst) == 0;
+    ds_progress_init(&c->prog, c->label, total, o->quiet);
+    if (have_partial && !o->resume) {
+        printf("[info] %s: --no-resume: discarding %s from an earlier run\n", t->name, c->partial);
+        discard_partial(c);
+    } else if (have_partial) {
+        int k = journal_load(c, why, sizeof why);
+        if (k >= 0 && (uint64_t)pst.st_size < (k ? c->end[k - 1] : 0)) {
+            snprintf(why, sizeof why, "%s is %lld bytes, shorter than the %llu the journal records", c->partial,
+                     (long long)pst.st_size, (unsigned long long)c->end[k - 1]);
+            k = -1;
+        }
+        if (k > 0) {
+            c->partial_fd = open(c->partial, O_RDWR | O_CLOEXEC);
+            ds_hp_segment *segs = ds_xcalloc((size_t)k, sizeof *segs);
+            for (int i = 0; i < k; i++)
+                segs[i] = (ds_hp_segment){c->partial_fd, i ? c->end[i - 1] : 0, c->end[i] - (i ? c->end[i - 1] : 0), -1, 0, c->partial, NULL};
+            ds_progress_stage(&c->prog, "re-verify 1/%d", n);
+            c->first_seg_part = 0;
+            ds_hp_opts ho = {.whole = whole, .seg_hash = true, .on_done = on_reverified, .user = c, .progress = &c->prog, .stop = o->stop};
+            int r = c->partial_fd < 0 ? -1 : ds_hp_run(segs, k, &ho, &err);
+            free(segs);
+            if (r == 1) { rc = stopped(o->stop); goto out; }
+            if (r != 0) {
+                snprintf(why, sizeof why, "%s", c->partial_fd < 0 ? strerror(errno) : err.msg);
+                k = -1;
+                ds_sha256_reset(whole);
+                ds_progress_restart(&c->prog, c->label, total);
+            }
+        }
+        if (k < 0) {
+            printf("[info] %s: discarding %s and starting over (%s)\n", t->name, c->partial, why);
+            discard_partial(c);
+        } else {
+            start = k;
+            if (k > 0) printf("[info] %s: resuming after %d of %d parts (%llu bytes re-verified)\n", t->name, k, n,
+                              (unsigned long long)c->end[k - 1]);
+            c->journaled = k;
+            if (c->partial_fd < 0) c->partial_fd = open(c->partial, O_RDWR | O_CLOEXEC);
+            if (c->partial_fd < 0 || ftruncate(c->partial_fd, (off_t)(k ? c->end[k - 1] : 0)) != 0) {
+                printf("[info] %s: cannot reuse %s (%s); starting over\n", t->name, c->partial, strerror(errno));
+                discard_partial(c);
+                start = 0;
+                ds_sha256_reset(whole);
+            }
+        }
+    } else {
+        unlink(c->journal);   /* a journal without its file describes nothing */
+    }
+    if (c->partial_fd < 0) {
+        /* O_EXCL: under our lock nobody else may have created it; if something did, refuse. */
+        c->partial_fd = open(c->partial, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (c->partial_fd < 0) {
+            printf("[FAIL] %s: cannot create %s: %s\n", t->name, c->partial, strerror(errno));
+            rc = errno == EEXIST ? DS_EXIT_LOCK : DS_EXIT_IO;
+            goto out;
+        }
+        c->journaled = 0;
+        start = 0;
+        if (journal_save(c, 0, &err) != 0) {
+            printf("[FAIL] %s: %s\n", t->name, err.msg);
+            discard_partial(c);
+            rc = DS_EXIT_IO;
+            goto out;
+        }
+    }
+
+    /* Space: remaining bytes + 1 GiB. */
+    uint64_t done = start ? c->end[start - 1] : 0, remaining = total - done;
+    struct statvfs vfs;
+    if (statvfs(o->dir, &vfs) == 0) {
+        uint64_t avail = (uint64_t)vfs.f_bavail * (uint64_t)vfs.f_frsize;
+        if (avail < remaining + SPACE_MARGIN) {
+            char a[32], need[32];
+            ds_format_bytes(avail, a, sizeof a);
+            ds_format_bytes(remaining + SPACE_MARGIN, need, sizeof need);
+            printf("[FAIL] %s: not enough free space in %s: %s available, %s needed (%llu remaining bytes + 1 GiB margin)\n",
+                   t->name, o->dir, a, need, (unsigned long long)remaining);
+            if (start == 0) discard_partial(c);
+            rc = DS_EXIT_IO;
+            goto out;
+        }
+    }
+
+    /* Step 5: concatenate the remaining parts, hashing while copying. */
+    if (start < n) {
+        ds_hp_segment *segs = ds_xcalloc((size_t)(n - start), sizeof *segs);
+        for (int i = start; i < n; i++) {
+            uint64_t b = i ? c->end[i - 1] : 0;
+            segs[i - start] = (ds_hp_segment){c->part_fd[i], 0, c->end[i] - b, c->partial_fd, b, t->parts[i].name, c->partial};
+        }
+        c->first_seg_part = start;
+        ds_progress_stage(&c->prog, "part %d/%d", start + 1, n);
+        ds_hp_opts ho = {.whole = whole, .seg_hash = true, .on_done = on_copied, .user = c, .progress = &c->prog, .stop = o->stop};
+        int r = ds_hp_run(segs, n - start, &ho, &err);
+        free(segs);
+        if (r == 1) {
+            /* Keep the journal's promise: the file ends at the last journaled boundary. */
+            uint64_t keep = c->journaled ? c->end[c->journaled - 1] : 0;
+            if (ftruncate(c->partial_fd, (off_t)keep) == 0) fsync(c->partial_fd);
+            ds_progress_finish(&c->prog);
+            printf("[STOP] %s: interrupted; %s keeps %d of %d verified parts, a rerun resumes\n", t->name, c->partial, c->journaled, n);
+            rc = stopped(o->stop);
+            goto out;
+        }
+        if (r != 0) {
+            ds_progress_finish(&c->prog);
+            printf("[FAIL] %s: %s; %s deleted\n", t->name, err.msg, c->partial);
+            discard_partial(c);
+            rc = !strcmp(err.code, "E_PART_MISMATCH") ? DS_EXIT_CHECK : DS_EXIT_IO;
+            goto out;
+        }
+    }
+    ds_progress_finish(&c->prog);
+
+    /* Step 6: whole-file hash, then readback after dropping the page cache. */
+    char got[DS_SHA256_HEX_LEN + 1];
+    ds_sha256_final_hex(whole, got);
+    if (fsync(c->partial_fd) != 0) {
+        printf("[FAIL] %s: %s: fsync failed: %s; deleted\n", t->name, c->partial, strerror(errno));
+        discard_partial(c);
+        rc = DS_EXIT_IO;
+        goto out;
+    }
+    if (strcmp(got, t->sha256) != 0) {
+        printf("[FAIL] %s: whole-file sha256 mismatch (expected %s, got %s); %s deleted\n", t->name, t->sha256, got, c->partial);
+        discard_partial(c);
+        rc = DS_EXIT_CHECK;
+        goto out;
+    }
+    if (o->readback) {
+        posix_fadvise(c->partial_fd, 0, 0, POSIX_FADV_DONTNEED);
+        char rb[DS_SHA256_HEX_LEN + 1];
+        int r = hash_whole_file(c->partial, c->label, "readback", o->quiet, o->stop, rb, &err);
+        if (r == 1) {
+            printf("[STOP] %s: interrupted during readback; %s keeps all %d parts, a rerun resumes\n", t->name, c->partial, n);
+            rc = stopped(o->stop);
+            goto out;
+        }
+        if (r != 0 || strcmp(rb, t->sha256) != 0) {
+            if (r != 0) printf("[FAIL] %s: readback: %s; %s deleted\n", t->name, err.msg, c->partial);
+            else printf("[FAIL] %s: readback sha256 mismatch (expected %s, got %s): the write path corrupted data; %s deleted\n",
+                        t->name, t->sha256, rb, c->partial);
+            discard_partial(c);
+            rc = r != 0 ? DS_EXIT_IO : DS_EXIT_CHECK;
+            goto out;
+        }
+    }
+
+    /* Step 7: publish with no-replace semantics (plain rename only for --replace). */
+    int pr;
+    if (replacing) {
+        pr = rename(c->partial, c->path);
+    } else {
+        pr = renameat2(AT_FDCWD, c->partial, AT_FDCWD, c->path, RENAME_NOREPLACE);
+        if (pr != 0 && (errno == EINVAL || errno == ENOSYS)) {
+            /* File systems without RENAME_NOREPLACE: link() also refuses an existing name. */
+            pr = link(c->partial, c->path);
+            if (pr == 0) unlink(c->partial);
+        }
+    }
+    if (pr != 0) {
+        int e = errno;
+        if (e == EEXIST) printf("[FAIL] %s appeared while it was being rebuilt (another writer?); it is left untouched and the new copy deleted\n", t->name);
+        else printf("[FAIL] %s: cannot rename %s into place: %s; deleted\n", t->name, c->partial, strerror(e));
+        discard_partial(c);
+        rc = e == EEXIST ? DS_EXIT_LOCK : DS_EXIT_IO;
+        goto out;
+    }
+    close(c->partial_fd);
+    c->partial_fd = -1;
+    ds_fsync_dir_of(c->path);
+    if (stamp_write(c->stamp, c->path, got, &err) != 0)
+        printf("[WARN] %s: verified, but the stamp could not be written (%s); the next run re-hashes it\n", t->name, err.msg);
+    unlink(c->journal);
+    printf("[OK] %s restored and verified (sha256 %s)\n", t->name, got);
+    fflush(stdout);
+out:
+    ds_progress_destroy(&c->prog);
+    ds_sha256_free(whole);
+    return rc;
+}
+
+static int target_body(tctx *c) {
+    const ds_reassemble_opts *o = c->o;
+    const ds_parts_target *t = c->t;
+    ds_error err;
+    ds_error_clear(&err);
+    bool replacing = false;
+    struct stat st;
+    if (lstat(c->path, &st) == 0) {
+        if (stat(c->path, &st) != 0) {
+            printf("[FAIL] %s is a dangling symbolic link; left untouched\n", t->name);
+            return DS_EXIT_CHECK;
+        }
+        if (!S_ISREG(st.st_mode)) {
+            printf("[FAIL] %s exists but is not a regular file; left untouched\n", t->name);
+            return DS_EXIT_CHECK;
+        }
+        if (stamp_matches(c->stamp, &st, t->sha256)) {
+            printf("[OK] %s already exists and verified\n", t->name);
+            goto verified;
+        }
+        char got[DS_SHA256_HEX_LEN + 1];
+        int r = hash_whole_file(c->path, c->label, "checking existing file", o->quiet, o->stop, got, &err);
+        if (r == 1) return stopped(o->stop);
+        if (r != 0) {
+            printf("[FAIL] %s: %s\n", t->name, err.msg);
+            return DS_EXIT_IO;
+        }
+        if (!strcmp(got, t->sha256)) {
+            if (!o->check_only && stamp_write(c->stamp, c->path, got, &err) != 0)
+                printf("[WARN] %s: stamp not written: %s\n", t->name, err.msg);
+            printf("[OK] %s already exists and verified\n", t->name);
+            goto verified;
+        }
+        printf("[FAIL] %s exists but sha256 differs (expected %s, got %s); %s\n", t->name, t->sha256, got,
+               o->replace && !o->check_only ? "rebuilding it from the parts (--replace)" : "left untouched");
+        if (!o->replace || o->check_only) return DS_EXIT_CHECK;
+        replacing = true;
+        unlink(c->stamp);
+    }
+    char why[1024];
+    int rc = ds_parts_check_set(o->dir, t, why, sizeof why);
+    if (rc) {
+        printf("[FAIL] %s: part set inconsistent (%s)\n", t->name, why);
+        return rc;
+    }
+    if (o->check_only) {
+        rc = ds_parts_verify(o->dir, t, o->jobs, o->quiet, o->stop);
+        if (rc) return rc;
+        printf("[NEED] %s needs reassembly (parts verified)\n", t->name);
+        return DS_EXIT_NEED;
+    }
+    rc = build_target(c, replacing);
+    if (rc != DS_EXIT_OK) return rc;
+verified:
+    if (o->delete_parts && !o->check_only) delete_parts(c);
+    return DS_EXIT_OK;
+}
+
+static int reassemble_target(const ds_reassemble_opts *o, const ds_parts_target *t) {
+    tctx c;
+    memset(&c, 0, sizeof c);
+    c.o = o;
+    c.t = t;
+    c.partial_fd = -1;
+    c.path = ds_path_join(o->dir, t->name);
+    c.partial = with_suffix(o->dir, t->name, ".partial");
+    c.journal = with_suffix(o->dir, t->name, ".partial.json");
+    c.stamp = with_suffix(o->dir, t->name, ".verified");
+    snprintf(c.label, sizeof c.label, "%s", t->name);
+    size_t ll = strlen(c.label);
+    if (ll > 12 && !strcmp(c.label + ll - 12, ".safetensors")) c.label[ll - 12] = 0;
+    int rc, lock_fd = -1;
+    ds_error err;
+    ds_error_clear(&err);
+    if (!o->check_only) lock_fd = ds_tool_lock(o->dir, t->name, &err);
+    if (lock_fd < 0 && !o->check_only) {
+        printf("[FAIL] %s: %s\n", t->name, err.msg);
+        rc = -lock_fd;
+    } else {
+        rc = target_body(&c);
+    }
+    if (c.partial_fd >= 0) close(c.partial_fd);
+    for (int i = 0; c.part_fd && i < t->n_parts; i++)
+        if (c.part_fd[i] >= 0) close(c.part_fd[i]);
+    ds_tool_unlock(o->dir, t->name, lock_fd);
+    free(c.part_fd);
+    free(c.end);
+    free(c.path);
+    free(c.partial);
+    free(c.journal);
+    free(c.stamp);
+    fflush(stdout);
+    return rc;
+}
+
+int ds_reassemble_run(const ds_reassemble_opts *o) {
+    ds_parts_manifest m;
+    ds_error err;
+    ds_error_clear(&err);
+    if (!o->quiet) printf("reassemble: sha256 via %s\n", ds_sha256_impl());
+    if (ds_parts_load(o->dir, &m, &err) != 0) {
+        printf("[FAIL] %s\n", err.msg);
+        printf("reassemble: 0 targets processed\n");
+        return !strcmp(err.code, "E_MISSING_FILE") ? DS_EXIT_MISSING : !strcmp(err.code, "E_IO") ? DS_EXIT_IO : DS_EXIT_CHECK;
+    }
+    int n = o->n_targets ? o->n_targets : m.n_targets;
+    int rc = DS_EXIT_OK, failed = 0, need = 0, done = 0;
+    for (int i = 0; i < n; i++) {
+        const ds_parts_target *t = o->n_targets ? ds_parts_find(&m, o->targets[i]) : &m.targets[i];
+        int r;
+        if (!t) {
+            printf("[FAIL] %s: not listed in %s/%s\n", o->targets[i], o->dir, DS_PARTS_FILE);
+            r = DS_EXIT_MISSING;
+        } else {
+            r = reassemble_target(o, t);
+        }
+        done++;
+        rc = ds_exit_merge(rc, r);
+        if (r == DS_EXIT_NEED) need++;
+        else if (r != DS_EXIT_OK) failed++;
+        if (r >= 128) break;
+    }
+    if (rc >= 128) printf("reassemble: interrupted after %d of %d targets\n", done, n);
+    else if (failed) printf("reassemble: %d of %d targets failed\n", failed, n);
+    else if (need) printf("reassemble: %d targets need reassembly\n", need);
+    else printf("reassemble: all %d targets passed\n", n);
+    ds_parts_free(&m);
+    fflush(stdout);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Signals (used by the CLI layer of reassemble and split)                                      */
+
+static volatile sig_atomic_t *g_stop_flag;
+
+static void on_stop_signal(int sig) {
+    if (*g_stop_flag) {            /* second signal: the user insists; die the default way */
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    *g_stop_flag = sig;
+}
+
+void ds_tool_install_stop_handlers(volatile sig_atomic_t *flag) {
+    g_stop_flag = flag;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    /* A file-size limit must surface as EFBIG (an I/O error, exit 3), not kill the process. */
+    signal(SIGXFSZ, SIG_IGN);
+}

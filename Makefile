@@ -31,18 +31,21 @@ tests: $(TEST_BIN)
 
 $(OUT)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+	@echo '  CC   $<'
+	@$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
 $(OUT)/libdsflash.a: $(LIB_OBJ)
 	@rm -f $@
-	ar rcs $@ $^
+	@ar rcs $@ $^
 
 $(OUT)/dsflash: $(OUT)/src/cli/main.o $(OUT)/libdsflash.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	@echo '  LD   $@'
+	@$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(OUT)/tests/%: tests/unit/%.c $(TEST_COMMON) $(OUT)/libdsflash.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(TEST_COMMON) $(OUT)/libdsflash.a $(LDFLAGS) $(LDLIBS)
+	@echo '  TEST $@'
+	@$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(TEST_COMMON) $(OUT)/libdsflash.a $(LDFLAGS) $(LDLIBS)
 
 test: all
 	BUILD=$(BUILD) tests/run.sh

@@ -50,6 +50,7 @@ static struct {
     pthread_mutex_t mu;           /* sleeping workers */
     pthread_cond_t cv;
     pthread_mutex_t run_mu;       /* one region at a time from non-pool threads */
+    uint32_t start_gen;
 } P = {.n = 1, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER,
        .run_mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -76,7 +77,9 @@ static int run_tasks(uint32_t g, int thread) {
 static void *worker_main(void *arg) {
     int id = (int)(intptr_t)arg;
     tl_in_pool = 1;
-    uint32_t seen = tk_gen(atomic_load(&P.ticket));
+    /* The generation current when the pool was (re)started, not when this thread got going: a
+     * region posted in between must still be seen as new. */
+    uint32_t seen = P.start_gen;
     for (;;) {
         double t0 = 0;
         unsigned spins = 0;
@@ -130,6 +133,7 @@ void ds_pool_init(int n_threads) {
         ds_pool_shutdown();
         if (n_threads > 1) {
             P.th = ds_xcalloc((size_t)n_threads, sizeof(pthread_t));
+            P.start_gen = tk_gen(atomic_load(&P.ticket));
             P.n = n_threads;
             for (int i = 1; i < n_threads; i++) {
                 if (pthread_create(&P.th[i], NULL, worker_main, (void *)(intptr_t)i) != 0) {

@@ -1,8 +1,136 @@
-/* dsflash detokenize: placeholder until its issue lands; it refuses to run rather than pretend. */
+/* dsflash detokenize: token ids in, text out.
+ *
+ * Why it exists: the inverse of `dsflash tokenize`, through the same decoder the server uses, for
+ * inspecting generations and checking round trips.  `--stream` runs the incremental detokenizer
+ * and prints each chunk it releases as one JSON string per line, which shows that characters and
+ * control tokens are never split.  Exit status: 0 ok, 1 an id outside the vocabulary or malformed
+ * id list, 2 usage, 3 I/O error, 5 input missing (TOOLS.md §0). */
+#define _GNU_SOURCE
 #include "cli/commands.h"
+#include "base/common.h"
+#include "base/fsutil.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/json_canon.h"
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+        "usage: dsflash detokenize (--tokenizer FILE | --model DIR) [--ids \"1 2 3\" | --file FILE]\n"
+        "                          [--skip-special] [--stream]\n"
+        "  Ids come from --ids, --file or standard input: integers separated by spaces, commas or\n"
+        "  newlines, or a JSON array.  The text is written to standard output as is.\n"
+        "  --skip-special   drop added tokens marked special (BOS, EOS, PAD)\n"
+        "  --stream         decode incrementally; print each released chunk as a JSON string per line\n");
+}
+
+/* Parse "1 2 3", "1,2,3" or "[1, 2, 3]" into ids; -1 with a message naming the offending token. */
+static int parse_ids(const char *s, ds_tokens *ids) {
+    const char *p = s;
+    while (*p) {
+        if (strchr(" \t\r\n,[]", *p)) { p++; continue; }
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < -2147483648L || v > 2147483647L || (*end && !strchr(" \t\r\n,[]", *end))) {
+            int n = 0;
+            while (p[n] && !strchr(" \t\r\n,[]", p[n]) && n < 40) n++;
+            fprintf(stderr, "dsflash detokenize: \"%.*s\" at offset %td is not an integer token id\n", n, p, p - s);
+            return -1;
+        }
+        ds_tokens_push(ids, (int32_t)v);
+        p = end;
+    }
+    return 0;
+}
+
+static int read_all_stdin(char **data) {
+    size_t cap = 65536, n = 0;
+    char *b = ds_xmalloc(cap);
+    for (;;) {
+        if (n + 4096 > cap) { cap *= 2; b = ds_xrealloc(b, cap); }
+        ssize_t r = read(0, b + n, cap - n - 1);
+        if (r < 0) { free(b); return -1; }
+        if (r == 0) break;
+        n += (size_t)r;
+    }
+    b[n] = 0;
+    *data = b;
+    return 0;
+}
+
 int cmd_detokenize(int argc, char **argv) {
-    (void)argc; (void)argv;
-    fprintf(stderr, "dsflash detokenize: not available in this build yet\n");
-    return 2;
+    const char *tok_file = NULL, *model = NULL, *ids_arg = NULL, *file = NULL;
+    bool skip = false, stream = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool has_val = i + 1 < argc;
+        if (!strcmp(a, "--tokenizer") && has_val) tok_file = argv[++i];
+        else if (!strcmp(a, "--model") && has_val) model = argv[++i];
+        else if (!strcmp(a, "--ids") && has_val) ids_arg = argv[++i];
+        else if (!strcmp(a, "--file") && has_val) file = argv[++i];
+        else if (!strcmp(a, "--skip-special")) skip = true;
+        else if (!strcmp(a, "--stream")) stream = true;
+        else if (!strcmp(a, "--help")) { usage(stdout); return 0; }
+        else {
+            fprintf(stderr, "dsflash detokenize: unknown option or missing value: %s\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!!tok_file + !!model != 1 || (ids_arg && file)) {
+        fprintf(stderr, "dsflash detokenize: give exactly one of --tokenizer/--model and at most one of --ids/--file\n");
+        usage(stderr);
+        return 2;
+    }
+    char *path = tok_file ? ds_xstrdup(tok_file) : ds_path_join(model, "tokenizer.json");
+    if (!ds_file_exists(path)) { fprintf(stderr, "dsflash detokenize: %s: no such file\n", path); free(path); return 5; }
+    ds_error err = {0};
+    ds_tokenizer *tok;
+    int rc = ds_tokenizer_load(path, &tok, &err);
+    free(path);
+    if (rc < 0) { fprintf(stderr, "dsflash detokenize: %s\n", err.msg); return !strcmp(err.code, "E_IO") ? 3 : 1; }
+
+    char *data = NULL;
+    size_t len;
+    if (ids_arg) data = ds_xstrdup(ids_arg);
+    else if (file) {
+        if (!ds_file_exists(file)) { fprintf(stderr, "dsflash detokenize: %s: no such file\n", file); ds_tokenizer_free(tok); return 5; }
+        if (ds_read_file(file, &data, &len, &err) < 0) { fprintf(stderr, "dsflash detokenize: %s\n", err.msg); ds_tokenizer_free(tok); return 3; }
+    } else if (read_all_stdin(&data) < 0) {
+        fprintf(stderr, "dsflash detokenize: error reading standard input\n");
+        ds_tokenizer_free(tok);
+        return 3;
+    }
+    ds_tokens ids = {0};
+    rc = parse_ids(data, &ids) < 0 ? 1 : 0;
+    free(data);
+    if (rc == 0 && !stream) {
+        size_t n;
+        char *text = ds_tokenizer_decode(tok, ids.ids, ids.n, skip, &n, &err);
+        if (!text) { fprintf(stderr, "dsflash detokenize: %s\n", err.msg); rc = 1; }
+        else { fwrite(text, 1, n, stdout); free(text); }
+    } else if (rc == 0) {
+        ds_detok_stream *s = ds_detok_stream_new(tok, skip);
+        ds_strbuf line = {0};
+        for (size_t i = 0; i <= ids.n && rc == 0; i++) {
+            size_t n;
+            const char *chunk = i < ids.n ? ds_detok_stream_push(s, ids.ids[i], &n, &err) : ds_detok_stream_flush(s, &n);
+            if (!chunk) { fprintf(stderr, "dsflash detokenize: %s\n", err.msg); rc = 1; break; }
+            if (!n) continue;
+            line.n = 0;
+            ds_json_write_string(&line, chunk, n);
+            ds_strbuf_putc(&line, '\n');
+            fwrite(line.s, 1, line.n, stdout);
+        }
+        ds_strbuf_free(&line);
+        ds_detok_stream_free(s);
+    }
+    if (fflush(stdout) != 0 && rc == 0) rc = 3;
+    ds_tokens_free(&ids);
+    ds_tokenizer_free(tok);
+    return rc;
 }

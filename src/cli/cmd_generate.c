@@ -1,8 +1,278 @@
-/* dsflash generate: placeholder until its issue lands; it refuses to run rather than pretend. */
+/* dsflash generate: greedy generation with the C engine alone (no server), for smoke runs, timing
+ * and the oracle comparison trace.
+ *
+ *   dsflash generate --model DIR (--prompt-ids 1,2,3 | --prompt-file F) --max-tokens N
+ *                    [--chunk K] [--trace FILE] [--threads N] [--kernels NAME]
+ *
+ * The prompt is prefilled in chunks of K rows (default: one chunk), then one decode step per
+ * generated token; exactly N tokens are generated (EOS does not stop the run, so traces have a fixed
+ * shape).  --prompt-file holds UTF-8 text encoded with DIR/tokenizer.json (special-token literals
+ * are recognized).  Output on stdout: the generated ids, their text when the model directory has a
+ * tokenizer, and prefill/decode timings.
+ *
+ * --trace FILE writes a safetensors file that the NumPy oracle reads (the agreed format): `tokens`
+ * I32 [T] (prompt then fed-back tokens, T = P + N − 1), `generated` I32 [N], `hidden.{l}` BF16
+ * [T, HC, D] (residual copies after block l), `logits` F32 [T, V] (every processed row), metadata
+ * {"chunk": K, "prompt_len": P}.  With a trace, logits are computed for every row.
+ *
+ * Why the trace is built from the model's trace hook and not from a second forward: it must show
+ * exactly the values of the run that produced the generated tokens. */
 #include "cli/commands.h"
+#include "dsflash.h"
+#include "model/model.h"
+#include "io/safetensors.h"
+#include "tokenizer/tokenizer.h"
+#include "base/fsutil.h"
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: dsflash generate --model DIR (--prompt-ids 1,2,3 | --prompt-file F) --max-tokens N\n"
+               "                        [--chunk K] [--trace FILE] [--threads N] [--kernels NAME]\n");
+}
+
+static int parse_int(const char *s, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_ids(const char *s, ds_tokens *out) {
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (errno || end == p || v < 0 || v > INT32_MAX) return -1;
+        ds_tokens_push(out, (int32_t)v);
+        p = end;
+        if (*p == ',') p++;
+        else if (*p) return -1;
+    }
+    return out->n ? 0 : -1;
+}
+
+/* Trace collection: hidden states of every processed row, per layer. */
+typedef struct trace_buf {
+    int L, HC, D;
+    int64_t cap_rows, rows;       /* rows stored so far (advanced after each step) */
+    ds_bf16 **hidden;             /* [L][cap_rows][HC][D] */
+} trace_buf;
+
+static void trace_hook(void *ctx, int layer, int n_rows, const ds_bf16 *X) {
+    trace_buf *t = ctx;
+    size_t row_elems = (size_t)t->HC * t->D;
+    memcpy(t->hidden[layer] + (size_t)t->rows * row_elems, X, sizeof(ds_bf16) * row_elems * (size_t)n_rows);
+}
+
+static int write_trace(const char *path, const trace_buf *t, const ds_tokens *processed, const int32_t *gen, int G,
+                       const float *logits, int V, int chunk, int P) {
+    ds_error err = {{0}, {0}};
+    ds_stwriter *w = ds_stw_new();
+    int64_t T = (int64_t)processed->n;
+    int64_t s1[1] = {T}, sg[1] = {G}, sl[2] = {T, V}, sh[3] = {T, t->HC, t->D};
+    ds_stw_add(w, "tokens", DS_DT_I32, 1, s1, processed->ids, 1);
+    ds_stw_add(w, "generated", DS_DT_I32, 1, sg, gen, 1);
+    ds_stw_add(w, "logits", DS_DT_F32, 2, sl, logits, 1);
+    char name[32];
+    for (int l = 0; l < t->L; l++) {
+        snprintf(name, sizeof name, "hidden.%d", l);
+        ds_stw_add(w, name, DS_DT_BF16, 3, sh, t->hidden[l], 1);
+    }
+    char v[32];
+    snprintf(v, sizeof v, "%d", chunk);
+    ds_stw_set_metadata(w, "chunk", v);
+    snprintf(v, sizeof v, "%d", P);
+    ds_stw_set_metadata(w, "prompt_len", v);
+    if (ds_stw_finish(w, path, &err) < 0) {
+        fprintf(stderr, "dsflash generate: %s: %s\n", err.code, err.msg);
+        return -1;
+    }
+    return 0;
+}
+
 int cmd_generate(int argc, char **argv) {
-    (void)argc; (void)argv;
-    fprintf(stderr, "dsflash generate: not available in this build yet\n");
-    return 2;
+    const char *model_dir = NULL, *ids_arg = NULL, *prompt_file = NULL, *trace_path = NULL, *kernels = "auto";
+    long long max_tokens = -1, chunk = 0, threads = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help")) { usage(stdout); return 0; }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "dsflash generate: %s: %s\n", a, a[0] == '-' ? "missing value or unknown option" : "unexpected argument");
+            usage(stderr);
+            return 2;
+        }
+        const char *v = argv[++i];
+        if (!strcmp(a, "--model")) model_dir = v;
+        else if (!strcmp(a, "--prompt-ids")) ids_arg = v;
+        else if (!strcmp(a, "--prompt-file")) prompt_file = v;
+        else if (!strcmp(a, "--trace")) trace_path = v;
+        else if (!strcmp(a, "--kernels")) kernels = v;
+        else if (!strcmp(a, "--max-tokens")) {
+            if (parse_int(v, 1, 1 << 24, &max_tokens)) { fprintf(stderr, "dsflash generate: --max-tokens %s: expected 1..16777216\n", v); usage(stderr); return 2; }
+        } else if (!strcmp(a, "--chunk")) {
+            if (parse_int(v, 1, 1 << 24, &chunk)) { fprintf(stderr, "dsflash generate: --chunk %s: expected 1..16777216\n", v); usage(stderr); return 2; }
+        } else if (!strcmp(a, "--threads")) {
+            if (parse_int(v, 0, 4096, &threads)) { fprintf(stderr, "dsflash generate: --threads %s: expected 0..4096\n", v); usage(stderr); return 2; }
+        } else {
+            fprintf(stderr, "dsflash generate: unknown option %s\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!model_dir || max_tokens < 0 || (!ids_arg == !prompt_file)) {
+        fprintf(stderr, "dsflash generate: --model, --max-tokens and exactly one of --prompt-ids / --prompt-file are required\n");
+        usage(stderr);
+        return 2;
+    }
+    ds_tokens prompt = {0};
+    if (ids_arg && parse_ids(ids_arg, &prompt)) {
+        fprintf(stderr, "dsflash generate: --prompt-ids %s: expected comma-separated non-negative ids\n", ids_arg);
+        usage(stderr);
+        return 2;
+    }
+    ds_error err = {{0}, {0}};
+    ds_tokenizer *tok = NULL;
+    char *tok_path = ds_path_join(model_dir, "tokenizer.json");
+    if (ds_file_exists(tok_path) && ds_tokenizer_load(tok_path, &tok, &err) < 0) {
+        fprintf(stderr, "dsflash generate: %s: %s\n", err.code, err.msg);
+        free(tok_path);
+        ds_tokens_free(&prompt);
+        return 1;
+    }
+    free(tok_path);
+    int rc = 0;
+    ds_model *m = NULL;
+    ds_seq *s = NULL;
+    float *logits = NULL, *all_logits = NULL;
+    int32_t *gen = NULL;
+    trace_buf tb = {0};
+    ds_tokens processed = {0};
+    if (prompt_file) {
+        char *text = NULL;
+        size_t len = 0;
+        if (ds_read_file(prompt_file, &text, &len, &err) < 0) {
+            fprintf(stderr, "dsflash generate: --prompt-file %s: %s\n", prompt_file, err.msg);
+            rc = 5;
+            goto done;
+        }
+        if (!tok) {
+            fprintf(stderr, "dsflash generate: --prompt-file needs %s/tokenizer.json, found none\n", model_dir);
+            free(text);
+            rc = 5;
+            goto done;
+        }
+        int e = ds_tokenizer_encode(tok, text, len, true, &prompt, &err);
+        free(text);
+        if (e < 0 || prompt.n == 0) {
+            fprintf(stderr, "dsflash generate: --prompt-file %s: %s\n", prompt_file, e < 0 ? err.msg : "empty prompt");
+            rc = 1;
+            goto done;
+        }
+    }
+    char eb[1536];
+    ds_load_options lo = {kernels, (int)threads, 0, 0};
+    double t0 = ds_now();
+    m = ds_model_load(model_dir, &lo, eb, sizeof eb);
+    if (!m) {
+        fprintf(stderr, "dsflash generate: %s\n", eb);
+        rc = !strncmp(eb, "E_MISSING_FILE", 14) ? 5 : 1;
+        goto done;
+    }
+    double t_load = ds_now() - t0;
+    const ds_config *c = &m->cfg;
+    const int V = c->vocab_size, P = (int)prompt.n, G = (int)max_tokens;
+    for (int i = 0; i < P; i++)
+        if (prompt.ids[i] >= V) {
+            fprintf(stderr, "dsflash generate: prompt id %d at position %d: expected < vocab_size %d\n", prompt.ids[i], i, V);
+            rc = 2;
+            goto done;
+        }
+    if ((int64_t)P + G - 1 > m->max_len) {
+        fprintf(stderr, "dsflash generate: prompt %d + %d tokens: expected at most %lld positions\n", P, G,
+                (long long)m->max_len);
+        rc = 2;
+        goto done;
+    }
+    if (chunk <= 0) chunk = P;
+    s = ds_seq_new(m);
+    if (!s) {
+        fprintf(stderr, "dsflash generate: cannot create a sequence\n");
+        rc = 1;
+        goto done;
+    }
+    const int64_t T = (int64_t)P + G - 1;
+    if (trace_path) {
+        tb.L = c->n_layers;
+        tb.HC = c->hc_mult;
+        tb.D = c->dim;
+        tb.cap_rows = T;
+        tb.hidden = ds_xcalloc((size_t)tb.L, sizeof(ds_bf16 *));
+        for (int l = 0; l < tb.L; l++) tb.hidden[l] = ds_xmalloc(sizeof(ds_bf16) * (size_t)T * tb.HC * tb.D);
+        all_logits = ds_xmalloc(sizeof(float) * (size_t)T * V);
+        ds_model_set_trace(m, trace_hook, &tb);
+    }
+    logits = ds_xmalloc(sizeof(float) * (size_t)(chunk > 1 ? chunk : 1) * V);
+    gen = ds_xmalloc(sizeof(int32_t) * (size_t)G);
+    /* prefill */
+    double tp = ds_now();
+    for (int p0 = 0; p0 < P; p0 += (int)chunk) {
+        int n = P - p0 < chunk ? P - p0 : (int)chunk;
+        int last = p0 + n == P;
+        int nl = trace_path ? n : (last ? 1 : 0);
+        float *dst = trace_path ? all_logits + (size_t)p0 * V : logits;
+        if (ds_seq_step(m, s, prompt.ids + p0, n, nl ? dst : NULL, nl, eb, sizeof eb) < 0) {
+            fprintf(stderr, "dsflash generate: prefill at %d: %s\n", p0, eb);
+            rc = 1;
+            goto done;
+        }
+        for (int j = 0; j < n; j++) ds_tokens_push(&processed, prompt.ids[p0 + j]);
+        tb.rows += n;
+        if (last) gen[0] = ds_argmax(dst + (size_t)(nl - 1) * V, V);
+    }
+    double t_prefill = ds_now() - tp;
+    /* decode: feed each generated token back, except the last */
+    double td = ds_now();
+    for (int i = 1; i < G; i++) {
+        float *dst = trace_path ? all_logits + (size_t)(P + i - 1) * V : logits;
+        if (ds_seq_step(m, s, &gen[i - 1], 1, dst, 1, eb, sizeof eb) < 0) {
+            fprintf(stderr, "dsflash generate: decode step %d: %s\n", i, eb);
+            rc = 1;
+            goto done;
+        }
+        ds_tokens_push(&processed, gen[i - 1]);
+        tb.rows += 1;
+        gen[i] = ds_argmax(dst, V);
+    }
+    double t_decode = ds_now() - td;
+    printf("prompt: %d tokens\ngenerated:", P);
+    for (int i = 0; i < G; i++) printf("%s%d", i ? "," : " ", gen[i]);
+    printf("\n");
+    if (tok) {
+        char *text = ds_tokenizer_decode(tok, gen, (size_t)G, false, NULL, &err);
+        if (text) printf("text: %s\n", text);
+        else printf("text: (not decodable: %s)\n", err.msg);
+        free(text);
+    }
+    printf("load: %.3f s (kernels %s)\n", t_load, ds_kernels_active());
+    printf("prefill: %d tokens in %.3f s (%.1f tok/s, chunk %lld)\n", P, t_prefill, t_prefill > 0 ? P / t_prefill : 0.0, chunk);
+    printf("decode: %d tokens in %.3f s (%.1f tok/s)\n", G - 1, t_decode, t_decode > 0 ? (G - 1) / t_decode : 0.0);
+    if (trace_path && write_trace(trace_path, &tb, &processed, gen, G, all_logits, V, (int)chunk, P) < 0) rc = 3;
+done:
+    if (tb.hidden) for (int l = 0; l < tb.L; l++) free(tb.hidden[l]);
+    free(tb.hidden);
+    free(all_logits);
+    free(logits);
+    free(gen);
+    ds_tokens_free(&processed);
+    ds_tokens_free(&prompt);
+    ds_seq_free(s);
+    ds_model_free(m);
+    if (tok) ds_tokenizer_free(tok);
+    return rc;
 }

@@ -11,6 +11,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/json_canon.h"
+#include "tokenizer/release_tokenizer.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +28,9 @@ static void usage(FILE *f) {
         "  --no-special       do not recognise added-token literals in the text\n"
         "  --json             print {\"count\":N,\"tokens\":[...]} instead\n"
         "  --print-prompt     with --chat: print the rendered prompt text instead of ids\n"
-        "  --time             report encode time and throughput on standard error\n");
+        "  --time             report encode time and throughput on standard error\n"
+        "       dsflash tokenize --write-release-tokenizer DIR --vocab-size N --noise-id N --image-id N [--base FILE]\n"
+        "  writes a V4.1-style tokenizer.json + tokenizer_config.json into DIR (what mkmodel does)\n");
 }
 
 static int read_stdin(char **data, size_t *len) {
@@ -105,7 +108,56 @@ static int render_chat(const ds_tokenizer *tok, const char *data, size_t len, co
     return 0;
 }
 
+static int parse_int_arg(const char *opt, const char *v, int *out) {
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || x < 0 || x > 16777216) {
+        fprintf(stderr, "dsflash tokenize: %s %s: expected an integer in [0, 16777216]\n", opt, v);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+static int write_release(int argc, char **argv) {
+    const char *dir = NULL, *base = NULL;
+    int vocab = -1, noise = -1, image = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool has_val = i + 1 < argc;
+        if (!strcmp(a, "--write-release-tokenizer") && has_val) dir = argv[++i];
+        else if (!strcmp(a, "--base") && has_val) base = argv[++i];
+        else if (!strcmp(a, "--vocab-size") && has_val) { if (parse_int_arg(a, argv[++i], &vocab) < 0) return 2; }
+        else if (!strcmp(a, "--noise-id") && has_val) { if (parse_int_arg(a, argv[++i], &noise) < 0) return 2; }
+        else if (!strcmp(a, "--image-id") && has_val) { if (parse_int_arg(a, argv[++i], &image) < 0) return 2; }
+        else {
+            fprintf(stderr, "dsflash tokenize: unknown option or missing value with --write-release-tokenizer: %s\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!dir || vocab < 0 || noise < 0 || image < 0) {
+        fprintf(stderr, "dsflash tokenize: --write-release-tokenizer needs --vocab-size, --noise-id and --image-id\n");
+        usage(stderr);
+        return 2;
+    }
+    if (!base) base = ds_tokenizer_default_base();
+    if (!base || !ds_file_exists(base)) {
+        fprintf(stderr, "dsflash tokenize: base tokenizer.json %s not found (run scripts/install-deps.sh, set DSFLASH_TOKENIZER_BASE or pass --base)\n", base ? base : "");
+        return 5;
+    }
+    ds_error err = {0};
+    if (ds_tokenizer_write_release(base, vocab, noise, image, dir, &err) < 0) {
+        fprintf(stderr, "dsflash tokenize: %s\n", err.msg);
+        return !strcmp(err.code, "E_IO") ? 3 : 1;
+    }
+    printf("wrote %s/tokenizer.json and tokenizer_config.json (%d ids)\n", dir, vocab);
+    return 0;
+}
+
 int cmd_tokenize(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--write-release-tokenizer")) return write_release(argc, argv);
     const char *tok_file = NULL, *model = NULL, *text = NULL, *file = NULL, *chat = NULL;
     bool no_special = false, json = false, print_prompt = false, timing = false;
     for (int i = 1; i < argc; i++) {

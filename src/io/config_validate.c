@@ -124,9 +124,9 @@ int ds_config_validate(ds_config *c, const char *path, ds_error *err) {
         if (c->has_engram_multipliers && (c->n_mult_layers != c->n_engram || c->n_mult_per_layer != c->engram_max_ngram))
             return ds_io_fail(err, "E_CONFIG", path, "engram_hash_multipliers", "rule 5: expected %d lists of %d integers, found %d lists of %d", c->n_engram,
                               c->engram_max_ngram, c->n_mult_layers, c->n_mult_per_layer);
-    } else if (c->has_engram_multipliers && c->n_mult_layers != 0) {
-        return ds_io_fail(err, "E_CONFIG", path, "engram_hash_multipliers", "rule 5: expected no multipliers without Engram layers, found %d lists", c->n_mult_layers);
     }
+    /* Without Engram layers leftover Engram keys are inert (an empty engram_layer_ids disables
+     * Engram, CHECKPOINT.md §13); they are not an error. */
     if (S > 0) {
         if (c->n_dspark_targets < 1)
             return ds_io_fail(err, "E_CONFIG", path, "dspark_target_layer_ids", "rule 5: expected at least one target layer with %d draft stages, found none", S);

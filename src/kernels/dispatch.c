@@ -21,6 +21,7 @@ static char g_reason[160] = "not selected yet";
 static atomic_int g_announced[4];     /* per ds_lin_fmt */
 static atomic_int g_announced_q;
 static _Atomic uint64_t g_weight_bytes;
+static _Atomic uint64_t g_macs;
 static _Atomic size_t g_packed_bytes;
 
 static int cpu_avx2(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
@@ -98,6 +99,7 @@ static void announce(ds_lin_fmt fmt) {
 }
 
 uint64_t ds_kernels_weight_bytes_read(void) { return atomic_load_explicit(&g_weight_bytes, memory_order_relaxed); }
+uint64_t ds_kernels_macs(void) { return atomic_load_explicit(&g_macs, memory_order_relaxed); }
 size_t ds_kernels_packed_bytes(void) { return atomic_load(&g_packed_bytes); }
 
 static uint64_t weight_bytes(const ds_linear *L) {
@@ -226,6 +228,8 @@ void ds_linear_forward_q_many(const ds_linear_job *jobs, int n_jobs) {
     for (int j = 0; j < n_jobs; j++) {
         const ds_linear *L = jobs[j].L;
         atomic_fetch_add_explicit(&g_weight_bytes, weight_bytes(L), memory_order_relaxed);
+        atomic_fetch_add_explicit(&g_macs, (uint64_t)L->out * (uint64_t)L->in * (uint64_t)DS_MAX(jobs[j].n, 0),
+                                  memory_order_relaxed);
         announce(L->fmt);
         if (o) {
             size_t kpad = (size_t)((L->in + 63) & ~63);
@@ -341,6 +345,7 @@ void ds_linear_forward(const ds_linear *L, const ds_bf16 *x, int n, float *y) {
     }
     const ds_kern_ops *o = ops();
     atomic_fetch_add_explicit(&g_weight_bytes, weight_bytes(L), memory_order_relaxed);
+    atomic_fetch_add_explicit(&g_macs, (uint64_t)L->out * (uint64_t)L->in * (uint64_t)n, memory_order_relaxed);
     announce(L->fmt);
     frun c = {L, o, x, NULL, 0, n, 1, y};
     if (o) { /* exact float64 copy of the activations, shared by every output row */

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #ifdef DS_AVX512_EMULATE
+#pragma GCC optimize("O1")
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/x86/avx512.h>
 #define DS_AVX512_OPS ds_kern_avx512_emu
@@ -63,7 +64,15 @@ static inline simde__m512d emu_cvtps_pd(simde__m256 a) {
 #define DS_QUANTIZE_ROW ds_avx2_quantize_row
 #endif
 
+#ifdef DS_AVX512_EMULATE
+/* Emulated intrinsics are loops; forced inlining and unrolling would make this test translation
+ * unit take minutes to compile for no benefit. */
+#define AI static inline
+#define UNROLL8
+#else
 #define AI static inline __attribute__((always_inline))
+#define UNROLL8 _Pragma("GCC unroll 8")
+#endif
 
 static inline int32_t ld4(const void *p) { int32_t v; memcpy(&v, p, 4); return v; }
 
@@ -77,29 +86,29 @@ AI void store16(__m512i acc, float sx, const float *scale, int o0, int out, floa
 AI void w8_block(const ds_packed *P, const ds_qact *X, int p, int r, const int NP, const int NR,
                  float *y, int ystride) {
     __m512i acc[4][8];
-#pragma GCC unroll 8
+UNROLL8
     for (int j = 0; j < NP; j++)
-#pragma GCC unroll 8
+UNROLL8
         for (int i = 0; i < NR; i++) acc[j][i] = _mm512_setzero_si512();
     const uint8_t *wp = P->tiles + (size_t)p * P->panel_bytes;
     const uint8_t *xr = X->qu + (size_t)r * X->kpad;
     for (int s = 0; s < P->ksteps; s++) {
         __m512i w[4];
-#pragma GCC unroll 8
+UNROLL8
         for (int j = 0; j < NP; j++)
             w[j] = _mm512_load_si512((const void *)(wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES));
-#pragma GCC unroll 8
+UNROLL8
         for (int i = 0; i < NR; i++) {
             __m512i xb = _mm512_set1_epi32(ld4(xr + (size_t)i * X->kpad + 4 * (size_t)s));
-#pragma GCC unroll 8
+UNROLL8
             for (int j = 0; j < NP; j++) acc[j][i] = _mm512_dpbusd_epi32(acc[j][i], xb, w[j]);
         }
     }
-#pragma GCC unroll 8
+UNROLL8
     for (int j = 0; j < NP; j++) {
         int o0 = (p + j) * DS_PANEL_ROWS;
         __m512i bias = _mm512_slli_epi32(_mm512_loadu_si512((const void *)(P->wsum + o0)), 7);
-#pragma GCC unroll 8
+UNROLL8
         for (int i = 0; i < NR; i++)
             store16(_mm512_sub_epi32(acc[j][i], bias), X->s[r + i], P->scale, o0, P->out,
                     y + (size_t)(r + i) * ystride);
@@ -110,35 +119,35 @@ AI void w4_block(const ds_packed *P, const ds_qact *X, int p, int r, const int N
                  float *y, int ystride) {
     __m512i acc[4][8];
     const __m512i m0f = _mm512_set1_epi8(0x0f);
-#pragma GCC unroll 8
+UNROLL8
     for (int j = 0; j < NP; j++)
-#pragma GCC unroll 8
+UNROLL8
         for (int i = 0; i < NR; i++) acc[j][i] = _mm512_setzero_si512();
     const uint8_t *wp = P->tiles + (size_t)p * P->panel_bytes;
     const int8_t *xr = X->q + (size_t)r * X->kpad;
     for (int s = 0; s < P->ksteps; s++) {
         __m512i lo[4], hi[4];
-#pragma GCC unroll 8
+UNROLL8
         for (int j = 0; j < NP; j++) {
             __m512i w = _mm512_load_si512((const void *)(wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES));
             lo[j] = _mm512_and_si512(w, m0f);
             hi[j] = _mm512_and_si512(_mm512_srli_epi16(w, 4), m0f);
         }
-#pragma GCC unroll 8
+UNROLL8
         for (int i = 0; i < NR; i++) {
             const int8_t *xs = xr + (size_t)i * X->kpad + 8 * (size_t)s;
             __m512i x0 = _mm512_set1_epi32(ld4(xs)), x1 = _mm512_set1_epi32(ld4(xs + 4));
-#pragma GCC unroll 8
+UNROLL8
             for (int j = 0; j < NP; j++) {
                 acc[j][i] = _mm512_dpbusd_epi32(acc[j][i], lo[j], x0);
                 acc[j][i] = _mm512_dpbusd_epi32(acc[j][i], hi[j], x1);
             }
         }
     }
-#pragma GCC unroll 8
+UNROLL8
     for (int i = 0; i < NR; i++) {
-        __m512i bias = _mm512_set1_epi32(7 * X->xsum[r + i]);
-#pragma GCC unroll 8
+        __m512i bias = _mm512_set1_epi32(8 * X->xsum[r + i]);
+UNROLL8
         for (int j = 0; j < NP; j++)
             store16(_mm512_sub_epi32(acc[j][i], bias), X->s[r + i], P->scale, (p + j) * DS_PANEL_ROWS,
                     P->out, y + (size_t)(r + i) * ystride);
@@ -227,12 +236,12 @@ static inline double wval(const ds_linear *L, int o, int i) {
  * then halves 256+256, 128+128, lane0+lane1, then the tail in index order. */
 AI void f_block(const ds_linear *L, const double *xd, int o, const int RO, float *yrow) {
     __m512d acc[4][2];
-#pragma GCC unroll 8
+UNROLL8
     for (int j = 0; j < RO; j++) acc[j][0] = acc[j][1] = _mm512_setzero_pd();
     const int in = L->in, k16 = in & ~15;
     for (int i = 0; i < k16; i += 16) {
         __m512d x0 = _mm512_loadu_pd(xd + i), x1 = _mm512_loadu_pd(xd + i + 8);
-#pragma GCC unroll 8
+UNROLL8
         for (int j = 0; j < RO; j++) {
             __m512d d[2];
             widen16(L, o + j, i, d);
@@ -240,7 +249,7 @@ AI void f_block(const ds_linear *L, const double *xd, int o, const int RO, float
             acc[j][1] = _mm512_fmadd_pd(d[1], x1, acc[j][1]);
         }
     }
-#pragma GCC unroll 8
+UNROLL8
     for (int j = 0; j < RO; j++) {
         __m512d v = _mm512_add_pd(acc[j][0], acc[j][1]);
         __m256d h = _mm256_add_pd(_mm512_castpd512_pd256(v), _mm512_extractf64x4_pd(v, 1));

@@ -60,6 +60,8 @@ size_t ds_kernels_packed_bytes(void);
 /* Weight bytes streamed by linear forwards since start (each call adds its matrix and scales
  * once, whatever n is): the "bytes read per token" of bench decode.  Relaxed atomic counter. */
 uint64_t ds_kernels_weight_bytes_read(void);
+/* Multiply-adds issued by linear forwards since start (out * in * n per call). */
+uint64_t ds_kernels_macs(void);
 
 /* Several independent quantized linears in ONE pool dispatch (e.g. w1 and w3 of every expert of a
  * MoE step, or wq_a + wkv on the same rows).  Each job has its own rows; outputs are identical to

@@ -13,6 +13,7 @@
 #include <microhttpd.h>
 #include <poll.h>
 #include <stdatomic.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -298,11 +299,6 @@ static enum MHD_Result h_generate(struct MHD_Connection *c, ds_server *s, ds_api
     const char *xrid = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Request-Id");
     ds_api_request ar;
     ds_api_error err = {0};
-    if (kind == DS_API_CHAT && !ds_resp_parser_available()) {
-        ds_api_fail(&err, 503, "service_unavailable", "not_ready", NULL,
-                    "chat completions need the deepseek_v41 output parser, which this build lacks");
-        return send_error(c, s, endpoint, &err, xrid);
-    }
     if (ds_api_parse_generation(kind, body, len, &s->lim, s->tok, &ar, &err)) {
         ds_api_request_free(&ar);
         return send_error(c, s, endpoint, &err, xrid);
@@ -442,6 +438,17 @@ static void completed_cb(void *cls, struct MHD_Connection *c, void **con_cls, en
     *con_cls = NULL;
 }
 
+/* libmicrohttpd's own messages (a client that went away mid-response, ...) are routine here;
+ * they go to the debug log instead of stderr. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    if (ds_log_level() < DS_LOG_DEBUG) return;
+    char b[512];
+    vsnprintf(b, sizeof b, fmt, ap);
+    size_t n = strlen(b);
+    while (n && (b[n - 1] == '\n' || b[n - 1] == '\r')) b[--n] = 0;
+    ds_log(DS_LOG_DEBUG, "http: %s", b);
+}
+
 ds_server *ds_server_start(const ds_server_config *cfg, ds_engine *e, const ds_tokenizer *tok, ds_metrics *m,
                            ds_error *err) {
     ds_server *s = ds_xcalloc(1, sizeof *s);
@@ -468,7 +475,8 @@ ds_server *ds_server_start(const ds_server_config *cfg, ds_engine *e, const ds_t
     }
     s->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG,
                             (uint16_t)cfg->port, NULL, NULL, access_cb, s, MHD_OPTION_SOCK_ADDR, &sa,
-                            MHD_OPTION_NOTIFY_COMPLETED, completed_cb, s, MHD_OPTION_CONNECTION_LIMIT,
+                            MHD_OPTION_NOTIFY_COMPLETED, completed_cb, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+                            MHD_OPTION_CONNECTION_LIMIT,
                             (unsigned)(cfg->max_connections > 0 ? cfg->max_connections : 2048),
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)0, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)0,
                             MHD_OPTION_END);

@@ -1,18 +1,5 @@
 /* Response shapes (see response.h). */
 #include "server/response.h"
-/* TRANSITIONAL: the output parser (tokenizer/output_parser.c) has not landed in the tree yet;
- * weak references keep the binary linkable meanwhile, and chat requests answer 503 while it is
- * missing (never unparsed markup).  Remove these lines once it lands. */
-#pragma weak ds_output_parser_new
-#pragma weak ds_output_parser_free
-#pragma weak ds_output_parser_feed
-#pragma weak ds_output_parser_finish
-#pragma weak ds_output_parser_result
-#pragma weak ds_output_parse
-#pragma weak ds_parse_delta_free
-#pragma weak ds_parse_result_free
-
-bool ds_resp_parser_available(void) { return ds_output_parser_new != NULL && ds_output_parse != NULL; }
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +22,7 @@ void ds_resp_init(ds_resp *rs, const ds_api_request *ar, const ds_tokenizer *tok
     rs->thinking = ar->thinking;
     rs->parallel_tool_calls = ar->parallel_tool_calls;
     rs->think_end_id = tok ? ds_tokenizer_token_id(tok, "</think>") : -1;
-    if (ar->kind == DS_API_CHAT && ds_resp_parser_available()) {
+    if (ar->kind == DS_API_CHAT) {
         ds_parser_options po = {.thinking = ar->thinking};
         rs->parser = ds_output_parser_new(&po);
     }
@@ -180,7 +167,10 @@ static void emit_choice(ds_resp *rs, ds_tbuf *sse, cJSON *delta, const char *tex
     cJSON *ch = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
     cJSON_AddNumberToObject(c, "index", 0);
     if (rs->kind == DS_API_CHAT) cJSON_AddItemToObject(c, "delta", delta ? delta : cJSON_CreateObject());
-    else cJSON_AddStringToObject(c, "text", text ? text : "");
+    else {
+        cJSON_AddStringToObject(c, "text", text ? text : "");
+        cJSON_Delete(delta);
+    }
     if (lp) cJSON_AddItemToObject(c, "logprobs", lp);
     else cJSON_AddNullToObject(c, "logprobs");
     if (fin) cJSON_AddStringToObject(c, "finish_reason", fin);

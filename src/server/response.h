@@ -35,8 +35,6 @@ typedef struct ds_resp {
     cJSON *lp_tokens, *lp_token_lps, *lp_tops, *lp_offsets;
 } ds_resp;
 
-/* False while the deepseek_v41 output parser is missing from the build (chat then answers 503). */
-bool ds_resp_parser_available(void);
 void ds_resp_init(ds_resp *rs, const ds_api_request *ar, const ds_tokenizer *tok, ds_metrics *m, const char *model,
                   const char *id_prefix);
 void ds_resp_free(ds_resp *rs);

@@ -330,44 +330,52 @@ int ds_parts_verify(const char *dir, const ds_parts_target *t, int jobs, bool qu
 
 static int64_t mtime_ns(const struct stat *st) { return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec; }
 
-static bool stamp_matches(const char *stamp_path, const struct stat *st, const char *want_hex) {
-    char *text = NULL;
-    if (ds_read_file(stamp_path, &text, NULL, NULL) != 0) return false;
-    cJSON *j = cJSON_Parse(text);
+/* The stamp is JSON {sha256, size, inode, mtime_ns, verified_utc}.  size and inode are JSON integers
+ * (exact below 2^53); mtime_ns exceeds 2^53, so it is written as a decimal string, and a reader
+ * accepts a number too (compared in double precision, as other readers of the stamp do). */
+static bool json_u64_is(const cJSON *it, uint64_t want) {
+    if (cJSON_IsString(it)) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "%llu", (unsigned long long)want);
+        return !strcmp(it->valuestring, buf);
+    }
+    return cJSON_IsNumber(it) && it->valuedouble == (double)want;
+}
+
+bool ds_reassemble_stamp_ok(const char *target_path, const char *want_hex) {
+    char *sp = NULL, *text = NULL;
+    if (asprintf(&sp, "%s.verified", target_path) < 0) abort();
+    struct stat st;
+    bool ok = false;
+    if (stat(target_path, &st) == 0 && ds_read_file(sp, &text, NULL, NULL) == 0) {
+        cJSON *j = cJSON_Parse(text);
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(j, "sha256");
+        ok = j && cJSON_IsString(h) && ds_sha256_is_hex(h->valuestring, strlen(h->valuestring)) &&
+             (!want_hex || !strcmp(h->valuestring, want_hex)) &&
+             json_u64_is(cJSON_GetObjectItemCaseSensitive(j, "size"), (uint64_t)st.st_size) &&
+             json_u64_is(cJSON_GetObjectItemCaseSensitive(j, "inode"), (uint64_t)st.st_ino) &&
+             json_u64_is(cJSON_GetObjectItemCaseSensitive(j, "mtime_ns"), (uint64_t)mtime_ns(&st));
+        cJSON_Delete(j);
+    }
     free(text);
-    if (!j) return false;
-    const cJSON *h = cJSON_GetObjectItemCaseSensitive(j, "sha256");
-    const cJSON *sz = cJSON_GetObjectItemCaseSensitive(j, "size");
-    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "mtime_ns");
-    const cJSON *ino = cJSON_GetObjectItemCaseSensitive(j, "inode");
-    /* Integers are stored as decimal strings: a double cannot hold a nanosecond mtime exactly. */
-    char buf[3][32];
-    snprintf(buf[0], sizeof buf[0], "%lld", (long long)st->st_size);
-    snprintf(buf[1], sizeof buf[1], "%lld", (long long)mtime_ns(st));
-    snprintf(buf[2], sizeof buf[2], "%llu", (unsigned long long)st->st_ino);
-    bool ok = cJSON_IsString(h) && !strcmp(h->valuestring, want_hex) && cJSON_IsString(sz) &&
-              !strcmp(sz->valuestring, buf[0]) && cJSON_IsString(mt) && !strcmp(mt->valuestring, buf[1]) &&
-              cJSON_IsString(ino) && !strcmp(ino->valuestring, buf[2]);
-    cJSON_Delete(j);
+    free(sp);
     return ok;
 }
 
 static int stamp_write(const char *stamp_path, const char *target_path, const char *hex, ds_error *err) {
     struct stat st;
     if (stat(target_path, &st) != 0) return ds_fail(err, "E_IO", "%s: stat failed: %s", target_path, strerror(errno));
-    char sz[32], mt[32], ino[32], utc[32];
-    snprintf(sz, sizeof sz, "%lld", (long long)st.st_size);
+    char mt[32], utc[32];
     snprintf(mt, sizeof mt, "%lld", (long long)mtime_ns(&st));
-    snprintf(ino, sizeof ino, "%llu", (unsigned long long)st.st_ino);
     time_t now = time(NULL);
     struct tm tm;
     gmtime_r(&now, &tm);
     strftime(utc, sizeof utc, "%Y-%m-%dT%H:%M:%SZ", &tm);
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "sha256", hex);
-    cJSON_AddStringToObject(j, "size", sz);
+    cJSON_AddNumberToObject(j, "size", (double)st.st_size);
     cJSON_AddStringToObject(j, "mtime_ns", mt);
-    cJSON_AddStringToObject(j, "inode", ino);
+    cJSON_AddNumberToObject(j, "inode", (double)st.st_ino);
     cJSON_AddStringToObject(j, "verified_utc", utc);
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
@@ -761,7 +769,7 @@ static int target_body(tctx *c) {
             printf("[FAIL] %s exists but is not a regular file; left untouched\n", t->name);
             return DS_EXIT_CHECK;
         }
-        if (stamp_matches(c->stamp, &st, t->sha256)) {
+        if (ds_reassemble_stamp_ok(c->path, t->sha256)) {
             printf("[OK] %s already exists and verified\n", t->name);
             goto verified;
         }

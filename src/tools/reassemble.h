@@ -60,6 +60,10 @@ int ds_parts_check_set(const char *dir, const ds_parts_target *t, char *why, siz
  * 128+signal when stopped. */
 int ds_parts_verify(const char *dir, const ds_parts_target *t, int jobs, bool quiet, volatile sig_atomic_t *stop);
 
+/* True when `<target_path>.verified` matches the file's current size, inode and mtime (ns) and,
+ * if want_hex is not NULL, records that hash.  Used by verify and usable by any loader. */
+bool ds_reassemble_stamp_ok(const char *target_path, const char *want_hex);
+
 /* CLI helper: SIGINT/SIGTERM set *flag to the signal number (a second one kills at once);
  * SIGXFSZ is ignored so that a file-size limit becomes an I/O error. */
 void ds_tool_install_stop_handlers(volatile sig_atomic_t *flag);

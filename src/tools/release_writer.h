@@ -27,9 +27,9 @@
 #include "tools/quant.h"
 #include "tools/quant_source.h"
 
-#define DS_LABEL_W4A8 "W4A8_DYNAMIC"
-#define DS_LABEL_W8A8 "W8A8_DYNAMIC"
-#define DS_LABEL_FLOAT "FLOAT"
+#define DS_RW_W4A8 "W4A8_DYNAMIC"
+#define DS_RW_W8A8 "W8A8_DYNAMIC"
+#define DS_RW_FLOAT "FLOAT"
 #define DS_RELEASE_INDEX "quant_model_weights.safetensors.index.json"
 #define DS_RELEASE_DESC "quant_model_description.json"
 #define DS_MTPQ_MANIFEST "mtpq_manifest.json"

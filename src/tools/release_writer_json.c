@@ -47,7 +47,7 @@ static int write_json(const char *dst, const char *rel, cJSON *j, ds_error *err)
 
 char *ds_rw_config_text(const char *float_config_json, bool float_export, ds_error *err) {
     cJSON *j = ds_json_parse_exact(float_config_json, strlen(float_config_json), err);
-    if (!j) { ds_error_prefix(err, "config.json: "); return NULL; }
+    if (!j) { ds_error_prefix(err, "config.json"); return NULL; }
     if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);
         ds_fail(err, "E_CONFIG", "config.json: expected a JSON object, found another JSON value");
@@ -57,7 +57,7 @@ char *ds_rw_config_text(const char *float_config_json, bool float_export, ds_err
     if (!float_export) {
         cJSON *q = cJSON_CreateObject();
         cJSON_AddStringToObject(q, "quant_method", "ascend");
-        cJSON_AddStringToObject(q, "model_quant_type", DS_LABEL_W4A8);
+        cJSON_AddStringToObject(q, "model_quant_type", DS_RW_W4A8);
         cJSON_AddItemToObject(j, "quantization_config", q);
     }
     ds_strbuf b = {0};
@@ -103,7 +103,7 @@ static void name_pattern(const char *name, char *out, size_t n) {
 static const char *group_label(const ds_rw_plan *p, const ds_rw_group *g) {
     if (g->kind == DS_QK_ENGRAM) return "ENGRAM_INT8";
     const char *l = p->tensors[g->out[0]].label;
-    return l ? l : DS_LABEL_FLOAT;
+    return l ? l : DS_RW_FLOAT;
 }
 
 static uint64_t group_out(const ds_rw_plan *p, const ds_rw_group *g) {
@@ -192,7 +192,7 @@ static int write_index(const ds_rw_plan *p, const char *dst, ds_error *err) {
 static int write_description(const ds_rw_plan *p, const char *dst, ds_error *err) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "version", "1.0.0");
-    cJSON_AddStringToObject(j, "model_quant_type", DS_LABEL_W4A8);
+    cJSON_AddStringToObject(j, "model_quant_type", DS_RW_W4A8);
     cJSON_AddNumberToObject(j, "group_size", 0);
     cJSON_AddObjectToObject(j, "metadata");
     cJSON *rm = cJSON_AddObjectToObject(cJSON_AddObjectToObject(cJSON_AddObjectToObject(j, "optional"), "quarot"), "rotation_map");
@@ -264,7 +264,7 @@ static int write_quant_manifest(const ds_rw_plan *p, const ds_fsrc *src, const c
     /* reconstruction error per label, and warnings above the TOOLS.md §3.5 thresholds */
     cJSON *ej = cJSON_AddObjectToObject(j, "error");
     cJSON *warn = cJSON_CreateArray();
-    const char *labels[2] = {DS_LABEL_W8A8, DS_LABEL_W4A8};
+    const char *labels[2] = {DS_RW_W8A8, DS_RW_W4A8};
     const double limit[2] = {0.01, 0.15};
     for (int li = 0; li < 2; li++) {
         double sum = 0.0, mx = -1.0;

@@ -4,6 +4,7 @@
  * before the first weight is read (see release_writer.h for the layout rules). */
 #include "tools/release_writer.h"
 #include "io/config.h"
+#include "io/tensor_plan.h"
 #include <cJSON.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -48,26 +49,26 @@ const char *ds_rw_label_for(const ds_rw_opts *o, const char *name, int n_mtp, ds
     int li = -1;
     const char *r = layer_rest(name, &draft, &li);
     *kind = DS_QK_FLOAT;
-    if (!r) return DS_LABEL_FLOAT;
+    if (!r) return DS_RW_FLOAT;
     for (int w = 1; w <= 3; w++) {
         char sfx[32];
         snprintf(sfx, sizeof sfx, ".w%d.weight", w);
-        if (match_num(r, "ffn.experts.", sfx, NULL)) { *kind = DS_QK_W4A8; return DS_LABEL_W4A8; }
+        if (match_num(r, "ffn.experts.", sfx, NULL)) { *kind = DS_QK_W4A8; return DS_RW_W4A8; }
     }
     static const char *const w8[] = {"attn.wq_a.weight", "attn.wq_b.weight", "attn.wkv.weight", "attn.indexer.wq_b.weight",
                                      "ffn.shared_experts.w1.weight", "ffn.shared_experts.w2.weight", "ffn.shared_experts.w3.weight"};
     for (size_t i = 0; i < DS_ARRAY_LEN(w8); i++)
-        if (!strcmp(r, w8[i])) { *kind = DS_QK_W8A8; return DS_LABEL_W8A8; }
+        if (!strcmp(r, w8[i])) { *kind = DS_QK_W8A8; return DS_RW_W8A8; }
     if (!draft && !strcmp(r, "engram.embed.weight")) { *kind = DS_QK_ENGRAM; return NULL; }
     if (draft) {
-        if (o->aggressive && (!strcmp(r, "attn.wo_a.weight") || !strcmp(r, "attn.wo_b.weight"))) { *kind = DS_QK_W8A8; return DS_LABEL_W8A8; }
-        if (o->quant_main_proj && !strcmp(r, "main_proj.weight")) { *kind = DS_QK_W8A8; return DS_LABEL_W8A8; }
+        if (o->aggressive && (!strcmp(r, "attn.wo_a.weight") || !strcmp(r, "attn.wo_b.weight"))) { *kind = DS_QK_W8A8; return DS_RW_W8A8; }
+        if (o->quant_main_proj && !strcmp(r, "main_proj.weight")) { *kind = DS_QK_W8A8; return DS_RW_W8A8; }
         if (o->quant_vocab && ((li == 0 && !strcmp(r, "embed.weight")) || (li == n_mtp - 1 && !strcmp(r, "head.weight")))) {
             *kind = DS_QK_W8A8;
-            return DS_LABEL_W8A8;
+            return DS_RW_W8A8;
         }
     }
-    return DS_LABEL_FLOAT;
+    return DS_RW_FLOAT;
 }
 
 static bool is_engram_extra(const char *name) {
@@ -348,6 +349,63 @@ static int check_profile(const ds_rw_plan *p, ds_error *err) {
     return 0;
 }
 
+/* The release must contain every tensor the loader's plan requires (io/tensor_plan.h), with an
+ * accepted dtype and the planned shape, so a quantize run can never produce a checkpoint the
+ * engine refuses.  Draft linears that options move to W8A8 (flex) are checked by name only. */
+typedef struct { const ds_rw_plan *p; int *idx; int n; ds_error *err; int failed; } cover_ctx;
+static const ds_rw_plan *g_cover_plan;
+static int cmp_cover(const void *a, const void *b) {
+    return strcmp(g_cover_plan->tensors[*(const int *)a].name, g_cover_plan->tensors[*(const int *)b].name);
+}
+static const ds_rw_tensor *cover_find(const cover_ctx *c, const char *name) {
+    int lo = 0, hi = c->n - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        const ds_rw_tensor *t = &c->p->tensors[c->idx[mid]];
+        int k = strcmp(t->name, name);
+        if (!k) return t;
+        if (k < 0) lo = mid + 1; else hi = mid - 1;
+    }
+    return NULL;
+}
+static int cover_cb(const ds_plan_tensor *t, void *ctx) {
+    cover_ctx *c = ctx;
+    if (t->part == DS_PP_ROTATION) return 0;
+    const ds_rw_tensor *w = cover_find(c, t->name);
+    if (!w && t->alias[0]) w = cover_find(c, t->alias);
+    if (!w) {
+        ds_fail(c->err, "E_TENSOR_MISSING", "%s: expected in the source (the release requires it), found none", t->name);
+        return 1;
+    }
+    if (t->flex_w8a8 && w->dtype == DS_DT_I8) return 0;
+    bool shape_ok = w->ndim == t->ndim;
+    for (int d = 0; shape_ok && d < t->ndim; d++) shape_ok = w->shape[d] == t->shape[d];
+    if (!shape_ok || !(t->dtype_mask & DS_DT_BIT(w->dtype))) {
+        ds_fail(c->err, w->dtype != t->dtype && !(t->dtype_mask & DS_DT_BIT(w->dtype)) ? "E_DTYPE_MISMATCH" : "E_SHAPE_MISMATCH",
+                "%s: expected %s [%lld, %lld] (%d-D) for the release, found %s with %d dimensions [%lld, %lld]", t->name,
+                ds_dtype_name(t->dtype), (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0), t->ndim,
+                ds_dtype_name(w->dtype), w->ndim, (long long)w->shape[0], (long long)(w->ndim > 1 ? w->shape[1] : 0));
+        return 1;
+    }
+    return 0;
+}
+static int check_coverage(const ds_rw_plan *p, ds_error *err) {
+    cover_ctx c = {p, ds_xmalloc(sizeof(int) * (size_t)(p->n_tensors + 1)), 0, err, 0};
+    for (int t = 0; t < p->n_tensors; t++)
+        if (p->tensors[t].in_index) c.idx[c.n++] = t;
+    g_cover_plan = p;
+    qsort(c.idx, (size_t)c.n, sizeof(int), cmp_cover);
+    ds_config pc = p->cfg;
+    pc.format = DS_FMT_W4A8;
+    ds_plan_opts o;
+    ds_plan_opts_default(&o, &pc);
+    o.rotation = false;
+    o.draft_vocab = pc.n_mtp_layers > 0;
+    int rc = ds_plan_foreach(&pc, &o, cover_cb, &c, err);
+    free(c.idx);
+    return rc ? -1 : 0;
+}
+
 int ds_rw_plan_build(ds_fsrc *src, const ds_rw_opts *opts, ds_rw_plan **out, ds_error *err) {
     *out = NULL;
     ds_rw_plan *p = ds_xcalloc(1, sizeof *p);
@@ -419,6 +477,7 @@ int ds_rw_plan_build(ds_fsrc *src, const ds_rw_opts *opts, ds_rw_plan **out, ds_
                 g->out[g->n_out++] = add_tensor(p, nm, DS_DT_F32, 2, one, NULL, false);
             }
         }
+    if (!p->opts.float_export && check_coverage(p, err)) goto fail;
     /* files */
     int *order = ds_xmalloc(sizeof(int) * (size_t)(p->n_groups ? p->n_groups : 1));
     for (int i = 0; i < p->n_groups; i++) order[i] = i;

@@ -76,6 +76,8 @@ def main():
     ap.add_argument("--mode", choices=("decisive", "robust"), default="decisive")
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--label", default="")
+    ap.add_argument("--kernels", default="reference",
+                    help="engine kernel family: the 1e-4 contract binds the reference path (docs/NUMERICS.md)")
     a = ap.parse_args()
     os.makedirs(a.tmp, exist_ok=True)
     t0 = time.time()
@@ -88,13 +90,19 @@ def main():
     for P in [int(v) for v in a.prompt_lens.split(",")]:
         prompt = prompt_ids(a.seed, P)
         for K in [int(v) for v in a.chunks.split(",")]:
-            name = f"{tag}{a.mode} P={P} chunk={K}"
+            name = f"{tag}{a.mode} P={P} chunk={K} kernels={a.kernels}"
             trace = os.path.join(a.tmp, f"trace_P{P}_K{K}.safetensors")
             if os.path.exists(trace):
                 os.remove(trace)
             cmd = shlex.split(a.bin) + ["generate", "--model", a.model, "--prompt-ids", ",".join(map(str, prompt)),
-                   "--max-tokens", str(a.gen), "--chunk", str(K), "--trace", trace]
-            r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                        "--max-tokens", str(a.gen), "--chunk", str(K), "--trace", trace,
+                                        "--kernels", a.kernels]
+            try:
+                r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            except OSError as e:
+                print(f"FAIL {name}: cannot run {cmd[0]}: {e}")
+                failed += 1
+                continue
             if r.returncode != 0:
                 print(f"FAIL {name}: dsflash generate exited {r.returncode}: {r.stderr.strip()[-600:]}")
                 failed += 1

@@ -215,9 +215,11 @@ def build(out, seed, split_engram):
         ew.bf16(f"layers.{l}.engram.wkv.weight", ew.randn((HC + 1) * D, ncols * hd, scale=(ncols * hd) ** -0.5))
         ew.bf16(f"layers.{l}.engram.q_weight", 1.0 + ew.randn(HC, D, scale=0.2))
         ew.bf16(f"layers.{l}.engram.k_weight", 1.0 + ew.randn(HC, D, scale=0.2))
-        ew.bf16(f"layers.{l}.engram.embed.weight", np.zeros((1, 1)))     # placeholders the index overrides
-        ew.f32(f"layers.{l}.engram.embed.scale", np.zeros((1, 1)))
         extra.update(ew.tensors)
+    for l in c["engram_layer_ids"]:             # [1,1] placeholders that the index overrides, F32 first
+        extra[f"layers.{l}.engram.embed.scale"] = ("F32", np.zeros((1, 1), np.float32))
+    for l in c["engram_layer_ids"]:
+        extra[f"layers.{l}.engram.embed.weight"] = ("I8", np.zeros((1, 1), np.int8))
     st.write(os.path.join(out, "engram_extra.safetensors"), extra)
     if split_engram:
         _split(out, f"layers_{c['engram_layer_ids'][-1]}_engram_embed.weight.safetensors")

@@ -40,6 +40,7 @@ def main():
     ap.add_argument("--chunk", type=int, required=True)
     ap.add_argument("--trace", required=True)
     ap.add_argument("--perturb", default="")
+    ap.add_argument("--kernels", default="reference")
     a = ap.parse_args()
     prompt = [int(v) for v in a.prompt_ids.split(",")]
     o = Oracle(Checkpoint(a.model))

@@ -117,12 +117,13 @@ def _no_duplicates(path):
 
 def write(path, tensors, metadata=None, align=8):
     """Write {name: (dtype_name, ndarray)} in insertion order.  The header is padded with spaces so
-    that the data section starts at a multiple of `align`; each tensor starts at a multiple of 8."""
+    that the data section starts at a multiple of `align`; each tensor starts at a multiple of its
+    item size (the only padding between tensors, so naturally aligned data stays contiguous)."""
     entries, blobs, off = {}, [], 0
     for name, (dt, arr) in tensors.items():
         npdt, size = DTYPES[dt]
         a = np.ascontiguousarray(arr).astype(np.dtype(npdt).newbyteorder("<"), copy=False)
-        pad = (-off) % 8
+        pad = (-off) % size
         if pad:
             blobs.append(b"\0" * pad)
             off += pad

@@ -692,4 +692,17 @@ TEST(engram_disabled_needs_no_tables) {
     free(d);
 }
 
+/* PITFALLS 23: an empty engram_layer_ids next to Engram tensors once crashed a loader. */
+TEST(empty_engram_layer_ids_next_to_engram_tensors) {
+    char *d = fx_copy("engram_empty");
+    fx_json_edit(d, "config.json", "text_config.engram_layer_ids", "[]");
+    rm(d, "engram_token_map.bin");
+    ds_checkpoint *c = NULL;
+    ds_error e;
+    CHECK(ds_ckpt_open(d, NULL, &c, &e) == 0, "%s", e.msg);
+    CHECK(c && !c->engram_enabled && c->cfg.n_engram == 0 && !ds_ckpt_tensor(c, "layers.1.engram.embed.weight"));
+    ds_ckpt_close(c);
+    free(d);
+}
+
 RUN_ALL()

@@ -1,0 +1,210 @@
+/* Host-limit probes for the benchmarks (see membench.h).  Each probe runs one task per pool
+ * thread, and the tasks meet at a spin rendezvous before the clock starts, so a thread that woke
+ * late cannot shift work onto another and every thread streams its own slice concurrently.
+ * Time is the slowest thread's; bytes are the whole buffer.  SIMD inner loops use target
+ * attributes and are only called when CPUID allows them. */
+#include "kernels/membench.h"
+#include "kernels/kernels.h"
+#include "base/threadpool.h"
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <immintrin.h>
+
+typedef struct {
+    int threads;
+    _Atomic int arrived;
+    double t[1024];
+    void *a, *b, *c;
+    size_t n;           /* bytes or elements, per probe */
+    int kind;
+    double sink[1024];
+} probe;
+
+static void rendezvous(probe *p) {
+    atomic_fetch_add(&p->arrived, 1);
+    double t0 = ds_now();
+    while (atomic_load(&p->arrived) < p->threads && ds_now() - t0 < 1.0) { }
+}
+
+__attribute__((target("avx2"))) static double sum_avx2(const uint8_t *p, size_t n) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i + 128 <= n; i += 128) {
+        a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(p + i)));
+        a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(p + i + 32)));
+        a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(p + i + 64)));
+        a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(p + i + 96)));
+    }
+    a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+    int64_t l[4];
+    _mm256_storeu_si256((__m256i *)l, a0);
+    return (double)(l[0] + l[1] + l[2] + l[3]);
+}
+
+static double sum_scalar(const uint8_t *p, size_t n) {
+    const uint64_t *q = (const uint64_t *)p;
+    uint64_t s0 = 0, s1 = 0;
+    for (size_t i = 0; i + 2 <= n / 8; i += 2) { s0 += q[i]; s1 += q[i + 1]; }
+    return (double)(s0 + s1);
+}
+
+static void read_task(void *vctx, int t, int thread) {
+    probe *p = vctx;
+    size_t per = (p->n / (size_t)p->threads) & ~(size_t)127;
+    const uint8_t *base = (const uint8_t *)p->a + per * (size_t)t;
+    rendezvous(p);
+    double t0 = ds_now();
+    p->sink[t] = __builtin_cpu_supports("avx2") ? sum_avx2(base, per) : sum_scalar(base, per);
+    p->t[t] = ds_now() - t0;
+}
+
+static double slowest(const probe *p) {
+    double m = 0;
+    for (int i = 0; i < p->threads; i++) m = p->t[i] > m ? p->t[i] : m;
+    return m;
+}
+
+static probe *probe_new(void) {
+    probe *p = ds_xcalloc(1, sizeof *p);
+    p->threads = ds_pool_threads();
+    if (p->threads > 1024) p->threads = 1024;
+    return p;
+}
+
+double ds_bench_read_bw(size_t bytes, int reps) {
+    probe *p = probe_new();
+    bytes &= ~(size_t)4095;
+    p->a = ds_amalloc(bytes);
+    p->n = bytes;
+    memset(p->a, 1, bytes); /* fault the pages in before timing */
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        atomic_store(&p->arrived, 0);
+        ds_pool_run(p->threads, read_task, p);
+        double secs = slowest(p);
+        size_t used = ((p->n / (size_t)p->threads) & ~(size_t)127) * (size_t)p->threads;
+        double gbs = secs > 0 ? (double)used / secs / 1e9 : 0;
+        if (gbs > best) best = gbs;
+    }
+    ds_afree(p->a);
+    free(p);
+    return best;
+}
+
+static void stream_task(void *vctx, int t, int thread) {
+    probe *p = vctx;
+    size_t per = p->n / (size_t)p->threads, i0 = per * (size_t)t, i1 = i0 + per;
+    double *a = p->a, *b = p->b, *c = p->c;
+    rendezvous(p);
+    double t0 = ds_now();
+    if (p->kind == 0) memcpy(c + i0, a + i0, per * sizeof(double));
+    else
+        for (size_t i = i0; i < i1; i++) a[i] = b[i] + 3.0 * c[i];
+    p->t[t] = ds_now() - t0;
+}
+
+void ds_bench_stream(size_t elems, int reps, double *copy_gbs, double *triad_gbs) {
+    probe *p = probe_new();
+    p->n = elems;
+    p->a = ds_amalloc(elems * 8);
+    p->b = ds_amalloc(elems * 8);
+    p->c = ds_amalloc(elems * 8);
+    for (size_t i = 0; i < elems; i++) { ((double *)p->a)[i] = 1; ((double *)p->b)[i] = 2; ((double *)p->c)[i] = 0.5; }
+    size_t used = elems / (size_t)p->threads * (size_t)p->threads;
+    for (int kind = 0; kind < 2; kind++) {
+        double best = 0;
+        p->kind = kind;
+        for (int r = 0; r < reps; r++) {
+            atomic_store(&p->arrived, 0);
+            ds_pool_run(p->threads, stream_task, p);
+            double secs = slowest(p), bytes = (double)used * (kind == 0 ? 16.0 : 24.0);
+            double gbs = secs > 0 ? bytes / secs / 1e9 : 0;
+            if (gbs > best) best = gbs;
+        }
+        if (kind == 0) *copy_gbs = best;
+        else *triad_gbs = best;
+    }
+    ds_afree(p->a); ds_afree(p->b); ds_afree(p->c);
+    free(p);
+}
+
+#define PEAK_ITERS 1200000L /* ~1-3 ms per run: short runs, best of many, dodge scheduler noise */
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static double peak_vnni(void) {
+    __m512i a[12];
+    __m512i u = _mm512_set1_epi8(3), s = _mm512_set1_epi8(-2);
+    for (int i = 0; i < 12; i++) a[i] = _mm512_set1_epi32(i);
+    for (long it = 0; it < PEAK_ITERS / 12; it++) {
+#pragma GCC unroll 12
+        for (int i = 0; i < 12; i++) a[i] = _mm512_dpbusd_epi32(a[i], u, s);
+        __asm__ volatile("" : "+v"(u), "+v"(s));
+    }
+    int32_t out[16];
+    __m512i t = a[0];
+    for (int i = 1; i < 12; i++) t = _mm512_add_epi32(t, a[i]);
+    _mm512_storeu_si512(out, t);
+    __asm__ volatile("" : : "r"(out[0]) : "memory");
+    return (double)(PEAK_ITERS / 12) * 12 * 64 * 2; /* ops */
+}
+
+__attribute__((target("avx2"))) static double peak_avx2(void) {
+    /* The fastest AVX2 int8 dot sequence: VPMADDUBSW (32 u8 x s8 products, pairs summed) with an
+     * int16 VPADDW accumulate, as the W4A8 kernel runs it.  Six independent chains, each with its
+     * own opaque weight register, so no product can be hoisted out of the loop.  (The generic
+     * u8 x s8 -> int32 form needs a VPMADDWD too and is slower, so this is the stricter limit.) */
+    __m256i a[6], u[6];
+    __m256i s = _mm256_set1_epi8(-2);
+    for (int i = 0; i < 6; i++) { a[i] = _mm256_set1_epi32(i); u[i] = _mm256_set1_epi8((char)(3 + i)); }
+    for (long it = 0; it < PEAK_ITERS / 6; it++) {
+#pragma GCC unroll 6
+        for (int i = 0; i < 6; i++)
+            a[i] = _mm256_add_epi16(a[i], _mm256_maddubs_epi16(u[i], s));
+        __asm__ volatile("" : "+x"(u[0]), "+x"(u[1]), "+x"(u[2]), "+x"(u[3]), "+x"(u[4]), "+x"(u[5]), "+x"(s));
+    }
+    int32_t out[8];
+    __m256i t = a[0];
+    for (int i = 1; i < 6; i++) t = _mm256_add_epi32(t, a[i]);
+    _mm256_storeu_si256((__m256i *)out, t);
+    __asm__ volatile("" : : "r"(out[0]) : "memory");
+    return (double)(PEAK_ITERS / 6) * 6 * 32 * 2;
+}
+
+static double peak_scalar(void) {
+    volatile int32_t sink;
+    int32_t acc[4] = {0, 0, 0, 0};
+    int8_t x = 3, w = -2;
+    for (long it = 0; it < PEAK_ITERS / 4; it++) {
+        for (int i = 0; i < 4; i++) acc[i] += (int32_t)x * w;
+        __asm__ volatile("" : "+r"(x), "+r"(w));
+    }
+    sink = acc[0] + acc[1] + acc[2] + acc[3];
+    (void)sink;
+    return (double)(PEAK_ITERS / 4) * 4 * 2;
+}
+
+static void peak_task(void *vctx, int t, int thread) {
+    probe *p = vctx;
+    rendezvous(p);
+    double t0 = ds_now();
+    double ops = p->kind == 2 ? peak_vnni() : p->kind == 1 ? peak_avx2() : peak_scalar();
+    p->t[t] = ds_now() - t0;
+    p->sink[t] = ops;
+}
+
+double ds_bench_int8_peak(const char **what) {
+    probe *p = probe_new();
+    const char *path = ds_kernels_active();
+    p->kind = !strcmp(path, "avx512-vnni") ? 2 : !strcmp(path, "avx2") ? 1 : 0;
+    *what = p->kind == 2 ? "vpdpbusd zmm" : p->kind == 1 ? "vpmaddubsw+vpaddw ymm" : "scalar int32 mul-add";
+    double best = 0;
+    for (int r = 0; r < 40; r++) {
+        atomic_store(&p->arrived, 0);
+        ds_pool_run(p->threads, peak_task, p);
+        double ops = 0;
+        for (int i = 0; i < p->threads; i++) ops += p->sink[i];
+        double g = ops / slowest(p) / 1e9;
+        if (g > best) best = g;
+    }
+    free(p);
+    return best;
+}

@@ -20,11 +20,12 @@
 static void usage(FILE *f) {
     fprintf(f,
         "usage: dsflash detokenize (--tokenizer FILE | --model DIR) [--ids \"1 2 3\" | --file FILE]\n"
-        "                          [--skip-special] [--stream]\n"
+        "                          [--skip-special] [--stream] [--lines]\n"
         "  Ids come from --ids, --file or standard input: integers separated by spaces, commas or\n"
         "  newlines, or a JSON array.  The text is written to standard output as is.\n"
         "  --skip-special   drop added tokens marked special (BOS, EOS, PAD)\n"
-        "  --stream         decode incrementally; print each released chunk as a JSON string per line\n");
+        "  --stream         decode incrementally; print each released chunk as a JSON string per line\n"
+        "  --lines          batch mode: each input line is one id list; prints one JSON string per line\n");
 }
 
 /* Parse "1 2 3", "1,2,3" or "[1, 2, 3]" into ids; -1 with a message naming the offending token. */
@@ -64,7 +65,7 @@ static int read_all_stdin(char **data) {
 
 int cmd_detokenize(int argc, char **argv) {
     const char *tok_file = NULL, *model = NULL, *ids_arg = NULL, *file = NULL;
-    bool skip = false, stream = false;
+    bool skip = false, stream = false, lines = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has_val = i + 1 < argc;
@@ -74,6 +75,7 @@ int cmd_detokenize(int argc, char **argv) {
         else if (!strcmp(a, "--file") && has_val) file = argv[++i];
         else if (!strcmp(a, "--skip-special")) skip = true;
         else if (!strcmp(a, "--stream")) stream = true;
+        else if (!strcmp(a, "--lines")) lines = true;
         else if (!strcmp(a, "--help")) { usage(stdout); return 0; }
         else {
             fprintf(stderr, "dsflash detokenize: unknown option or missing value: %s\n", a);
@@ -81,8 +83,8 @@ int cmd_detokenize(int argc, char **argv) {
             return 2;
         }
     }
-    if (!!tok_file + !!model != 1 || (ids_arg && file)) {
-        fprintf(stderr, "dsflash detokenize: give exactly one of --tokenizer/--model and at most one of --ids/--file\n");
+    if (!!tok_file + !!model != 1 || (ids_arg && file) || (lines && stream)) {
+        fprintf(stderr, "dsflash detokenize: give exactly one of --tokenizer/--model, at most one of --ids/--file; --lines conflicts with --stream\n");
         usage(stderr);
         return 2;
     }
@@ -106,6 +108,28 @@ int cmd_detokenize(int argc, char **argv) {
         return 3;
     }
     ds_tokens ids = {0};
+    if (lines) {
+        ds_strbuf out = {0};
+        char *save = NULL;
+        int lineno = 0;
+        for (char *ln = strtok_r(data, "\n", &save); ln && rc == 0; ln = strtok_r(NULL, "\n", &save)) {
+            lineno++;
+            ids.n = 0;
+            if (parse_ids(ln, &ids) < 0) { fprintf(stderr, "dsflash detokenize: --lines line %d\n", lineno); rc = 1; break; }
+            size_t n;
+            char *text = ds_tokenizer_decode(tok, ids.ids, ids.n, skip, &n, &err);
+            if (!text) { fprintf(stderr, "dsflash detokenize: line %d: %s\n", lineno, err.msg); rc = 1; break; }
+            ds_json_write_string(&out, text, n);
+            ds_strbuf_putc(&out, '\n');
+            free(text);
+        }
+        if (rc == 0 && out.n) fwrite(out.s, 1, out.n, stdout);
+        ds_strbuf_free(&out);
+        free(data);
+        ds_tokens_free(&ids);
+        ds_tokenizer_free(tok);
+        return rc;
+    }
     rc = parse_ids(data, &ids) < 0 ? 1 : 0;
     free(data);
     if (rc == 0 && !stream) {

@@ -16,7 +16,7 @@ static void usage(FILE *f) {
             "         [--float-out DIR] [--rotation random|identity] [--shard-size SIZE]\n"
             "         [--split-engram SIZE | --no-split] [--split-only] [--threads N] [--no-verify] [--quiet]\n"
             "  --out writes the W4A8 release; --float-out writes the rotated float model (quantize input).\n"
-            "  Defaults: seed 1; tiny: 1 MiB shards, Engram code tables also split into 256 KiB parts.\n");
+            "  Defaults: seed 1; tiny: 1 MiB shards, Engram code tables also split into 64 KiB parts.\n");
 }
 
 static int bad(const char *fmt, const char *a) {

@@ -19,12 +19,13 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-        "usage: dsflash tokenize (--tokenizer FILE | --model DIR) [--text STRING | --file FILE | --chat FILE.json]\n"
+        "usage: dsflash tokenize (--tokenizer FILE | --model DIR) [--text STRING | --file FILE | --chat FILE.json | --lines FILE]\n"
         "                        [--no-special] [--json] [--print-prompt] [--time]\n"
         "  Text comes from --text, --file or standard input.  Ids are printed space-separated on one line.\n"
         "  --chat FILE.json   render a messages array (or an object with messages, tools, reasoning_effort,\n"
         "                     chat_template_kwargs, response_format, add_generation_prompt,\n"
         "                     continue_final_message) through the deepseek_v41 encoder\n"
+        "  --lines FILE       batch mode: each line of FILE is one JSON string; prints one line of ids per input\n"
         "  --no-special       do not recognise added-token literals in the text\n"
         "  --json             print {\"count\":N,\"tokens\":[...]} instead\n"
         "  --print-prompt     with --chat: print the rendered prompt text instead of ids\n"
@@ -155,10 +156,51 @@ static int write_release(int argc, char **argv) {
     return 0;
 }
 
+/* --lines: one JSON string per line in, one line of ids per line out. */
+static int tokenize_lines(const ds_tokenizer *tok, const char *data, size_t len, bool special, bool timing) {
+    ds_strbuf out = {0};
+    ds_error err = {0};
+    double enc_time = 0;
+    size_t bytes = 0;
+    int lineno = 0;
+    const char *p = data, *end = data + len;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t ll = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        lineno++;
+        if (ll) {
+            cJSON *v = ds_json_parse_exact(p, ll, &err);
+            if (!v || !cJSON_IsString(v)) {
+                fprintf(stderr, "dsflash tokenize: --lines line %d: %s\n", lineno, v ? "not a JSON string" : err.msg);
+                cJSON_Delete(v);
+                ds_strbuf_free(&out);
+                return 1;
+            }
+            ds_tokens ids = {0};
+            size_t n = strlen(v->valuestring);
+            double t0 = ds_now();
+            int rc = ds_tokenizer_encode(tok, v->valuestring, n, special, &ids, &err);
+            enc_time += ds_now() - t0;
+            bytes += n;
+            cJSON_Delete(v);
+            if (rc < 0) { fprintf(stderr, "dsflash tokenize: --lines line %d: %s\n", lineno, err.msg); ds_tokens_free(&ids); ds_strbuf_free(&out); return 1; }
+            for (size_t i = 0; i < ids.n; i++) ds_strbuf_printf(&out, i ? " %d" : "%d", ids.ids[i]);
+            ds_strbuf_putc(&out, '\n');
+            ds_tokens_free(&ids);
+        }
+        p += ll + 1;
+    }
+    if (timing)
+        fprintf(stderr, "encode: %zu bytes in %.3f s (%.2f MB/s)\n", bytes, enc_time, enc_time > 0 ? (double)bytes / enc_time / 1e6 : 0.0);
+    int rc = out.n && fwrite(out.s, 1, out.n, stdout) != out.n ? 3 : 0;
+    ds_strbuf_free(&out);
+    return rc;
+}
+
 int cmd_tokenize(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--write-release-tokenizer")) return write_release(argc, argv);
-    const char *tok_file = NULL, *model = NULL, *text = NULL, *file = NULL, *chat = NULL;
+    const char *tok_file = NULL, *model = NULL, *text = NULL, *file = NULL, *chat = NULL, *lines = NULL;
     bool no_special = false, json = false, print_prompt = false, timing = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -168,6 +210,7 @@ int cmd_tokenize(int argc, char **argv) {
         else if (!strcmp(a, "--text") && has_val) text = argv[++i];
         else if (!strcmp(a, "--file") && has_val) file = argv[++i];
         else if (!strcmp(a, "--chat") && has_val) chat = argv[++i];
+        else if (!strcmp(a, "--lines") && has_val) lines = argv[++i];
         else if (!strcmp(a, "--no-special")) no_special = true;
         else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--print-prompt")) print_prompt = true;
@@ -179,10 +222,11 @@ int cmd_tokenize(int argc, char **argv) {
             return 2;
         }
     }
-    if (!!tok_file + !!model != 1 || !!text + !!file + !!chat > 1 || (print_prompt && !chat) ||
-        (chat && no_special)) {
+    if (!!tok_file + !!model != 1 || !!text + !!file + !!chat + !!lines > 1 || (print_prompt && !chat) ||
+        (chat && no_special) || (lines && json)) {
         fprintf(stderr, "dsflash tokenize: give exactly one of --tokenizer/--model, at most one of "
-                        "--text/--file/--chat; --print-prompt needs --chat; --no-special conflicts with --chat\n");
+                        "--text/--file/--chat/--lines; --print-prompt needs --chat; --no-special conflicts with --chat;\n"
+                        "--json conflicts with --lines\n");
         usage(stderr);
         return 2;
     }
@@ -193,7 +237,7 @@ int cmd_tokenize(int argc, char **argv) {
     char *data = NULL;
     size_t len = 0;
     ds_error err = {0};
-    const char *src = chat ? chat : file;
+    const char *src = chat ? chat : lines ? lines : file;
     if (text) {
         data = ds_xstrdup(text);
         len = strlen(text);
@@ -210,6 +254,12 @@ int cmd_tokenize(int argc, char **argv) {
         return 3;
     }
 
+    if (lines) {
+        rc = tokenize_lines(tok, data, len, !no_special, timing);
+        free(data);
+        ds_tokenizer_free(tok);
+        return rc;
+    }
     ds_tokens ids = {0};
     char *prompt = NULL;
     double t0 = ds_now();

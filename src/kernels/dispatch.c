@@ -206,7 +206,9 @@ static int plan_tasks(const ds_linear *L, int n, int job, int threads, qtask *ou
         out[0] = (qtask){job, 0, n, 0, np};
         return 1;
     }
-    int pch = DS_MIN(np, n >= 8 ? 4 * threads : threads); /* GEMM: more, smaller tasks balance better */
+    /* 4 tasks per thread: claimed dynamically, so a thread that is descheduled for a moment (a
+     * shared host) holds up only a small slice instead of half the matrix. */
+    int pch = DS_MIN(np, 4 * threads);
     int rch = 1;
     if (np < threads && n >= 2) rch = DS_MIN(n, (threads + np - 1) / np);
     int cnt = 0;
@@ -227,6 +229,7 @@ void ds_linear_forward_q_many(const ds_linear_job *jobs, int n_jobs) {
     size_t qbytes = 0, qubytes = 0, xsums = 0;
     for (int j = 0; j < n_jobs; j++) {
         const ds_linear *L = jobs[j].L;
+        if (jobs[j].n <= 0) continue;
         atomic_fetch_add_explicit(&g_weight_bytes, weight_bytes(L), memory_order_relaxed);
         atomic_fetch_add_explicit(&g_macs, (uint64_t)L->out * (uint64_t)L->in * (uint64_t)DS_MAX(jobs[j].n, 0),
                                   memory_order_relaxed);
@@ -359,44 +362,9 @@ void ds_linear_forward(const ds_linear *L, const ds_bf16 *x, int n, float *y) {
     }
     int threads = ds_pool_threads();
     double work = (double)L->out * L->in * n;
-    int tasks = (threads <= 1 || work < 32768.0) ? 1 : DS_MIN(L->out, n >= 8 ? 4 * threads : threads);
+    int tasks = (threads <= 1 || work < 32768.0) ? 1 : DS_MIN(L->out, 4 * threads);
     c.per = (L->out + tasks - 1) / tasks;
     c.per = (c.per + 3) & ~3; /* keep row blocks whole; results do not depend on it */
     tasks = (L->out + c.per - 1) / c.per;
     ds_pool_run(tasks, f_task, &c);
-}
-
-/* ---- MoE helpers ---- */
-
-void ds_gather_rows_q(const int8_t *xq, const float *xs, int k, const int *rows, int n, int8_t *dq, float *ds) {
-    for (int i = 0; i < n; i++) {
-        memcpy(dq + (size_t)i * k, xq + (size_t)rows[i] * k, (size_t)k);
-        ds[i] = xs[rows[i]];
-    }
-}
-
-int ds_moe_group_rows(const int32_t *sel, int n, int k, int n_experts, ds_moe_groups *g, ds_error *err) {
-    memset(g, 0, sizeof *g);
-    for (int i = 0; i < n * k; i++)
-        if (sel[i] < 0 || sel[i] >= n_experts)
-            return ds_fail(err, "E_MOE_EXPERT", "MoE routing: row %d slot %d selects expert %d, outside [0, %d)",
-                           i / k, i % k, sel[i], n_experts);
-    g->n_experts = n_experts;
-    g->n_rows = n;
-    g->k = k;
-    g->off = ds_xcalloc((size_t)n_experts + 1, sizeof(int));
-    g->idx = ds_xmalloc(sizeof(int) * (size_t)(n * k > 0 ? n * k : 1));
-    for (int i = 0; i < n * k; i++) g->off[sel[i] + 1]++;
-    for (int e = 0; e < n_experts; e++) g->off[e + 1] += g->off[e];
-    int *fill = ds_xmalloc(sizeof(int) * (size_t)(n_experts > 0 ? n_experts : 1));
-    memcpy(fill, g->off, sizeof(int) * (size_t)n_experts);
-    for (int i = 0; i < n * k; i++) g->idx[fill[sel[i]]++] = i; /* ascending i => rows ascending */
-    free(fill);
-    return 0;
-}
-
-void ds_moe_groups_free(ds_moe_groups *g) {
-    free(g->off);
-    free(g->idx);
-    memset(g, 0, sizeof *g);
 }

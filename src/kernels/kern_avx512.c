@@ -22,6 +22,7 @@
 
 #ifdef DS_AVX512_EMULATE
 #pragma GCC optimize("O1")
+#pragma GCC diagnostic ignored "-Wpsabi" /* SIMDe passes 64-byte vectors by value */
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/x86/avx512.h>
 #define DS_AVX512_OPS ds_kern_avx512_emu

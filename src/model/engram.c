@@ -16,16 +16,62 @@
 #include "model/ops.h"
 #include "base/fsutil.h"
 #include "base/threadpool.h"
+#include "tokenizer/engram_map.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* Check 23 on a class map (however obtained) and keep it. */
+static int accept_map(ds_model *m, const char *src, const uint32_t *cls, ds_error *err) {
+    const ds_config *c = &m->cfg;
+    int64_t next_new = 0;
+    for (int v = 0; v < c->vocab_size; v++) {
+        if ((int64_t)cls[v] > next_new)
+            return ds_fail(err, "E_TOKEN_MAP_SIZE", "%s: expected class <= %lld at id %d (first-seen order), found %u", src,
+                           (long long)next_new, v, cls[v]);
+        if ((int64_t)cls[v] == next_new) next_new++;
+    }
+    if (next_new != c->engram_classes)
+        return ds_fail(err, "E_TOKEN_MAP_SIZE", "%s: expected %d classes (engram_compressed_vocab_size), found %lld", src,
+                       c->engram_classes, (long long)next_new);
+    if (c->engram_pad_id < 0 || c->engram_pad_id >= c->vocab_size)
+        return ds_fail(err, "E_CONFIG", "%s/config.json: engram_pad_id: expected 0..%d, found %d", m->dir, c->vocab_size - 1,
+                       c->engram_pad_id);
+    m->token_class = ds_model_own(m, ds_xmalloc(sizeof(uint32_t) * (size_t)c->vocab_size));
+    memcpy(m->token_class, cls, sizeof(uint32_t) * (size_t)c->vocab_size);
+    m->pad_class = m->token_class[c->engram_pad_id];
+    return 0;
+}
+
+/* The map computed from the model's tokenizer (MODEL.md §2.10.1), when no map file is named. */
+static int compute_token_map(ds_model *m, ds_error *err) {
+    const ds_config *c = &m->cfg;
+    char *path = ds_path_join(m->dir, "tokenizer.json");
+    ds_tokenizer *tok = NULL;
+    uint32_t *cls = NULL;
+    int n_cls = 0, rc = -1;
+    double t0 = ds_now();
+    if (!ds_file_exists(path)) {
+        ds_fail(err, "E_MISSING_FILE", "%s: expected the tokenizer (needed for the Engram token map: config names no "
+                "engram_token_map_file), found none", path);
+    } else if (ds_tokenizer_load(path, &tok, err) == 0) {
+        if (ds_tokenizer_vocab_size(tok) != c->vocab_size)
+            ds_fail(err, "E_TOKEN_MAP_SIZE", "%s: expected %d ids (vocab_size), found %d", path, c->vocab_size,
+                    ds_tokenizer_vocab_size(tok));
+        else if (ds_engram_map_compute(tok, &cls, &n_cls, err) == 0)
+            rc = accept_map(m, path, cls, err);
+    }
+    if (rc == 0) ds_log(DS_LOG_INFO, "Engram token map: computed from %s (%d classes, %.2f s)", path, n_cls, ds_now() - t0);
+    free(cls);
+    if (tok) ds_tokenizer_free(tok);
+    free(path);
+    return rc;
+}
+
 static int load_token_map(ds_model *m, ds_error *err) {
     const ds_config *c = &m->cfg;
-    if (!c->engram_token_map_file[0])
-        return ds_fail(err, "E_MISSING_FILE", "%s/config.json: engram_token_map_file: expected a precomputed token "
-                       "map (this build does not compute it from tokenizer.json), found none", m->dir);
+    if (!c->engram_token_map_file[0]) return compute_token_map(m, err);
     char *path = ds_path_join(m->dir, c->engram_token_map_file);
     char *data = NULL;
     size_t len = 0;
@@ -35,38 +81,21 @@ static int load_token_map(ds_model *m, ds_error *err) {
         free(path);
         return -1;
     }
-    int rc = 0;
+    int rc;
     const size_t want = (size_t)c->vocab_size * 4u;
     if (len != want) {
         rc = ds_fail(err, "E_TOKEN_MAP_SIZE", "%s: expected %zu bytes (vocab_size %d x 4), found %zu", path, want,
                      c->vocab_size, len);
-        goto out;
-    }
-    m->token_class = ds_model_own(m, ds_xmalloc(want));
-    int64_t next_new = 0;
-    for (int v = 0; v < c->vocab_size; v++) {
-        const uint8_t *b = (const uint8_t *)data + 4 * (size_t)v;
-        uint32_t k = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-        if ((int64_t)k > next_new) {
-            rc = ds_fail(err, "E_TOKEN_MAP_SIZE", "%s: expected class <= %lld at id %d (first-seen order), found %u", path,
-                         (long long)next_new, v, k);
-            goto out;
+    } else {
+        uint32_t *cls = ds_xmalloc(want);
+        for (int v = 0; v < c->vocab_size; v++) {
+            const uint8_t *b = (const uint8_t *)data + 4 * (size_t)v;
+            cls[v] = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
         }
-        if ((int64_t)k == next_new) next_new++;
-        m->token_class[v] = k;
+        rc = accept_map(m, path, cls, err);
+        free(cls);
+        if (rc == 0) ds_log(DS_LOG_DEBUG, "Engram token map: read from %s (%d classes)", path, c->engram_classes);
     }
-    if (next_new != c->engram_classes) {
-        rc = ds_fail(err, "E_TOKEN_MAP_SIZE", "%s: expected %d classes (engram_compressed_vocab_size), found %lld", path,
-                     c->engram_classes, (long long)next_new);
-        goto out;
-    }
-    if (c->engram_pad_id < 0 || c->engram_pad_id >= c->vocab_size) {
-        rc = ds_fail(err, "E_CONFIG", "%s/config.json: engram_pad_id: expected 0..%d, found %d", m->dir, c->vocab_size - 1,
-                     c->engram_pad_id);
-        goto out;
-    }
-    m->pad_class = m->token_class[c->engram_pad_id];
-out:
     free(data);
     free(path);
     return rc;
@@ -78,8 +107,8 @@ int ds_model_init_engram(ds_model *m, ds_error *err) {
     if (ds_engram_consts_init(&m->ec, c, err) < 0) return -1;
     for (int e = 0; e < c->n_engram; e++)
         if (m->ec.prime_sum[e] != c->engram_rows[e])
-            return ds_fail(err, "E_ENGRAM_PRIME_SUM", "%s/config.json: engram_num_embeddings[%d] (layer %d): expected %lld "
-                           "(sum of its primes), found %lld", m->dir, e, c->engram_layers[e], (long long)m->ec.prime_sum[e],
+            return ds_fail(err, "E_ENGRAM_PRIME_SUM", "%s/config.json: engram_num_embeddings[%d]: expected %lld (sum of the "
+                           "primes of layer %d), found %lld", m->dir, e, (long long)m->ec.prime_sum[e], c->engram_layers[e],
                            (long long)c->engram_rows[e]);
     if (c->has_engram_multipliers) {
         if (c->n_mult_layers != c->n_engram || c->n_mult_per_layer != c->engram_max_ngram)

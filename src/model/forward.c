@@ -177,7 +177,7 @@ int ds_batch_step(ds_model *m, int n_seqs, ds_seq **seqs, const int32_t *const *
     }
     if (validate(m, n_seqs, seqs, tokens, n_rows, logits, n_logits, &err) < 0 ||
         ds_seq_reserve_many(seqs, n_rows, n_seqs, &err) < 0) {
-        if (errbuf) snprintf(errbuf, errlen, "%s: %s", err.code, err.msg);
+        ds_format_error(&err, errbuf, errlen);
         return -1;
     }
     const ds_config *c = &m->cfg;

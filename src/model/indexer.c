@@ -98,14 +98,15 @@ void ds_indexer_run(ds_step *st, int l) {
     const ds_config *c = st->c;
     const ds_layer_weights *w = &st->m->layers[l];
     const int N = st->N, nh = c->index_n_heads, di = c->index_head_dim, rd = c->rope_head_dim;
-    /* index queries (RoPE with the CMP table at the row's position) and head weights */
+    /* index queries (RoPE with the CMP table at the row's position) and head weights: weights_proj is
+     * a linear like any other (bf16 output, MODEL.md §2.0), widened and scaled in fp32 */
     ds_linear_bf16(&w->idx_wq_b, st->qr, N, st->ftmp, st->qi);
     for (int r = 0; r < N; r++)
         for (int h = 0; h < nh; h++) ds_rope_apply(st->qi + ((size_t)r * nh + h) * di, di, rd, st->cs_cmp + (size_t)r * rd, 0);
     ds_linear_forward(&w->idx_wproj, st->u, N, st->ftmp);
     const float k = (float)(1.0 / sqrt((double)di * (double)nh));
     for (int r = 0; r < N; r++)
-        for (int h = 0; h < nh; h++) st->iw[(size_t)r * nh + h] = st->ftmp[(size_t)r * nh + h] * k;
+        for (int h = 0; h < nh; h++) st->iw[(size_t)r * nh + h] = ds_round_bf16(st->ftmp[(size_t)r * nh + h]) * k;
     idx_ctx x = {st, l, st->ss[0].seq->pools->lay.src_of_layer[c->roles[l].kv_src], c->roles[l].ratio};
     ds_pool_run(N, idx_task, &x);
 }

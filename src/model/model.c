@@ -22,6 +22,14 @@ void *ds_model_own(ds_model *m, void *p) {
     return p;
 }
 
+void ds_format_error(const ds_error *err, char *buf, size_t len) {
+    if (!buf || !len) return;
+    const char *code = err->code[0] ? err->code : "E_ERROR";
+    size_t n = strlen(code);
+    if (!strncmp(err->msg, code, n) && err->msg[n] == ':') snprintf(buf, len, "%s", err->msg);
+    else snprintf(buf, len, "%s: %s", code, err->msg);
+}
+
 void ds_model_free(ds_model *m) {
     if (!m) return;
     for (int i = 0; i < m->n_lins; i++) ds_linear_release(m->lins[i]);
@@ -63,13 +71,8 @@ ds_model *ds_model_load(const char *dir, const ds_load_options *opts, char *errb
     m->dir = ds_xstrdup(dir ? dir : "");
     if (ds_kernels_select(o.kernels ? o.kernels : "auto", &err) < 0) goto fail;
     ds_pool_init(o.threads);
-    ds_ckpt_opts co;
-    ds_ckpt_opts_default(&co);
-    co.full = o.full_validation != 0;
-    co.max_model_len = o.max_model_len;
-    co.need_draft = false;                 /* the draft is not used by this layer yet */
-    if (ds_ckpt_open(m->dir, &co, &m->ckpt, &err) < 0) goto fail;
-    m->cfg = m->ckpt->cfg;
+    /* config first, so the Engram checks (19, 23, 24) report before any tensor is touched */
+    if (ds_config_load(m->dir, &m->cfg, &err) < 0) goto fail;
     const ds_config *c = &m->cfg;
     if (check_supported(m, &err) < 0) goto fail;
     m->max_len = o.max_model_len > 0 ? o.max_model_len : c->max_pos;
@@ -86,10 +89,16 @@ ds_model *ds_model_load(const char *dir, const ds_load_options *opts, char *errb
         goto fail;
     }
     if (ds_model_init_engram(m, &err) < 0) goto fail;
+    ds_ckpt_opts co;
+    ds_ckpt_opts_default(&co);
+    co.full = o.full_validation != 0;
+    co.max_model_len = o.max_model_len;
+    co.need_draft = false;                 /* the draft is not used by this layer yet */
+    if (ds_ckpt_open(m->dir, &co, &m->ckpt, &err) < 0) goto fail;
     if (ds_model_bind_weights(m, &err) < 0) goto fail;
     return m;
 fail:
-    if (errbuf) snprintf(errbuf, errlen, "%s: %s", err.code[0] ? err.code : "E_LOAD", err.msg);
+    if (errbuf) ds_format_error(&err, errbuf, errlen);
     ds_model_free(m);
     return NULL;
 }

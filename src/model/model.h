@@ -144,6 +144,10 @@ struct ds_model {
     size_t packed_bytes;           /* kernel tiles made at load */
 };
 
+/* One-line "E_CODE: message" into a caller buffer (messages that already start with their code
+ * are not prefixed twice).  No-op when buf is NULL. */
+void ds_format_error(const ds_error *err, char *buf, size_t len);
+
 /* Keep `p` until ds_model_free (memory allocated with ds_xmalloc / malloc). */
 void *ds_model_own(ds_model *m, void *p);
 

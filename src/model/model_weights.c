@@ -123,8 +123,8 @@ static void register_linear(ds_model *m, ds_linear *L) {
     m->packed_bytes += ds_linear_prepare(L);
 }
 
-/* Bind linear `base` ("layers.0.attn.wq_a") of logical shape [out, in]. */
-static int bind_linear(ds_model *m, const char *base, int64_t out, int64_t in, ds_linear *L, ds_error *err) {
+/* Describe linear `base` ("layers.0.attn.wq_a") of logical shape [out, in] (not yet registered). */
+static int describe_linear(ds_model *m, const char *base, int64_t out, int64_t in, ds_linear *L, ds_error *err) {
     char name[192];
     memset(L, 0, sizeof *L);
     L->out = (int)out;
@@ -162,11 +162,16 @@ static int bind_linear(ds_model *m, const char *base, int64_t out, int64_t in, d
             for (size_t i = 0; i < n; i++) w[i] = ds_f16_to_f32(((const uint16_t *)wt->data)[i]);
             L->fmt = DS_LIN_F32;
             L->w = w;
-            register_linear(m, L);
             return 0;
         } else return bad_dtype(wt, "BF16 or F32 (float linear), I8 with weight_scale (quantized)", err);
         L->w = wt->data;
     }
+    return 0;
+}
+
+/* Describe and register (kernel preparation, release at free). */
+static int bind_linear(ds_model *m, const char *base, int64_t out, int64_t in, ds_linear *L, ds_error *err) {
+    if (describe_linear(m, base, out, in, L, err) < 0) return -1;
     register_linear(m, L);
     return 0;
 }
@@ -175,8 +180,8 @@ static int bind_linear(ds_model *m, const char *base, int64_t out, int64_t in, d
 static int bind_wo_a(ds_model *m, const char *base, ds_layer_weights *lw, ds_error *err) {
     const ds_config *c = &m->cfg;
     const int G = c->o_groups, ol = c->o_lora_rank, gin = c->n_heads * c->head_dim / G;
-    ds_linear full;
-    if (bind_linear(m, base, (int64_t)G * ol, gin, &full, err) < 0) return -1;
+    ds_linear full;   /* the whole tensor, only described: each group view is registered */
+    if (describe_linear(m, base, (int64_t)G * ol, gin, &full, err) < 0) return -1;
     lw->wo_a = ds_model_own(m, ds_xcalloc((size_t)G, sizeof(ds_linear)));
     for (int g = 0; g < G; g++) {
         ds_linear *L = &lw->wo_a[g];

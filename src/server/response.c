@@ -5,6 +5,48 @@
 #include <string.h>
 #include <time.h>
 
+/* Text may hold U+0000 (a byte-level token can decode to it), which cJSON strings cannot carry.
+ * Such text is stored with a private marker in place of each NUL and the marker's escaped form
+ * is turned into \u0000 when the JSON is printed, so no text is ever cut short. */
+#define NUL_MARK "\x01\x02\x03NUL\x03\x02\x01"
+#define NUL_MARK_JSON "\\u0001\\u0002\\u0003NUL\\u0003\\u0002\\u0001"
+
+static cJSON *text_item(const char *s, size_t n) {
+    if (!s) return cJSON_CreateString("");
+    if (!memchr(s, 0, n)) {
+        char *c = ds_xmalloc(n + 1);
+        memcpy(c, s, n);
+        c[n] = 0;
+        cJSON *it = cJSON_CreateString(c);
+        free(c);
+        return it;
+    }
+    ds_tbuf b = {0};
+    for (size_t i = 0; i < n; i++) {
+        if (s[i]) ds_tbuf_append(&b, s + i, 1);
+        else ds_tbuf_puts(&b, NUL_MARK);
+    }
+    cJSON *it = cJSON_CreateString(b.s);
+    ds_tbuf_free(&b);
+    return it;
+}
+
+static void add_text(cJSON *o, const char *key, const char *s, size_t n) { cJSON_AddItemToObject(o, key, text_item(s, n)); }
+
+/* Print and restore NULs; appends to out. */
+static void print_json(cJSON *o, ds_tbuf *out) {
+    char *p = cJSON_PrintUnformatted(o);
+    const char *q = p, *m;
+    size_t ml = strlen(NUL_MARK_JSON);
+    while ((m = strstr(q, NUL_MARK_JSON))) {
+        ds_tbuf_append(out, q, (size_t)(m - q));
+        ds_tbuf_puts(out, "\\u0000");
+        q = m + ml;
+    }
+    ds_tbuf_puts(out, q);
+    free(p);
+}
+
 void ds_resp_init(ds_resp *rs, const ds_api_request *ar, const ds_tokenizer *tok, ds_metrics *m, const char *model,
                   const char *id_prefix) {
     memset(rs, 0, sizeof *rs);
@@ -45,14 +87,17 @@ void ds_resp_free(ds_resp *rs) {
 }
 
 /* Decoded text of one id (invalid UTF-8 replaced), for logprob entries. */
-static char *token_text(const ds_tokenizer *tok, int32_t id) {
+static char *token_text(const ds_tokenizer *tok, int32_t id, size_t *len) {
     ds_error e;
-    char *s = tok ? ds_tokenizer_decode(tok, &id, 1, false, NULL, &e) : NULL;
+    size_t n = 0;
+    char *s = tok ? ds_tokenizer_decode(tok, &id, 1, false, &n, &e) : NULL;
     if (!s) {
         char buf[32];
         snprintf(buf, sizeof buf, "<%d>", id);
         s = ds_xstrdup(buf);
+        n = strlen(s);
     }
+    if (len) *len = n;
     return s;
 }
 
@@ -66,8 +111,9 @@ static cJSON *token_bytes(const ds_tokenizer *tok, int32_t id) {
 
 static cJSON *chat_lp_entry(const ds_tokenizer *tok, int32_t id, float lp) {
     cJSON *o = cJSON_CreateObject();
-    char *t = token_text(tok, id);
-    cJSON_AddStringToObject(o, "token", t);
+    size_t n;
+    char *t = token_text(tok, id, &n);
+    add_text(o, "token", t, n);
     free(t);
     cJSON_AddNumberToObject(o, "logprob", lp);
     cJSON_AddItemToObject(o, "bytes", token_bytes(tok, id));
@@ -86,15 +132,16 @@ static void add_logprobs(ds_resp *rs, ds_req *r, int64_t from, int64_t to, cJSON
             for (int k = 0; k < res->n_top; k++) cJSON_AddItemToArray(tl, chat_lp_entry(rs->tok, res->top[k].id, res->top[k].logprob));
             cJSON_AddItemToArray(chat_content, e);
         } else {
-            char *t = token_text(rs->tok, id);
-            cJSON_AddItemToArray(toks, cJSON_CreateString(t));
+            size_t tn;
+            char *t = token_text(rs->tok, id, &tn);
+            cJSON_AddItemToArray(toks, text_item(t, tn));
             cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)rs->text_offset));
-            rs->text_offset += strlen(t);
+            rs->text_offset += tn;
             free(t);
             cJSON_AddItemToArray(lps, cJSON_CreateNumber(res->logprob));
             cJSON *m = cJSON_CreateObject();
             for (int k = 0; k < res->n_top; k++) {
-                char *tt = token_text(rs->tok, res->top[k].id);
+                char *tt = token_text(rs->tok, res->top[k].id, NULL);
                 if (!cJSON_GetObjectItemCaseSensitive(m, tt)) cJSON_AddNumberToObject(m, tt, res->top[k].logprob);
                 free(tt);
             }
@@ -153,22 +200,20 @@ static cJSON *chunk_base(ds_resp *rs) {
 }
 
 static void emit(ds_tbuf *sse, cJSON *o) {
-    char *s = cJSON_PrintUnformatted(o);
     ds_tbuf_puts(sse, "data: ");
-    ds_tbuf_puts(sse, s);
+    print_json(o, sse);
     ds_tbuf_puts(sse, "\n\n");
-    free(s);
     cJSON_Delete(o);
 }
 
 /* One choice chunk: delta fields (chat) or text (completions), optional logprobs, finish. */
-static void emit_choice(ds_resp *rs, ds_tbuf *sse, cJSON *delta, const char *text, cJSON *lp, const char *fin) {
+static void emit_choice(ds_resp *rs, ds_tbuf *sse, cJSON *delta, const char *text, size_t text_len, cJSON *lp, const char *fin) {
     cJSON *o = chunk_base(rs);
     cJSON *ch = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
     cJSON_AddNumberToObject(c, "index", 0);
     if (rs->kind == DS_API_CHAT) cJSON_AddItemToObject(c, "delta", delta ? delta : cJSON_CreateObject());
     else {
-        cJSON_AddStringToObject(c, "text", text ? text : "");
+        add_text(c, "text", text, text ? text_len : 0);
         cJSON_Delete(delta);
     }
     if (lp) cJSON_AddItemToObject(c, "logprobs", lp);
@@ -185,9 +230,9 @@ static int apply_delta(ds_resp *rs, ds_parse_delta *d, ds_tbuf *sse, cJSON **lp)
     if (rs->stream) {
         if (d->reasoning_len || d->content_len) {
             cJSON *delta = cJSON_CreateObject();
-            if (d->reasoning_len) cJSON_AddStringToObject(delta, "reasoning_content", d->reasoning);
-            if (d->content_len) cJSON_AddStringToObject(delta, "content", d->content);
-            emit_choice(rs, sse, delta, NULL, *lp, NULL);
+            if (d->reasoning_len) add_text(delta, "reasoning_content", d->reasoning, d->reasoning_len);
+            if (d->content_len) add_text(delta, "content", d->content, d->content_len);
+            emit_choice(rs, sse, delta, NULL, 0, *lp, NULL);
             *lp = NULL;
         }
         for (int i = 0; i < d->n_calls; i++) {
@@ -199,7 +244,7 @@ static int apply_delta(ds_resp *rs, ds_parse_delta *d, ds_tbuf *sse, cJSON **lp)
             ds_tool_call c = d->calls[i];
             c.index = rs->n_calls_sent++;
             cJSON_AddItemToArray(tc, tool_call_obj(&c, true));
-            emit_choice(rs, sse, delta, NULL, *lp, NULL);
+            emit_choice(rs, sse, delta, NULL, 0, *lp, NULL);
             *lp = NULL;
             calls++;
         }
@@ -235,7 +280,7 @@ void ds_resp_consume(ds_resp *rs, ds_req *r, ds_tbuf *sse) {
         cJSON *delta = cJSON_CreateObject();
         cJSON_AddStringToObject(delta, "role", "assistant");
         cJSON_AddStringToObject(delta, "content", "");
-        emit_choice(rs, sse, delta, NULL, NULL, NULL);
+        emit_choice(rs, sse, delta, NULL, 0, NULL, NULL);
         rs->role_sent = true;
     }
     if (!rs->stream) {
@@ -247,15 +292,11 @@ void ds_resp_consume(ds_resp *rs, ds_req *r, ds_tbuf *sse) {
         apply_delta(rs, &d, sse, &lp);
         ds_parse_delta_free(&d);
     } else if (new_len || lp) {
-        char *t = ds_xmalloc(new_len + 1);
-        memcpy(t, new_text, new_len);
-        t[new_len] = 0;
-        emit_choice(rs, sse, NULL, t, lp, NULL);
+        emit_choice(rs, sse, NULL, new_text, new_len, lp, NULL);
         lp = NULL;
-        free(t);
     }
     if (lp && rs->stream && rs->kind == DS_API_CHAT) {
-        emit_choice(rs, sse, cJSON_CreateObject(), NULL, lp, NULL);
+        emit_choice(rs, sse, cJSON_CreateObject(), NULL, 0, lp, NULL);
         lp = NULL;
     }
     cJSON_Delete(lp);
@@ -283,7 +324,7 @@ void ds_resp_consume(ds_resp *rs, ds_req *r, ds_tbuf *sse) {
         if (pr->dropped_partial_calls) atomic_fetch_add(&rs->metrics->tool_calls_dropped, (uint64_t)pr->dropped_partial_calls);
         if (n_calls && r->stopped_by_eos) atomic_fetch_add(&rs->metrics->success[DS_FINISH_TOOL_CALLS], 1);
     }
-    emit_choice(rs, sse, cJSON_CreateObject(), "", NULL, finish_reason(rs, r, n_calls));
+    emit_choice(rs, sse, cJSON_CreateObject(), "", 0, NULL, finish_reason(rs, r, n_calls));
     if (rs->include_usage) {
         cJSON *o = chunk_base(rs);
         cJSON_AddArrayToObject(o, "choices");
@@ -303,11 +344,12 @@ static cJSON *prompt_logprobs_json(ds_resp *rs, ds_req *r) {
         const ds_sample_result *res = &r->plp[i];
         cJSON *o = cJSON_CreateObject();
         char key[16];
-        char *t = token_text(rs->tok, res->token);
+        size_t tn;
+        char *t = token_text(rs->tok, res->token, &tn);
         cJSON *e = cJSON_CreateObject();
         cJSON_AddNumberToObject(e, "logprob", res->logprob);
         cJSON_AddNumberToObject(e, "rank", res->rank);
-        cJSON_AddStringToObject(e, "decoded_token", t);
+        add_text(e, "decoded_token", t, tn);
         free(t);
         snprintf(key, sizeof key, "%d", res->token);
         cJSON_AddItemToObject(o, key, e);
@@ -317,8 +359,9 @@ static cJSON *prompt_logprobs_json(ds_resp *rs, ds_req *r) {
             cJSON *x = cJSON_CreateObject();
             cJSON_AddNumberToObject(x, "logprob", res->top[k].logprob);
             cJSON_AddNumberToObject(x, "rank", k + 1);
-            char *tt = token_text(rs->tok, res->top[k].id);
-            cJSON_AddStringToObject(x, "decoded_token", tt);
+            size_t ttn;
+            char *tt = token_text(rs->tok, res->top[k].id, &ttn);
+            add_text(x, "decoded_token", tt, ttn);
             free(tt);
             cJSON_AddItemToObject(o, key, x);
         }
@@ -350,8 +393,8 @@ void ds_resp_render(ds_resp *rs, ds_req *r, ds_tbuf *out) {
             n_calls = 1;
         }
         if (n_calls && pr.content_len == 0) cJSON_AddNullToObject(msg, "content");
-        else cJSON_AddStringToObject(msg, "content", pr.content ? pr.content : "");
-        if (rs->thinking) cJSON_AddStringToObject(msg, "reasoning_content", pr.reasoning ? pr.reasoning : "");
+        else add_text(msg, "content", pr.content, pr.content_len);
+        if (rs->thinking) add_text(msg, "reasoning_content", pr.reasoning, pr.reasoning_len);
         if (n_calls) {
             cJSON *tc = cJSON_AddArrayToObject(msg, "tool_calls");
             for (int i = 0; i < n_calls; i++) cJSON_AddItemToArray(tc, tool_call_obj(&pr.calls[i], false));
@@ -368,7 +411,7 @@ void ds_resp_render(ds_resp *rs, ds_req *r, ds_tbuf *out) {
             cJSON_AddNullToObject(c, "logprobs");
         }
     } else {
-        cJSON_AddStringToObject(c, "text", rs->text.s ? rs->text.s : "");
+        add_text(c, "text", rs->text.s, rs->text.n);
         if (rs->logprobs) {
             cJSON *lp = cJSON_AddObjectToObject(c, "logprobs");
             cJSON_AddItemToObject(lp, "tokens", rs->lp_tokens);
@@ -386,8 +429,6 @@ void ds_resp_render(ds_resp *rs, ds_req *r, ds_tbuf *out) {
     cJSON_AddStringToObject(c, "finish_reason", finish_reason(rs, r, n_calls));
     if (rs->prompt_logprobs >= 0) cJSON_AddItemToObject(c, "prompt_logprobs", prompt_logprobs_json(rs, r));
     cJSON_AddItemToObject(o, "usage", usage_obj(rs, r));
-    char *s = cJSON_PrintUnformatted(o);
-    ds_tbuf_puts(out, s);
-    free(s);
+    print_json(o, out);
     cJSON_Delete(o);
 }

@@ -1,7 +1,7 @@
 /* mkmodel driver: config → synthetic float source → release (and/or float checkpoint) → self-check.
  * See mkmodel.h for the design.  Per-preset defaults exist so that the plain command produces the
  * fixture the test suites expect: tiny gets 1 MiB shards (several trunk shards, so the index is
- * exercised) and its Engram code tables also in split form with 256 KiB parts plus PARTS.sha256
+ * exercised) and its Engram code tables also in split form with 64 KiB parts plus PARTS.sha256
  * (CHECKPOINT.md §10); larger models get 2 GiB shards and no split unless asked. */
 #include "tools/mkmodel.h"
 #include "base/fsutil.h"
@@ -49,7 +49,7 @@ int ds_mkmodel_run(const ds_mkmodel_opts *o, ds_error *err) {
     ds_rw_opts_default(&job.rw);
     job.resume = false; /* a generator never resumes into an existing directory */
     job.rw.shard_bytes = o->shard_bytes ? o->shard_bytes : tiny ? ((uint64_t)1 << 20) : ((uint64_t)2 << 30);
-    job.rw.split_engram = o->no_split ? 0 : o->split_engram ? o->split_engram : tiny ? ((uint64_t)256 << 10) : 0;
+    job.rw.split_engram = o->no_split ? 0 : o->split_engram ? o->split_engram : tiny ? ((uint64_t)64 << 10) : 0;
     job.rw.split_only = o->split_only;
     job.rw.threads = o->threads;
     job.rw.quiet = o->quiet;

@@ -52,11 +52,19 @@ static inline uint64_t ds_mk_mix(uint64_t *state) {
 }
 /* FNV-1a of a string, mixed with the seed: the stream seed of one tensor. */
 uint64_t ds_mk_tensor_seed(uint64_t seed, const char *name);
-/* Approximately standard normal (Irwin–Hall of four 16-bit uniforms, unit variance, |z| < 3.47). */
+/* Approximately standard normal (Irwin–Hall of four 16-bit uniforms, unit variance, |z| < 3.47):
+ * used for the few small structured tensors. */
 static inline float ds_mk_normal(uint64_t *state) {
     uint64_t r = ds_mk_mix(state);
     int64_t s = (int64_t)(r & 0xffff) + (int64_t)((r >> 16) & 0xffff) + (int64_t)((r >> 32) & 0xffff) + (int64_t)(r >> 48);
     return (float)(((double)s - 131070.0) * (1.0 / 37837.22894));
+}
+/* Four zero-mean unit-variance uniform values (|z| < 1.733) from one draw: the bulk weights.  A
+ * uniform law is as good as a normal one for a synthetic model and costs a quarter of the draws,
+ * which is most of mkmodel's time on the 7 G-weight mini model. */
+static inline void ds_mk_uniform4(uint64_t *state, float out[4]) {
+    uint64_t r = ds_mk_mix(state);
+    for (int k = 0; k < 4; k++) out[k] = (float)(((double)((r >> (16 * k)) & 0xffff) - 32767.5) * (3.4641016151377544 / 65536.0));
 }
 
 typedef enum { DS_MK_NORMAL = 0, DS_MK_HC_BASE, DS_MK_HC_SCALE, DS_MK_BIAS_TIERS, DS_MK_EMBED } ds_mk_kind;
@@ -68,6 +76,8 @@ typedef struct ds_mk_spec {
     ds_mk_fold fold;
     char seed_name[96];        /* name whose stream generates the values (draft vocabulary copies) */
     int layer;                 /* for structured kinds */
+    bool folded_norm;          /* a residual norm whose weights live in its readers: emits 1.0 */
+    char norm_fold[96];        /* a reader of a residual norm: columns scaled by that norm's weights */
 } ds_mk_spec;
 
 /* Initialization rule of one tensor (mkmodel_init.c). */

@@ -9,6 +9,11 @@
  * The head has std 2/sqrt(D), giving logits with a standard deviation of about 2: peaked enough
  * that greedy decoding is meaningful, flat enough that many tokens compete.
  *
+ * Residual norms (trunk attn_norm, ffn_norm and the final norm) are folded into the linears that
+ * read them (W ← W·diag(w)) and stored as exact ones, as QuaRot requires: an element-wise norm weight
+ * does not commute with the rotation, so without the fold the rotated release would be a different
+ * model from the float one, and the "rotated ≡ un-rotated" check could not hold.
+ *
  * Fold assignment (MODEL.md §3): trunk tensors whose last axis is the residual are right-folded
  * (embed, head, hc_*_fn per copy, wq_a, wkv, compressor wkv/wgate, indexer weights_proj, gate,
  * routed and shared w1/w3); trunk tensors writing into the residual are left-folded (wo_b, w2,
@@ -77,9 +82,21 @@ void ds_mk_spec_for(const ds_config *cfg, const char *name, int64_t rows, int64_
 
     if (!r) { /* global tensors */
         if (!strcmp(name, "embed.weight")) { normal(out, 0.0, 1.0); out->fold = DS_MK_FOLD_RIGHT; }
-        else if (!strcmp(name, "head.weight")) { normal(out, 0.0, 2.0 / sqrt(D)); out->fold = DS_MK_FOLD_RIGHT; }
+        else if (!strcmp(name, "head.weight")) {
+            normal(out, 0.0, 2.0 / sqrt(D));
+            out->fold = DS_MK_FOLD_RIGHT;
+            snprintf(out->norm_fold, sizeof out->norm_fold, "norm.weight");
+        } else if (!strcmp(name, "norm.weight")) out->folded_norm = true;
         return;
     }
+    if (trunk && (!strcmp(r, "attn_norm.weight") || !strcmp(r, "ffn_norm.weight"))) { out->folded_norm = true; return; }
+    /* readers of the trunk's residual norms */
+    if (trunk && (!strcmp(r, "attn.wq_a.weight") || !strcmp(r, "attn.wkv.weight") || !strcmp(r, "attn.compressor.wkv.weight") ||
+                  !strcmp(r, "attn.compressor.wgate.weight") || !strcmp(r, "attn.indexer.weights_proj.weight")))
+        snprintf(out->norm_fold, sizeof out->norm_fold, "layers.%d.attn_norm.weight", li);
+    if (trunk && (!strcmp(r, "ffn.gate.weight") ||
+                  ((!strncmp(r, "ffn.experts.", 12) || !strncmp(r, "ffn.shared_experts.", 19)) && !ends_with(r, ".w2.weight"))))
+        snprintf(out->norm_fold, sizeof out->norm_fold, "layers.%d.ffn_norm.weight", li);
     if (!strncmp(r, "hc_", 3)) {
         if (ends_with(r, "_fn")) { normal(out, 0.0, 1.0 / sqrt(HC * D)); if (trunk) out->fold = DS_MK_FOLD_RIGHT; }
         else if (ends_with(r, "_base")) out->kind = DS_MK_HC_BASE;
@@ -137,9 +154,15 @@ void ds_mk_gen_rows(const ds_config *cfg, const ds_mk_spec *sp, uint64_t seed, u
         uint64_t st = row_state(seed, r);
         switch (sp->kind) {
         case DS_MK_NORMAL:
-        case DS_MK_EMBED:
-            for (int64_t c = 0; c < cols; c++) o[c] = (float)(sp->mean + sp->std * (double)ds_mk_normal(&st));
+        case DS_MK_EMBED: {
+            const float mean = (float)sp->mean, std = (float)sp->std;
+            float z[4];
+            for (int64_t c = 0; c < cols; c += 4) {
+                ds_mk_uniform4(&st, z);
+                for (int k = 0; k < 4 && c + k < cols; k++) o[c + k] = mean + std * z[k];
+            }
             break;
+        }
         case DS_MK_HC_BASE: {
             const int HC = cfg->hc_mult;
             for (int64_t c = 0; c < cols; c++) {

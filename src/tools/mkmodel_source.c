@@ -26,6 +26,26 @@ typedef struct mk_impl {
     uint64_t *tseed;       /* [n] stream seed of each tensor */
 } mk_impl;
 
+/* Unrotated rows: the tensor's own stream, a folded norm's ones, or a norm reader's columns scaled
+ * by the (original) weights of that norm. */
+static void gen_unrotated(mk_impl *m, const ds_mk_spec *sp, uint64_t tseed, int64_t r0, int64_t r1, int64_t cols, float *out) {
+    if (sp->folded_norm) {
+        for (int64_t k = 0; k < (r1 - r0) * cols; k++) out[k] = 1.0f;
+        return;
+    }
+    ds_mk_gen_rows(&m->cfg, sp, tseed, m->seed, r0, r1, cols, out);
+    if (sp->norm_fold[0]) {
+        ds_mk_spec ns;
+        ds_mk_spec_for(&m->cfg, sp->norm_fold, 1, cols, false, &ns);
+        ns.folded_norm = false;
+        float *w = ds_xmalloc(sizeof(float) * (size_t)cols);
+        ds_mk_gen_rows(&m->cfg, &ns, ds_mk_tensor_seed(m->seed, ns.seed_name), m->seed, 0, 1, cols, w);
+        for (int64_t r = 0; r < r1 - r0; r++)
+            for (int64_t c = 0; c < cols; c++) out[r * cols + c] *= w[c];
+        free(w);
+    }
+}
+
 static int gen_f32(ds_fsrc *s, int i, int64_t r0, int64_t r1, float *out) {
     mk_impl *m = s->impl;
     const ds_fsrc_tensor *t = &s->t[i];
@@ -45,13 +65,13 @@ static int gen_f32(ds_fsrc *s, int i, int64_t r0, int64_t r1, float *out) {
         int64_t b1 = r1 > fr1 ? r1 : fr0 + (r1 - fr0 + DS_ROT_BLOCK - 1) / DS_ROT_BLOCK * DS_ROT_BLOCK;
         if (b1 > t->rows) b1 = t->rows;
         float *tmp = ds_xmalloc(sizeof(float) * (size_t)((b1 - b0) * cols));
-        ds_mk_gen_rows(&m->cfg, sp, m->tseed[i], m->seed, b0, b1, cols, tmp);
+        gen_unrotated(m, sp, m->tseed[i], b0, b1, cols, tmp);
         for (int64_t b = DS_MAX(b0, fr0); b + DS_ROT_BLOCK <= DS_MIN(b1, fr1); b += DS_ROT_BLOCK)
             ds_rot32_fold_rows32(rot, tmp + (b - b0) * cols, cols);
         memcpy(out, tmp + (r0 - b0) * cols, sizeof(float) * (size_t)((r1 - r0) * cols));
         free(tmp);
     } else {
-        ds_mk_gen_rows(&m->cfg, sp, m->tseed[i], m->seed, r0, r1, cols, out);
+        gen_unrotated(m, sp, m->tseed[i], r0, r1, cols, out);
         if (!rot->identity && sp->fold == DS_MK_FOLD_RIGHT)
             for (int64_t r = 0; r < r1 - r0; r++) ds_rot32_fold_row(rot, out + r * cols, out + r * cols, cols);
     }

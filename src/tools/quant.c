@@ -11,14 +11,20 @@
 #include <math.h>
 #include <string.h>
 
+/* max |w| via the bit patterns: for finite values, |x| orders like its bits with the sign
+ * cleared, and integer max vectorizes where a float compare-and-select would not. */
 static float row_absmax(const float *w, int64_t n) {
-    float m = 0.0f;
+    uint32_t m = 0;
 #pragma omp simd reduction(max : m)
     for (int64_t i = 0; i < n; i++) {
-        float a = fabsf(w[i]);
-        m = a > m ? a : m;
+        uint32_t u;
+        memcpy(&u, &w[i], 4);
+        u &= 0x7fffffffu;
+        m = u > m ? u : m;
     }
-    return m;
+    float f;
+    memcpy(&f, &m, 4);
+    return f;
 }
 
 int ds_all_finite(const float *x, int64_t n) {
@@ -47,13 +53,21 @@ void ds_quant_w8_row(const float *w, int64_t n, int8_t *q, float *scale) {
     }
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) {
-        float t = w[i] / s;
-        t = t < -128.0f ? -128.0f : (t > 128.0f ? 128.0f : t);
-        float r = ds_rne_small(t);
-        r = r < -127.0f ? -127.0f : (r > 127.0f ? 127.0f : r);
-        q[i] = (int8_t)r;
+        int c = (int)ds_rne_small(w[i] / s); /* |w / s| <= 127 (1 + 2^-23): the trick is exact */
+        c = c < -127 ? -127 : c;
+        c = c > 127 ? 127 : c;
+        q[i] = (int8_t)c;
     }
     *scale = s;
+}
+
+/* Σ (w − s·q)² for the int4 codes of scale s (codes not stored). */
+/* The int4 code of w / s.  |w / s| <= 7 / 0.05 at any search step, so the rounding trick is exact
+ * without a pre-clamp; the clamp is done on integers so the loops vectorize. */
+static inline int w4_code(float w, float s) {
+    int c = (int)ds_rne_small(w / s);
+    c = c < -8 ? -8 : c;
+    return c > 7 ? 7 : c;
 }
 
 /* Σ (w − s·q)² for the int4 codes of scale s (codes not stored). */
@@ -62,11 +76,7 @@ static double w4_error(const float *w, int64_t n, float s) {
     const double sd = (double)s;
 #pragma omp simd reduction(+ : e)
     for (int64_t i = 0; i < n; i++) {
-        float t = w[i] / s;
-        t = t < -9.0f ? -9.0f : (t > 9.0f ? 9.0f : t);
-        float r = ds_rne_small(t);
-        r = r < -8.0f ? -8.0f : (r > 7.0f ? 7.0f : r);
-        double d = (double)w[i] - sd * (double)r;
+        double d = (double)w[i] - sd * (double)w4_code(w[i], s);
         e += d * d;
     }
     return e;
@@ -74,13 +84,7 @@ static double w4_error(const float *w, int64_t n, float s) {
 
 static void w4_codes(const float *w, int64_t n, float s, int8_t *q) {
 #pragma omp simd
-    for (int64_t i = 0; i < n; i++) {
-        float t = w[i] / s;
-        t = t < -9.0f ? -9.0f : (t > 9.0f ? 9.0f : t);
-        float r = ds_rne_small(t);
-        r = r < -8.0f ? -8.0f : (r > 7.0f ? 7.0f : r);
-        q[i] = (int8_t)r;
-    }
+    for (int64_t i = 0; i < n; i++) q[i] = (int8_t)w4_code(w[i], s);
 }
 
 int ds_quant_w4_row(const float *w, int64_t n, int steps, int8_t *q, float *scale) {
@@ -152,10 +156,9 @@ int ds_quant_engram_row(const float *x, int width, int8_t *codes, float *scales)
         if (e < -126 || e > 127) return -1;
         float scale = ldexpf(1.0f, e);
         for (int i = 0; i < 32; i++) {
-            float t = xg[i] / scale; /* exact: power-of-two divisor, |t| <= 127 */
-            float r = ds_rne_small(t);
-            r = r < -127.0f ? -127.0f : (r > 127.0f ? 127.0f : r);
-            cg[i] = (int8_t)r;
+            int c = (int)ds_rne_small(xg[i] / scale); /* exact: power-of-two divisor, |t| <= 127 */
+            c = c < -127 ? -127 : c;
+            cg[i] = (int8_t)(c > 127 ? 127 : c);
         }
         scales[g] = scale;
     }

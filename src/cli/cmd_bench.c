@@ -63,8 +63,8 @@ static int parse(int argc, char **argv, int decode, bench_opts *o) {
 typedef struct { double read_bw, copy, triad, peak; const char *peak_what; } limits;
 
 static void measure_limits(limits *l, int quick) {
-    l->read_bw = ds_bench_read_bw((size_t)(quick ? 256 : 512) << 20, 3);
-    ds_bench_stream((size_t)(quick ? 16 : 32) << 20, 3, &l->copy, &l->triad);
+    l->read_bw = ds_bench_read_bw((size_t)64 << 20, 6, quick ? 0.3 : 0.8);
+    ds_bench_stream((size_t)8 << 20, 12, &l->copy, &l->triad);
     l->peak = ds_bench_int8_peak(&l->peak_what);
     printf("limits (%d threads, measured now): read-only %.1f GB/s | STREAM copy %.1f GB/s, triad %.1f GB/s | "
            "int8 peak %.0f GOP/s (%s)\n", ds_pool_threads(), l->read_bw, l->copy, l->triad, l->peak, l->peak_what);
@@ -154,7 +154,7 @@ static void bench_row(const limits *lim, ds_lin_fmt f, int out, int in, int n, d
     make_lin(&c[1], f, out, in);
     /* matrix-vector rows are judged against a bandwidth probe taken right before them: on a shared
      * host the load drifts within a run, and the ratio must compare like with like */
-    double bw = n == 1 ? ds_bench_read_bw((size_t)256 << 20, 2) : lim->read_bw;
+    double bw = n == 1 ? ds_bench_read_bw((size_t)64 << 20, 6, min_secs) : lim->read_bw;
     double t = time_linear(c, n, min_secs);
     double bytes = (double)fmt_bytes(f, out, in) + (f <= DS_LIN_W4A8 ? 4.0 * out : 0.0);
     double gbs = bytes / t / 1e9, gops = 2.0 * out * in * n / t / 1e9;

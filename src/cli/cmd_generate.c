@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void usage(FILE *f) {
     fprintf(f, "usage: dsflash generate --model DIR (--prompt-ids 1,2,3 | --prompt-file F) --max-tokens N\n"
@@ -135,6 +136,16 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "dsflash generate: --prompt-ids %s: expected comma-separated non-negative ids\n", ids_arg);
         usage(stderr);
         return 2;
+    }
+    if (trace_path) {
+        /* fail before the run, not after it, when the trace cannot be written */
+        char *dir = ds_xstrdup(trace_path), *slash = strrchr(dir, '/');
+        if (slash) *slash = 0;
+        struct stat st;
+        int ok = stat(slash ? (dir[0] ? dir : "/") : ".", &st) == 0 && S_ISDIR(st.st_mode);
+        if (!ok) fprintf(stderr, "dsflash generate: E_IO: --trace %s: expected an existing directory, found none\n", trace_path);
+        free(dir);
+        if (!ok) { ds_tokens_free(&prompt); return 3; }
     }
     ds_error err = {{0}, {0}};
     ds_tokenizer *tok = NULL;

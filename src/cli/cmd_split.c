@@ -44,8 +44,8 @@ int cmd_split(int argc, char **argv) {
         } else if (!strcmp(a, "--jobs")) {
             char *end;
             long j = strtol(val, &end, 10);
-            if (*end || end == val || j < 1 || j > 256) {
-                fprintf(stderr, "dsflash split: --jobs %s: expected an integer 1..256\n", val);
+            if (*end || end == val || j < 1 || j > 16) {
+                fprintf(stderr, "dsflash split: --jobs %s: expected an integer 1..16 (each job holds two 64 MiB buffers)\n", val);
                 goto bad;
             }
             o.jobs = (int)j;

@@ -13,6 +13,7 @@ static const subcommand k_cmds[] = {
     {"reassemble", cmd_reassemble, "verify and join split Engram parts (PARTS.sha256)"},
     {"split", cmd_split, "cut a large file into parts with PARTS.sha256"},
     {"verify", cmd_verify, "structural checkpoint verifier"},
+    {"verify-checkpoint", cmd_verify, "alias of verify"},
     {"quantize", cmd_quantize, "float checkpoint -> W4A8 release"},
     {"bench", cmd_bench, "benchmarks (kernels, decode, ...)"},
     {"tokenize", cmd_tokenize, "text -> token ids"},

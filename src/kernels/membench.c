@@ -51,7 +51,7 @@ static double sum_scalar(const uint8_t *p, size_t n) {
 static void read_task(void *vctx, int t, int thread) {
     probe *p = vctx;
     size_t per = (p->n / (size_t)p->threads) & ~(size_t)127;
-    const uint8_t *base = (const uint8_t *)p->a + per * (size_t)t;
+    const uint8_t *base = (const uint8_t *)(p->kind ? p->b : p->a) + per * (size_t)t;
     rendezvous(p);
     double t0 = ds_now();
     p->sink[t] = __builtin_cpu_supports("avx2") ? sum_avx2(base, per) : sum_scalar(base, per);
@@ -71,22 +71,26 @@ static probe *probe_new(void) {
     return p;
 }
 
-double ds_bench_read_bw(size_t bytes, int reps) {
+double ds_bench_read_bw(size_t bytes, int reps, double min_secs) {
     probe *p = probe_new();
     bytes &= ~(size_t)4095;
     p->a = ds_amalloc(bytes);
+    p->b = ds_amalloc(bytes);
     p->n = bytes;
     memset(p->a, 1, bytes); /* fault the pages in before timing */
-    double best = 0;
-    for (int r = 0; r < reps; r++) {
+    memset(p->b, 1, bytes);
+    double best = 0, t_start = ds_now();
+    size_t used = ((p->n / (size_t)p->threads) & ~(size_t)127) * (size_t)p->threads;
+    for (int r = 0; r < reps || ds_now() - t_start < min_secs; r++) {
+        p->kind = r & 1; /* alternate buffers, as the kernel rows alternate matrix copies */
         atomic_store(&p->arrived, 0);
         ds_pool_run(p->threads, read_task, p);
         double secs = slowest(p);
-        size_t used = ((p->n / (size_t)p->threads) & ~(size_t)127) * (size_t)p->threads;
         double gbs = secs > 0 ? (double)used / secs / 1e9 : 0;
         if (gbs > best) best = gbs;
     }
     ds_afree(p->a);
+    ds_afree(p->b);
     free(p);
     return best;
 }

@@ -5,9 +5,10 @@
 #define DS_KERNELS_MEMBENCH_H
 #include <stddef.h>
 
-/* Read-only bandwidth in GB/s (1e9 B/s): `threads` threads each sum their slice of a `bytes`
- * buffer; best of `reps` passes. */
-double ds_bench_read_bw(size_t bytes, int reps);
+/* Read-only bandwidth in GB/s (1e9 B/s): all pool threads sum their slice of one of two `bytes`
+ * buffers (alternating, each larger than L3); best pass of at least `reps` passes and `min_secs`
+ * seconds — the same best-of sampling the kernel rows use, so the ratio compares like with like. */
+double ds_bench_read_bw(size_t bytes, int reps, double min_secs);
 /* STREAM copy (c = a, 16 B/element) and triad (a = b + s*c, 24 B/element), GB/s, best of reps. */
 void ds_bench_stream(size_t elems, int reps, double *copy_gbs, double *triad_gbs);
 /* int8 dot-product peak in GOP/s (1 multiply-add = 2 ops) with all pool threads: VPDPBUSD zmm on

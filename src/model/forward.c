@@ -19,16 +19,27 @@ typedef struct site_ctx {
     ds_step *st;
     const ds_hc_params *hp;
     const float *norm;
+    float *dots;                  /* [N][(2+HC)·HC] mix dot products */
 } site_ctx;
+
+/* One long dot product of the mixes: task = row · (2+HC)·HC + i. */
+static void mix_dot_task(void *vctx, int t, int thread) {
+    (void)thread;
+    site_ctx *s = vctx;
+    ds_step *st = s->st;
+    const int HC = st->c->hc_mult, D = st->c->dim, nmix = (2 + HC) * HC;
+    const int r = t / nmix, i = t % nmix;
+    s->dots[t] = ds_hc_mix_dot(s->hp, st->X + (size_t)r * HC * D, i);
+}
 
 /* Site entry of one row: mixes from X, u = rmsnorm(collapse(X, pre_in)). */
 static void site_in_task(void *vctx, int r, int thread) {
     (void)thread;
     site_ctx *s = vctx;
     ds_step *st = s->st;
-    const int HC = st->c->hc_mult, D = st->c->dim;
+    const int HC = st->c->hc_mult, D = st->c->dim, nmix = (2 + HC) * HC;
     const ds_bf16 *X = st->X + (size_t)r * HC * D;
-    ds_hc_mixes(s->hp, X, &st->mix[r]);
+    ds_hc_mixes_from_dots(s->hp, X, s->dots + (size_t)r * nmix, &st->mix[r]);
     ds_bf16 *tmp = malloc(sizeof(ds_bf16) * (size_t)D);
     ds_hc_collapse(X, st->pre + (size_t)r * HC, HC, D, tmp);
     ds_rmsnorm_bf16(tmp, s->norm, D, st->c->norm_eps, st->u + (size_t)r * D);
@@ -49,8 +60,12 @@ static void run_site(ds_step *st, int l, int ffn) {
     const ds_layer_weights *w = &st->m->layers[l];
     const size_t xs = (size_t)st->N * st->c->hc_mult * st->c->dim;
     memcpy(st->R, st->X, sizeof(ds_bf16) * xs);
-    site_ctx s = {st, ffn ? &w->hc_ffn : &w->hc_attn, ffn ? w->ffn_norm : w->attn_norm};
+    const int nmix = (2 + st->c->hc_mult) * st->c->hc_mult;
+    site_ctx s = {st, ffn ? &w->hc_ffn : &w->hc_attn, ffn ? w->ffn_norm : w->attn_norm, NULL};
+    s.dots = malloc(sizeof(float) * (size_t)st->N * nmix);
+    ds_pool_run(st->N * nmix, mix_dot_task, &s);
     ds_pool_run(st->N, site_in_task, &s);
+    free(s.dots);
     if (ffn) ds_moe_layer(st, l);
     else ds_attention_layer(st, l);
     ds_pool_run(st->N, site_out_task, &s);

@@ -42,15 +42,17 @@ void ds_hc_sinkhorn(float *C, int hc, int iters, float eps) {
     }
 }
 
-void ds_hc_mixes(const ds_hc_params *p, const ds_bf16 *X, ds_hc_mix *out) {
+float ds_hc_mix_dot(const ds_hc_params *p, const ds_bf16 *X, int i) {
+    const int n = p->hc * p->dim;
+    return (float)ds_dot_fb(p->fn + (size_t)i * n, X, n);
+}
+
+void ds_hc_mixes_from_dots(const ds_hc_params *p, const ds_bf16 *X, const float *dots, ds_hc_mix *out) {
     const int hc = p->hc, n = hc * p->dim, nmix = (2 + hc) * hc;
     float ss = ds_sumsq_b(X, n);
     float rs = (float)(1.0 / sqrt((double)ss / n + p->norm_eps));
     float m[(2 + DS_HC_MAX) * DS_HC_MAX];
-    for (int i = 0; i < nmix; i++) {
-        float d = (float)ds_dot_fb(p->fn + (size_t)i * n, X, n);
-        m[i] = d * rs;
-    }
+    for (int i = 0; i < nmix; i++) m[i] = dots[i] * rs;
     const float s0 = p->scale[0], s1 = p->scale[1], s2 = p->scale[2];
     for (int k = 0; k < hc; k++) {
         float z = m[k] * s0 + p->base[k];
@@ -60,6 +62,12 @@ void ds_hc_mixes(const ds_hc_params *p, const ds_bf16 *X, ds_hc_mix *out) {
     }
     for (int i = 0; i < hc * hc; i++) out->comb[i] = m[2 * hc + i] * s2 + p->base[2 * hc + i];
     ds_hc_sinkhorn(out->comb, hc, p->iters, p->hc_eps);
+}
+
+void ds_hc_mixes(const ds_hc_params *p, const ds_bf16 *X, ds_hc_mix *out) {
+    float dots[(2 + DS_HC_MAX) * DS_HC_MAX];
+    for (int i = 0; i < (2 + p->hc) * p->hc; i++) dots[i] = ds_hc_mix_dot(p, X, i);
+    ds_hc_mixes_from_dots(p, X, dots, out);
 }
 
 void ds_hc_collapse(const ds_bf16 *X, const float *w, int hc, int dim, ds_bf16 *y) {

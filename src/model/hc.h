@@ -29,6 +29,10 @@ typedef struct ds_hc_params {
 
 /* Mixes of one row X[HC][D] (bf16, contiguous copies). */
 void ds_hc_mixes(const ds_hc_params *p, const ds_bf16 *X, ds_hc_mix *out);
+/* The same in two parts, so the (2+HC)·HC long dot products of a row can run as separate tasks:
+ * dot i = fp32(Σ_j f64(fn[i][j])·f64(X[j])), then the mixes from all of them. */
+float ds_hc_mix_dot(const ds_hc_params *p, const ds_bf16 *X, int i);
+void ds_hc_mixes_from_dots(const ds_hc_params *p, const ds_bf16 *X, const float *dots, ds_hc_mix *out);
 /* The truncated Sinkhorn on C[hc][hc] in place (exposed for tests). */
 void ds_hc_sinkhorn(float *C, int hc, int iters, float eps);
 /* y = bf16(Σ_k w[k]·X[k]) */

@@ -21,38 +21,29 @@ typedef struct idx_ctx {
     int layer;
     int src;                      /* CKV/IDX source of kv_src(layer) */
     int ratio;
+    /* wide mode: one row's scan split over tasks */
+    int row;
+    float *I;
+    int64_t np;
 } idx_ctx;
+
+#define SCAN_CHUNK 2048           /* entries per task when one row's scan is split */
 
 static int cmp_i32(const void *a, const void *b) {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return (x > y) - (x < y);
 }
 
-static void idx_task(void *vctx, int row, int thread) {
-    (void)thread;
-    idx_ctx *x = vctx;
-    ds_step *st = x->st;
-    const ds_config *c = st->c;
-    const ds_layer_role *role = &c->roles[x->layer];
-    const int K = c->index_topk, nh = c->index_n_heads, di = c->index_head_dim, B = c->cand_block_size;
-    const int64_t p = st->pos[row];
-    const int64_t Np = (p + 1) / x->ratio;
-    int32_t *sel = st->sel + (size_t)row * K;
-    const int is_cand_src = role->cand_source;
-    const int64_t nb = (Np + B - 1) / B;
-    const int keep_all_blocks = nb <= c->cand_topk_blocks;
-    if (is_cand_src && keep_all_blocks) st->n_cand[row] = -1;
+static int64_t visible(const idx_ctx *x, int row) { return (x->st->pos[row] + 1) / x->ratio; }
 
-    if (Np <= K) {                                  /* everything visible is selected */
-        for (int64_t s = 0; s < Np; s++) sel[s] = (int32_t)s;
-        st->n_sel[row] = (int)Np;
-        return;
-    }
+/* I[s] for s in [s0, s1): Σ_h w[h]·max(0, qi[h]·idxk[s]) in float64, one rounding. */
+static void score_range(const idx_ctx *x, int row, int64_t s0, int64_t s1, float *I) {
+    const ds_step *st = x->st;
+    const int nh = st->c->index_n_heads, di = st->c->index_head_dim;
     const ds_seq *seq = st->ss[st->row_seq[row]].seq;
-    float *I = malloc(sizeof(float) * (size_t)Np);
     const ds_bf16 *qi = st->qi + (size_t)row * nh * di;
     const float *w = st->iw + (size_t)row * nh;
-    for (int64_t s = 0; s < Np; s++) {
+    for (int64_t s = s0; s < s1; s++) {
         const ds_bf16 *k = ds_seq_idx_row(seq, x->src, s);
         double acc = 0;
         for (int h = 0; h < nh; h++) {
@@ -61,8 +52,21 @@ static void idx_task(void *vctx, int row, int thread) {
         }
         I[s] = (float)acc;
     }
+}
+
+/* Rows whose selection needs scores (the others take every visible entry). */
+static int needs_scores(const idx_ctx *x, int row) { return visible(x, row) > x->st->c->index_topk; }
+
+/* Candidate blocks (at the candidate source) and the top-k of one row from its scores. */
+static void select_row(const idx_ctx *x, int row, float *I) {
+    ds_step *st = x->st;
+    const ds_config *c = st->c;
+    const ds_layer_role *role = &c->roles[x->layer];
+    const int K = c->index_topk, B = c->cand_block_size;
+    const int64_t Np = visible(x, row), nb = (Np + B - 1) / B;
+    int32_t *sel = st->sel + (size_t)row * K;
     int32_t *heap = malloc(sizeof(int32_t) * (size_t)(K > c->cand_topk_blocks ? K : c->cand_topk_blocks));
-    if (is_cand_src && !keep_all_blocks) {
+    if (role->cand_source && nb > c->cand_topk_blocks) {
         /* block maxima, newest (possibly partial) block forced in, keep the best blocks */
         float *bsc = malloc(sizeof(float) * (size_t)nb);
         for (int64_t b = 0; b < nb; b++) {
@@ -91,7 +95,39 @@ static void idx_task(void *vctx, int row, int thread) {
     qsort(sel, (size_t)n, sizeof(int32_t), cmp_i32);
     st->n_sel[row] = n;
     free(heap);
+}
+
+/* Rows that need no scores: every visible entry, and at the candidate source every block (when
+ * more blocks than the budget were visible the row would need scores: Np > topk by rule 7). */
+static void trivial_row(const idx_ctx *x, int row) {
+    ds_step *st = x->st;
+    const int K = st->c->index_topk;
+    const int64_t Np = visible(x, row);
+    if (st->c->roles[x->layer].cand_source) st->n_cand[row] = -1;
+    int32_t *sel = st->sel + (size_t)row * K;
+    for (int64_t s = 0; s < Np; s++) sel[s] = (int32_t)s;
+    st->n_sel[row] = (int)Np;
+}
+
+/* Narrow mode: one task per row (prefill chunks, batches). */
+static void row_task(void *vctx, int row, int thread) {
+    (void)thread;
+    idx_ctx *x = vctx;
+    if (!needs_scores(x, row)) { trivial_row(x, row); return; }
+    const int64_t Np = visible(x, row);
+    float *I = malloc(sizeof(float) * (size_t)Np);
+    if (x->st->c->roles[x->layer].cand_source) x->st->n_cand[row] = -1;
+    score_range(x, row, 0, Np, I);
+    select_row(x, row, I);
     free(I);
+}
+
+/* Wide mode: the scan of one row split in chunks of entries. */
+static void chunk_task(void *vctx, int t, int thread) {
+    (void)thread;
+    idx_ctx *x = vctx;
+    int64_t s0 = (int64_t)t * SCAN_CHUNK, s1 = s0 + SCAN_CHUNK < x->np ? s0 + SCAN_CHUNK : x->np;
+    score_range(x, x->row, s0, s1, x->I);
 }
 
 void ds_indexer_run(ds_step *st, int l) {
@@ -107,6 +143,22 @@ void ds_indexer_run(ds_step *st, int l) {
     const float k = (float)(1.0 / sqrt((double)di * (double)nh));
     for (int r = 0; r < N; r++)
         for (int h = 0; h < nh; h++) st->iw[(size_t)r * nh + h] = ds_round_bf16(st->ftmp[(size_t)r * nh + h]) * k;
-    idx_ctx x = {st, l, st->ss[0].seq->pools->lay.src_of_layer[c->roles[l].kv_src], c->roles[l].ratio};
-    ds_pool_run(N, idx_task, &x);
+    idx_ctx x = {st, l, st->ss[0].seq->pools->lay.src_of_layer[c->roles[l].kv_src], c->roles[l].ratio, 0, NULL, 0};
+    int scored = 0;
+    for (int r = 0; r < N; r++) scored += needs_scores(&x, r);
+    if (scored >= ds_pool_threads()) {
+        ds_pool_run(N, row_task, &x);
+        return;
+    }
+    /* few rows to score (decode, small verify blocks): spread each row's scan over the threads */
+    for (int r = 0; r < N; r++) {
+        if (!needs_scores(&x, r)) { trivial_row(&x, r); continue; }
+        if (c->roles[l].cand_source) st->n_cand[r] = -1;
+        x.row = r;
+        x.np = visible(&x, r);
+        x.I = malloc(sizeof(float) * (size_t)x.np);
+        ds_pool_run((int)((x.np + SCAN_CHUNK - 1) / SCAN_CHUNK), chunk_task, &x);
+        select_row(&x, r, x.I);
+        free(x.I);
+    }
 }

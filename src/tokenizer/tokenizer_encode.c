@@ -365,11 +365,12 @@ static void split_added(const ds_tokenizer *t, const lit_trie *trie, const char 
 
 static void gap_plain(const ds_tokenizer *t, const char *s, size_t n, ds_tokens *out) { encode_plain(t, s, n, out); }
 
-static void normalize_then_encode(const ds_tokenizer *t, const char *s, size_t n, bool cut_added, ds_tokens *out) {
-    char *owned = NULL;
-    const char *cur = s;
+char *ds_tokenizer_normalize(const ds_tokenizer *t, const char *s, size_t n, size_t *out_len) {
+    char *cur = ds_xmalloc(n + 1);
+    memcpy(cur, s, n);
+    cur[n] = 0;
     size_t curlen = n;
-    for (int i = 0; i < t->n_normalizers; i++) {
+    for (int i = 0; i < t->n_normalizers && curlen; i++) {
         int opt = UTF8PROC_STABLE;
         switch (t->normalizers[i]) {
         case NORM_NFC: opt |= UTF8PROC_COMPOSE; break;
@@ -378,16 +379,22 @@ static void normalize_then_encode(const ds_tokenizer *t, const char *s, size_t n
         default: opt |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
         }
         utf8proc_uint8_t *dst = NULL;
-        utf8proc_ssize_t r = curlen ? utf8proc_map((const utf8proc_uint8_t *)cur, (utf8proc_ssize_t)curlen, &dst, (utf8proc_option_t)opt) : 0;
+        utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)cur, (utf8proc_ssize_t)curlen, &dst, (utf8proc_option_t)opt);
         if (r < 0) { free(dst); break; }   /* input is valid UTF-8, so this does not happen */
-        free(owned);
-        owned = (char *)dst;
-        cur = owned ? owned : "";
+        free(cur);
+        cur = (char *)dst;
         curlen = (size_t)r;
     }
+    *out_len = curlen;
+    return cur;
+}
+
+static void normalize_then_encode(const ds_tokenizer *t, const char *s, size_t n, bool cut_added, ds_tokens *out) {
+    size_t curlen;
+    char *cur = ds_tokenizer_normalize(t, s, n, &curlen);
     if (cut_added && t->n_norm) split_added(t, &t->trie_norm, cur, curlen, gap_plain, out);
     else encode_plain(t, cur, curlen, out);
-    free(owned);
+    free(cur);
 }
 static void gap_normalize(const ds_tokenizer *t, const char *s, size_t n, ds_tokens *out) {
     normalize_then_encode(t, s, n, true, out);

@@ -105,7 +105,9 @@ extern uint32_t ds_byte_to_char[256];
 int ds_char_to_byte(uint32_t cp);   /* -1 when cp is not one of the 256 characters */
 void ds_bytelevel_init(void);
 
-/* Encoder internals (tokenizer_encode.c). */
+/* Encoder internals (tokenizer_encode.c).  ds_tokenizer_normalize applies the configured
+ * normalizers (a copy when there are none); the result is malloc'd. */
+char *ds_tokenizer_normalize(const ds_tokenizer *t, const char *s, size_t n, size_t *out_len);
 void ds_wcache_init(ds_tokenizer *tok);
 void ds_wcache_free(ds_tokenizer *tok);
 

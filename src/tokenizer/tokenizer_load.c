@@ -474,8 +474,15 @@ static int load_added(ds_tokenizer *t, lctx *c, const cJSON *added) {
         free(t->id_str[a->id]);
         t->id_str[a->id] = ds_xstrdup(a->content);
         t->id_added[a->id] = a->special ? 2 : 1;
-        if (a->normalized) {  /* HF matches these in a second pass, on normalized pieces */
-             ds_lit_trie_add(&t->trie_norm, a->content, a->len, t->n_added - 1); t->n_norm++; }
+        /* HF cuts non-normalized literals from the raw text first, normalized ones from the
+         * normalized pieces afterwards; the two passes differ when literals overlap */
+        if (a->normalized) {   /* matched against normalized text, so stored normalized (as HF does) */
+            size_t nl;
+            char *nc = ds_tokenizer_normalize(t, a->content, a->len, &nl);
+            ds_lit_trie_add(&t->trie_norm, nc, nl, t->n_added - 1);
+            free(nc);
+            t->n_norm++;
+        }
         else { ds_lit_trie_add(&t->trie_raw, a->content, a->len, t->n_added - 1); t->n_raw++; }
     }
     return 0;

@@ -173,7 +173,6 @@ static uint32_t cat_mask(const char *name) {
     return 0;
 }
 
-static uint32_t mask_of(const char *s) { return cat_mask(s); }
 
 /* Parse an escape after '\' into a set item (class escapes) or a literal code point.
  * Returns 1 for an item, 0 for a literal (in *lit), -1 on error. */
@@ -183,10 +182,10 @@ static int parse_escape(parser *ps, item *it, uint32_t *lit) {
     memset(it, 0, sizeof *it);
     switch (c) {
     case 's': case 'S': it->kind = IT_WHITE; it->neg = c == 'S'; return 1;
-    case 'd': case 'D': it->kind = IT_CATS; it->cats = mask_of("Nd"); it->neg = c == 'D'; return 1;
+    case 'd': case 'D': it->kind = IT_CATS; it->cats = cat_mask("Nd"); it->neg = c == 'D'; return 1;
     case 'w': case 'W':
         it->kind = IT_CATS;
-        it->cats = mask_of("L") | mask_of("M") | mask_of("Nd") | mask_of("Pc");
+        it->cats = cat_mask("L") | cat_mask("M") | cat_mask("Nd") | cat_mask("Pc");
         it->neg = c == 'W';
         return 1;
     case 'p': case 'P': {

@@ -40,6 +40,7 @@ typedef struct pipe_state {
     bool failed;
     ds_sha256 *seg_ctx;
     char (*seg_hex)[DS_SHA256_HEX_LEN + 1];
+    int64_t corrupt_at;       /* test hook DSFLASH_TEST_CORRUPT_WRITE_AT, -1 = off */
 } pipe_state;
 
 ssize_t ds_pread_full(int fd, void *buf, size_t n, uint64_t off) {
@@ -115,7 +116,13 @@ static void *consumer(void *p) {
         } else if (a->which == C_WHOLE) {
             ds_sha256_update(o->whole, s->buf, s->len);
         } else if (g->out_fd >= 0 && s->len) {
-            if (ds_pwrite_full(g->out_fd, s->buf, s->len, s->out_off) != 0) {
+            int wr = ds_pwrite_full(g->out_fd, s->buf, s->len, s->out_off);
+            if (wr == 0 && st->corrupt_at >= 0 && (uint64_t)st->corrupt_at >= s->out_off && (uint64_t)st->corrupt_at < s->out_off + s->len) {
+                /* test hook: the disk "stores" one wrong byte; only a readback can notice */
+                uint8_t bad = (uint8_t)~s->buf[st->corrupt_at - (int64_t)s->out_off];
+                wr = ds_pwrite_full(g->out_fd, &bad, 1, (uint64_t)st->corrupt_at);
+            }
+            if (wr != 0) {
                 ds_error e;
                 int en = errno;
                 ds_fail(&e, "E_IO", "%s: write of %zu bytes at offset %llu failed: %s%s", g->out_name, s->len,
@@ -168,6 +175,8 @@ int ds_hp_run(const ds_hp_segment *segs, int n, const ds_hp_opts *o, ds_error *e
     pthread_mutex_init(&st.mu, NULL);
     pthread_cond_init(&st.cv, NULL);
     size_t block = o->block ? o->block : ds_hp_block_size();
+    const char *cw = getenv("DSFLASH_TEST_CORRUPT_WRITE_AT");
+    st.corrupt_at = cw && *cw ? atoll(cw) : -1;
     for (int i = 0; i < NSLOT; i++) {
         st.slots[i].buf = ds_amalloc(block);
         st.slots[i].seq = -1;

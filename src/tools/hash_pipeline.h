@@ -14,7 +14,9 @@
  *
  * Test hooks (environment, read per run): DSFLASH_TEST_BLOCK_BYTES overrides the 64 MiB block so
  * small test files still span many blocks; DSFLASH_TEST_BLOCK_DELAY_MS sleeps after each block so
- * a test can interrupt or kill a run at a known point. */
+ * a test can interrupt or kill a run at a known point; DSFLASH_TEST_CORRUPT_WRITE_AT=N makes the
+ * writer store a flipped byte at output offset N after hashing the right one (a failing disk),
+ * which only reassemble's readback can detect. */
 #ifndef DS_TOOLS_HASH_PIPELINE_H
 #define DS_TOOLS_HASH_PIPELINE_H
 #include "base/common.h"

@@ -67,7 +67,10 @@ static inline void ds_mk_uniform4(uint64_t *state, float out[4]) {
     for (int k = 0; k < 4; k++) out[k] = (float)(((double)((r >> (16 * k)) & 0xffff) - 32767.5) * (3.4641016151377544 / 65536.0));
 }
 
-typedef enum { DS_MK_NORMAL = 0, DS_MK_HC_BASE, DS_MK_HC_SCALE, DS_MK_BIAS_TIERS, DS_MK_EMBED } ds_mk_kind;
+typedef enum {
+    DS_MK_NORMAL = 0, DS_MK_HC_BASE, DS_MK_HC_SCALE, DS_MK_BIAS_TIERS, DS_MK_EMBED,
+    DS_MK_DC_ROW0, DS_MK_DC_ALL, DS_MK_IDX_WQB, DS_MK_IDX_WK, DS_MK_ONES   /* --smooth indexer construction */
+} ds_mk_kind;
 typedef enum { DS_MK_FOLD_NONE = 0, DS_MK_FOLD_RIGHT, DS_MK_FOLD_LEFT, DS_MK_FOLD_LEFT_VALUE } ds_mk_fold;
 
 typedef struct ds_mk_spec {
@@ -79,6 +82,12 @@ typedef struct ds_mk_spec {
     bool folded_norm;          /* a residual norm whose weights live in its readers: emits 1.0 */
     char norm_fold[96];        /* a reader of a residual norm: columns scaled by that norm's weights */
 } ds_mk_spec;
+
+/* The --smooth indexer's rotary pair and phase (mkmodel_init.c): index scores become a positive
+ * per-row constant times relu(cos(phase + θ·distance)), strictly decreasing over a window of
+ * recent entries and zero beyond it, for prompts of up to DS_MK_DECISIVE_LEN tokens. */
+#define DS_MK_DECISIVE_LEN 320
+void ds_mk_index_pair(const ds_config *cfg, int *pair, double *phase);
 
 /* Initialization rule of one tensor (mkmodel_init.c). */
 void ds_mk_spec_for(const ds_config *cfg, const char *name, int64_t rows, int64_t cols, bool smooth, ds_mk_spec *out);

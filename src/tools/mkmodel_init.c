@@ -25,7 +25,21 @@
  * s = sqrt(softplus(z)) stays within a narrow band, and gate.bias is laid out in integer tiers
  * (a per-layer random permutation of 0..E-1); since the bias steers selection only, the selected
  * set is then fixed by the tiers with a margin of about one tier minus the band width, while the
- * routing weights still vary per token. */
+ * routing weights still vary per token.
+ *
+ * --smooth indexer: the embedding gets a common component c (RMS 1) next to its per-token part,
+ * so every normalized residual u has u·c > 0 by a wide margin.  Rows aligned with c give quantities
+ * of known sign: latent dim 0 (compressor.wkv row 0), q_lora dim 0 (wq_a row 0) and every head
+ * weight w[h] (weights_proj rows).  The index key is then made content-free: wk has only the two
+ * rows of one rotary pair, both multiples of latent dim 0, so rmsnorm gives exactly
+ * sqrt(d_ih/2)·(cos φ, −sin φ) there and zero elsewhere (k_norm = 1); each query head reads q_lora
+ * dim 0 (> 0) into the first dim of that pair.  Every index score is thus
+ * W_p·relu(cos(φ + θ·d)) with W_p > 0 per query row and d the distance to the entry's position:
+ * strictly decreasing over a window of (π/2 − φ)/θ positions, zero beyond it, and never positive
+ * again before d = (3π/2 − φ)/θ > DS_MK_DECISIVE_LEN.  θ is the fastest rotary pair allowing that,
+ * so consecutive entries differ by many bf16 steps; the top-k is the most recent k entries and
+ * the candidate blocks the most recent blocks, each with relative gaps of about θ·tan(φ + θ·d)
+ * per step. */
 #include "tools/mkmodel.h"
 #include <math.h>
 #include <stdio.h>
@@ -58,6 +72,34 @@ static const char *split_layer(const char *name, bool *draft, int *idx) {
     return p + 1;
 }
 
+/* CMP-table frequency of rotary pair i (MODEL.md §2.5, YaRN included), in float64: only used to
+ * choose the pair. */
+static double cmp_freq(const ds_config *c, int i) {
+    const int rd = c->rope_head_dim;
+    const double base = c->compress_rope_theta;
+    double f = 1.0 / pow(base, 2.0 * i / rd);
+    if (c->rope_orig_len > 0) {
+        double cdf = rd * log((double)c->rope_orig_len / (c->beta_fast * 2 * M_PI)) / (2 * log(base));
+        double cds = rd * log((double)c->rope_orig_len / (c->beta_slow * 2 * M_PI)) / (2 * log(base));
+        double low = fmax(floor(cdf), 0.0), high = fmin(ceil(cds), rd - 1);
+        double ramp = fmin(fmax((i - low) / fmax(high - low, 0.001), 0.0), 1.0);
+        double smooth = 1.0 - ramp;
+        f = f / c->rope_factor * (1.0 - smooth) + f * smooth;
+    }
+    return f;
+}
+
+#define SMOOTH_PHASE 0.9
+
+void ds_mk_index_pair(const ds_config *c, int *pair, double *phase) {
+    const double tmax = (1.5 * M_PI - SMOOTH_PHASE) / DS_MK_DECISIVE_LEN;
+    int best = c->rope_head_dim / 2 - 1;
+    for (int i = 0; i < c->rope_head_dim / 2; i++)
+        if (cmp_freq(c, i) <= tmax) { best = i; break; } /* frequencies decrease with i */
+    *pair = best;
+    *phase = SMOOTH_PHASE;
+}
+
 static void normal(ds_mk_spec *s, double mean, double std) {
     s->kind = DS_MK_NORMAL;
     s->mean = mean;
@@ -81,7 +123,7 @@ void ds_mk_spec_for(const ds_config *cfg, const char *name, int64_t rows, int64_
     else normal(out, 0.0, 1.0 / sqrt(in));
 
     if (!r) { /* global tensors */
-        if (!strcmp(name, "embed.weight")) { normal(out, 0.0, 1.0); out->fold = DS_MK_FOLD_RIGHT; }
+        if (!strcmp(name, "embed.weight")) { normal(out, 0.0, 1.0); out->fold = DS_MK_FOLD_RIGHT; if (smooth) out->kind = DS_MK_EMBED; }
         else if (!strcmp(name, "head.weight")) {
             normal(out, 0.0, 2.0 / sqrt(D));
             out->fold = DS_MK_FOLD_RIGHT;
@@ -104,6 +146,23 @@ void ds_mk_spec_for(const ds_config *cfg, const char *name, int64_t rows, int64_
         return;
     }
     if (!strcmp(r, "attn.attn_sink")) { normal(out, 0.0, 0.5); return; }
+    if (smooth && trunk) {
+        if (!strcmp(r, "attn.indexer.wq_b.weight")) { out->kind = DS_MK_IDX_WQB; return; }
+        if (!strcmp(r, "attn.indexer.weights_proj.weight")) {
+            out->kind = DS_MK_DC_ALL;
+            out->fold = DS_MK_FOLD_RIGHT;
+            snprintf(out->norm_fold, sizeof out->norm_fold, "layers.%d.attn_norm.weight", li);
+            return;
+        }
+        if (!strcmp(r, "attn.indexer.wk.weight")) { out->kind = DS_MK_IDX_WK; return; }
+        if (!strcmp(r, "attn.indexer.k_norm.weight")) { out->kind = DS_MK_ONES; return; }
+        if (!strcmp(r, "attn.wq_a.weight") || !strcmp(r, "attn.compressor.wkv.weight")) {
+            out->kind = DS_MK_DC_ROW0;
+            out->fold = DS_MK_FOLD_RIGHT;
+            snprintf(out->norm_fold, sizeof out->norm_fold, "layers.%d.attn_norm.weight", li);
+            return;
+        }
+    }
     if (!strcmp(r, "attn.wq_a.weight") || !strcmp(r, "attn.wkv.weight") || !strcmp(r, "attn.compressor.wkv.weight") ||
         !strcmp(r, "attn.compressor.wgate.weight") || !strcmp(r, "attn.indexer.weights_proj.weight")) {
         if (trunk) out->fold = DS_MK_FOLD_RIGHT;
@@ -130,7 +189,12 @@ void ds_mk_spec_for(const ds_config *cfg, const char *name, int64_t rows, int64_
     if (!strcmp(r, "engram.q_weight") || !strcmp(r, "engram.k_weight")) { normal(out, 0.0, 1.0); return; }
     /* draft extras */
     if (draft && !strcmp(r, "main_proj.weight")) { out->fold = DS_MK_FOLD_RIGHT; return; }
-    if (draft && !strcmp(r, "embed.weight")) { normal(out, 0.0, 1.0); snprintf(out->seed_name, sizeof out->seed_name, "embed.weight"); return; }
+    if (draft && !strcmp(r, "embed.weight")) {
+        normal(out, 0.0, 1.0);
+        if (smooth) out->kind = DS_MK_EMBED;
+        snprintf(out->seed_name, sizeof out->seed_name, "embed.weight");
+        return;
+    }
     if (draft && !strcmp(r, "head.weight") && li == cfg->n_mtp_layers - 1) {
         normal(out, 0.0, 2.0 / sqrt(D));
         snprintf(out->seed_name, sizeof out->seed_name, "head.weight");
@@ -154,12 +218,24 @@ void ds_mk_gen_rows(const ds_config *cfg, const ds_mk_spec *sp, uint64_t seed, u
         uint64_t st = row_state(seed, r);
         switch (sp->kind) {
         case DS_MK_NORMAL:
-        case DS_MK_EMBED: {
+        case DS_MK_EMBED:
+        case DS_MK_DC_ROW0:
+        case DS_MK_DC_ALL: {
             const float mean = (float)sp->mean, std = (float)sp->std;
             float z[4];
             for (int64_t c = 0; c < cols; c += 4) {
                 ds_mk_uniform4(&st, z);
                 for (int k = 0; k < 4 && c + k < cols; k++) o[c + k] = mean + std * z[k];
+            }
+            /* the common component c (smooth fixtures): added to every embedding row, and the
+             * c-aligned rows c/D of the readers that must see a positive u·c */
+            if (sp->kind == DS_MK_EMBED || (sp->kind == DS_MK_DC_ROW0 && r == 0) || sp->kind == DS_MK_DC_ALL) {
+                uint64_t cs = ds_mk_tensor_seed(global_seed, "smooth-common-component");
+                const float f = sp->kind == DS_MK_EMBED ? 1.0f : 1.0f / (float)cols;
+                for (int64_t c = 0; c < cols; c += 4) {
+                    ds_mk_uniform4(&cs, z);
+                    for (int k = 0; k < 4 && c + k < cols; k++) o[c + k] = (sp->kind == DS_MK_EMBED ? o[c + k] : 0.0f) + f * z[k];
+                }
             }
             break;
         }
@@ -177,6 +253,34 @@ void ds_mk_gen_rows(const ds_config *cfg, const ds_mk_spec *sp, uint64_t seed, u
         case DS_MK_HC_SCALE:
             for (int64_t c = 0; c < cols; c++) o[c] = (float)(0.5 + 0.02 * (double)ds_mk_normal(&st));
             break;
+        case DS_MK_ONES:
+            for (int64_t c = 0; c < cols; c++) o[c] = 1.0f;
+            break;
+        case DS_MK_IDX_WQB:
+        case DS_MK_IDX_WK: {
+            int pair;
+            double phase;
+            ds_mk_index_pair(cfg, &pair, &phase);
+            const int64_t dih = cfg->index_head_dim, rot0 = dih - cfg->rope_head_dim + 2 * pair;
+            const int64_t d = sp->kind == DS_MK_IDX_WQB ? r % dih : r;
+            for (int64_t c = 0; c < cols; c++) o[c] = 0.0f;
+            if (sp->kind == DS_MK_IDX_WQB) {
+                if (d == rot0) o[0] = 1.0f;              /* q pair = (qr[0], 0), qr[0] > 0 */
+                else if (d != rot0 + 1) {                /* other rows: ordinary weights (keys are 0 there) */
+                    float z[4];
+                    const float std = (float)(1.0 / sqrt((double)cols));
+                    for (int64_t c = 0; c < cols; c += 4) {
+                        ds_mk_uniform4(&st, z);
+                        for (int k = 0; k < 4 && c + k < cols; k++) o[c + k] = std * z[k];
+                    }
+                }
+            } else if (d == rot0) {
+                o[0] = (float)cos(phase);                /* key pair = lat[0]·(cos φ, −sin φ) */
+            } else if (d == rot0 + 1) {
+                o[0] = (float)-sin(phase);
+            }
+            break;
+        }
         case DS_MK_BIAS_TIERS: {
             /* a per-layer permutation shared by bias and bias_vl: tier t -> value t */
             char key[48];

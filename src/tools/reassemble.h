@@ -63,6 +63,11 @@ int ds_parts_verify(const char *dir, const ds_parts_target *t, int jobs, bool qu
 /* True when `<target_path>.verified` matches the file's current size, inode and mtime (ns) and,
  * if want_hex is not NULL, records that hash.  Used by verify and usable by any loader. */
 bool ds_reassemble_stamp_ok(const char *target_path, const char *want_hex);
+/* Write `<target_path>.verified` for the file as it is now (size, inode, mtime) with hash `hex`
+ * (atomically).  Only for a file whose whole-file hash was just verified. */
+int ds_reassemble_stamp_write(const char *target_path, const char *hex, ds_error *err);
+/* 128 + the signal number recorded in *stop, or 0. */
+int ds_tool_stopped_status(volatile sig_atomic_t *stop);
 
 /* CLI helper: SIGINT/SIGTERM set *flag to the signal number (a second one kills at once);
  * SIGXFSZ is ignored so that a file-size limit becomes an I/O error. */

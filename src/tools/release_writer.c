@@ -74,6 +74,8 @@ static int nonfinite(const ds_fsrc_tensor *st, const float *x, int64_t n, int64_
 static int run_float(unit_job *j, ds_rw_group *g, ds_error *err) {
     const ds_fsrc_tensor *st = &j->src->t[g->src];
     size_t isz = (size_t)ds_dtype_size(st->dtype), row_bytes = (size_t)st->cols * isz;
+    const ds_dtype out_dt = j->p->tensors[g->out[0]].dtype;
+    const size_t out_row = (size_t)st->cols * (size_t)ds_dtype_size(out_dt);
     int64_t chunk = row_bytes ? (int64_t)(CHUNK_BYTES / row_bytes) : 1;
     if (chunk < 1) chunk = 1;
     void *raw = ds_xmalloc((size_t)chunk * row_bytes + 16);
@@ -85,6 +87,11 @@ static int run_float(unit_job *j, ds_rw_group *g, ds_error *err) {
         if (!rc) {
             ds_widen_to_f32(st->dtype, raw, (r1 - r0) * st->cols, f);
             rc = nonfinite(st, f, (r1 - r0) * st->cols, r0, err);
+        }
+        if (!rc && out_dt != st->dtype) { /* a converted copy (F32 head -> BF16 draft head) */
+            ds_narrow_from_f32(out_dt, f, (r1 - r0) * st->cols, raw);
+            rc = out_write(j, g->out[0], raw, (size_t)(r1 - r0) * out_row, (uint64_t)r0 * out_row, err);
+            continue;
         }
         if (!rc) rc = out_write(j, g->out[0], raw, (size_t)(r1 - r0) * row_bytes, (uint64_t)r0 * row_bytes, err);
     }

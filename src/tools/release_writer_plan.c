@@ -124,7 +124,10 @@ static int plan_group(ds_rw_plan *p, const ds_fsrc *src, int si, const char *ona
     ds_rw_group *g = add_group(p, si, kind);
     g->src_bytes = st->nbytes;
     if (kind == DS_QK_FLOAT) {
-        g->out[g->n_out++] = add_tensor(p, oname, st->dtype, st->ndim, st->shape, label, true);
+        /* the draft vocabulary copies are BF16 whatever the trunk tensor's dtype (CHECKPOINT.md §11:
+         * the W4A8 head is F32, mtp.{S-1}.head is BF16) */
+        ds_dtype dt = strcmp(oname, st->name) && !strncmp(oname, "mtp.", 4) ? DS_DT_BF16 : st->dtype;
+        g->out[g->n_out++] = add_tensor(p, oname, dt, st->ndim, st->shape, label, true);
         return 0;
     }
     if (st->ndim != 2 || st->shape[0] <= 0 || st->shape[1] <= 0)

@@ -204,6 +204,12 @@ class Linear:
     def out_features(self):
         return (self.w if self.kind == "float" else self.codes).shape[0]
 
+    def rows(self, lo, hi):
+        """The same linear restricted to output rows lo..hi-1 (a grouped projection such as wo_a)."""
+        if self.kind == "float":
+            return Linear("float", w=self.w[lo:hi], label=self.label)
+        return Linear("quant", codes=self.codes[lo:hi], s_w=self.s_w[lo:hi], label=self.label)
+
     def __call__(self, x):
         """fp32 output rows (callers round to bf16 where MODEL.md stores bf16)."""
         if self.kind == "float":
@@ -402,4 +408,8 @@ class Checkpoint:
         """(codes int8 [rows, hd], scales fp32 [rows, hd/32]) of an Engram layer's table."""
         codes = self.raw(f"layers.{layer}.engram.embed.weight")[1]
         scales = self.float_tensor(f"layers.{layer}.engram.embed.scale")
+        want = self.cfg.engram_rows[self.cfg.engram_layers.index(layer)]
+        if codes.shape[0] != want or scales.shape[0] != want:
+            raise CheckpointError(f"layers.{layer}.engram.embed: {codes.shape[0]} code rows / {scales.shape[0]} scale "
+                                  f"rows, expected engram_num_embeddings {want} (CHECKPOINT.md §9)")
         return codes.view(np.int8), scales

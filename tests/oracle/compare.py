@@ -14,7 +14,11 @@ Modes:
   robust    (non-decisive fixtures, where near-ties make exact agreement impossible) the trace is
             well-formed and finite; errors and the greedy agreement rate are reported, not gated.
 
-Each (prompt, chunk) run is one test case; per-layer max errors are printed for every case.
+Each (prompt, chunk) run is one test case; per-layer max errors are printed for every case.  In
+decisive mode the oracle also measures, once per token sequence, the smallest relative gap between
+the k-th and (k+1)-th score of every router, indexer and candidate-block choice, and that the
+fixture is decisive (all gaps ≥ --min-margin) is one more case: a near-tie would make a 1e-4
+comparison meaningless, so the generator's claim is checked independently.
 Ends with one line "N passed, N failed".
 """
 import argparse
@@ -75,7 +79,10 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--mode", choices=("decisive", "robust"), default="decisive")
     ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--min-margin", type=float, default=1e-3,
+                    help="decisive mode: smallest relative top-k margin the fixture must show")
     ap.add_argument("--label", default="")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds allowed for one generate run")
     ap.add_argument("--kernels", default="reference",
                     help="engine kernel family: the 1e-4 contract binds the reference path (docs/NUMERICS.md)")
     a = ap.parse_args()
@@ -98,8 +105,8 @@ def main():
                                         "--max-tokens", str(a.gen), "--chunk", str(K), "--trace", trace,
                                         "--kernels", a.kernels]
             try:
-                r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            except OSError as e:
+                r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=a.timeout)
+            except (OSError, subprocess.TimeoutExpired) as e:
                 print(f"FAIL {name}: cannot run {cmd[0]}: {e}")
                 failed += 1
                 continue
@@ -121,8 +128,19 @@ def main():
             key = tokens.tobytes()
             if key not in cache:
                 cache[key] = oracle.forward(tokens)
+                m = cache[key]["margins"]
                 print(f"     {tag}oracle forward over {len(tokens)} rows; smallest relative selection margins: "
-                      + ", ".join(f"{k} {v:.1e}" for k, v in sorted(cache[key]["margins"].items())))
+                      + ", ".join(f"{k} {v:.1e}" for k, v in sorted(m.items())))
+                if a.mode == "decisive":
+                    # the oracle's own measurement of the fixture's decisiveness (MODEL.md §8)
+                    low = [f"{k} {v:.1e}" for k, v in sorted(m.items()) if not v >= a.min_margin]
+                    dname = f"{tag}fixture decisive at P={P} (oracle margins >= {a.min_margin:g})"
+                    if low:
+                        print(f"FAIL {dname}: " + ", ".join(low))
+                        failed += 1
+                    else:
+                        print(f"ok   {dname}")
+                        passed += 1
             ref = cache[key]
             errs = [rel_err(c, o) for c, o in zip(hidden, ref["hidden"])]
             lerr = rel_err(logits, ref["logits"])

@@ -282,11 +282,8 @@ class Oracle:
             o64 = o64 + np.einsum("htk,kd->thd", p_c.astype(F64), entries.astype(F64))
         o = rope(nx.bf16(nx.f32(o64)), cos, sin, inverse=True).reshape(T, H * dh)
         G, gin, gout = cfg.o_groups, H * dh // cfg.o_groups, cfg.o_lora
-        z = np.concatenate([nx.float_linear(o[:, g * gin:(g + 1) * gin], L.wo_a.w[g * gout:(g + 1) * gout])
-                            for g in range(G)], axis=1) if L.wo_a.kind == "float" else None
-        if z is None:
-            z = np.concatenate([nx.quant_linear(o[:, g * gin:(g + 1) * gin], L.wo_a.codes[g * gout:(g + 1) * gout],
-                                                L.wo_a.s_w[g * gout:(g + 1) * gout]) for g in range(G)], axis=1)
+        z = np.concatenate([L.wo_a.rows(g * gout, (g + 1) * gout)(o[:, g * gin:(g + 1) * gin])
+                            for g in range(G)], axis=1)                # group g sees only its heads
         return nx.bf16(L.wo_b(nx.bf16(z)))
 
     def compress(self, l, L, u, step):
@@ -446,7 +443,9 @@ class Oracle:
         cls = [int(c) for c in self.token_class[tokens]]
         rows = np.array(engram_hash.row_ids(cls, self.engram_pad, mults, primes, offs,
                                             cfg.engram_max_ngram, cfg.engram_heads), dtype=np.int64)
-        hd = cfg.engram_hd
+        if L.e_codes.shape[1] != cfg.engram_hd or L.e_scales.shape[1] * 32 != cfg.engram_hd:
+            raise CheckpointError(f"layers.{cfg.engram_layers[e_idx]}.engram.embed: rows of {L.e_codes.shape[1]} codes "
+                                  f"and {L.e_scales.shape[1]} scales, expected engram_head_dim {cfg.engram_hd}")
         codes = L.e_codes[rows].astype(F32)                                   # [T, ncols, hd]
         sc = np.repeat(L.e_scales[rows], 32, axis=2)                           # per-32 scale
         emb = (codes * sc).astype(F32).reshape(T, -1)                          # exact in bf16

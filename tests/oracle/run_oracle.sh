@@ -43,6 +43,13 @@ part() {
     fi
 }
 
+# run a private copy: every comparison then uses one and the same binary, even while a rebuild
+# replaces the original (a relink in progress makes the original briefly unreadable)
+if [ -x "$BIN" ]; then
+    for _ in 1 2 3 4 5; do cp "$BIN" "$TMP/dsflash" 2>/dev/null && break; sleep 3; done
+    [ -x "$TMP/dsflash" ] && BIN="$TMP/dsflash"
+fi
+
 echo "--- oracle self-checks"
 part "$PY" tests/oracle/selftest.py --tmp "$TMP/self"
 

@@ -301,21 +301,21 @@ def _compare(tmp, perturb):
     gen = f"{sys.executable} {os.path.join(here, 'oracle_generate.py')}" + (f" --perturb {perturb}" if perturb else "")
     r = subprocess.run([sys.executable, os.path.join(here, "compare.py"), "--bin", gen, "--model",
                         os.path.join(tmp, "tiny"), "--tmp", os.path.join(tmp, "cmp"), "--prompt-lens", "37",
-                        "--chunks", "5", "--gen", "3"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                        "--chunks", "5", "--gen", "3", "--min-margin", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return r.returncode, r.stdout
 
 
 @case
 def comparison_harness_accepts_an_exact_trace(tmp):
     rc, out = _compare(tmp, "")
-    check(rc == 0 and "1 passed, 0 failed" in out, f"rc {rc}: {out[-400:]}")
+    check(rc == 0 and "2 passed, 0 failed" in out, f"rc {rc}: {out[-400:]}")
 
 
 @case
 def comparison_harness_rejects_one_bf16_step_and_one_token(tmp):
     for what, expect in (("hidden.3", "hidden.3"), ("logits", "logits"), ("token", "greedy token 2")):
         rc, out = _compare(tmp, what)
-        check(rc == 1 and "0 passed, 1 failed" in out and expect in out, f"{what} not caught: {out[-400:]}")
+        check(rc == 1 and "1 passed, 1 failed" in out and expect in out, f"{what} not caught: {out[-400:]}")
 
 
 def main():

@@ -115,6 +115,31 @@ sed -i "s/^$good  $T\$/$(printf '0%.0s' {1..64})  $T/" "$D/PARTS.sha256"
 check "FAIL says whole-file mismatch" grep -q "whole-file sha256 mismatch" "$LOG"
 check "no target, no temporary file" bash -c "[ ! -e '$D/$T' ] && [ ! -e '$D/$T.partial' ]"
 
+# --- write-path corruption: the hashes of what was read match, only the readback can see it -------
+newcase readback
+mkparts "$D" "$T" $((3 * MiB)) $MiB
+DSFLASH_TEST_CORRUPT_WRITE_AT=$((2 * MiB + 99)) "$B" reassemble "$D" > "$LOG" 2>&1; expect_rc "a byte corrupted on the way to disk" 1 $? "$LOG"
+check "readback names the mismatch" grep -q "^\[FAIL\] $T: readback sha256 mismatch (expected .*, got .*): the write path corrupted data" "$LOG"
+check "no target, no temporary file" bash -c "[ ! -e '$D/$T' ] && [ ! -e '$D/$T.partial' ] && [ ! -e '$D/$T.partial.json' ]"
+"$B" reassemble "$D" > "$LOG" 2>&1; expect_rc "rerun on a healthy write path" 0 $? "$LOG"
+check "target equals the original" cmp -s "$D/$T" "$C/$T.orig"
+
+# --- --no-resume discards a leftover; --jobs verifies in parallel ------------------------------------
+newcase noresume
+mkparts "$D" "$T" $((4 * MiB)) $MiB
+DSFLASH_TEST_BLOCK_BYTES=65536 DSFLASH_TEST_BLOCK_DELAY_MS=15 "$B" reassemble "$D" --quiet > "$LOG" 2>&1 &
+pid=$!
+for _ in $(seq 1 400); do
+    [ -f "$D/$T.partial.json" ] && [ "$(grep -c '"end"' "$D/$T.partial.json" 2>/dev/null)" -ge 1 ] && break
+    sleep 0.02
+done
+kill -9 $pid; wait $pid 2>/dev/null
+"$B" reassemble "$D" --no-resume > "$LOG" 2>&1; expect_rc "--no-resume after a crash" 0 $? "$LOG"
+check "--no-resume says it discards the leftover" grep -q "^\[info\] $T: --no-resume: discarding" "$LOG"
+check "target equals the original" cmp -s "$D/$T" "$C/$T.orig"
+rm "$D/$T" "$D/$T.verified"
+"$B" reassemble "$D" --check-only --jobs 4 > "$LOG" 2>&1; expect_rc "--check-only --jobs 4" 10 $? "$LOG"
+
 # --- existing target with other content: untouched, then --replace ----------------------------
 newcase existing
 mkparts "$D" "$T" $((2 * MiB)) $MiB

@@ -225,6 +225,7 @@ fi
 "$B" verify "$BASE" --profile v4 > "$LOG" 2>&1; expect_rc "unknown profile" 2 $? "$LOG"
 "$B" verify "$BASE" --samples 0 > "$LOG" 2>&1; expect_rc "--samples 0" 2 $? "$LOG"
 "$B" verify "$ROOT/nowhere" > "$LOG" 2>&1; expect_rc "DIR missing" 5 $? "$LOG"
+"$B" verify-checkpoint "$BASE" > "$LOG" 2>&1; expect_rc "verify-checkpoint is an alias" 0 $? "$LOG"
 
 [ $FAIL = 0 ] && rm -rf "$ROOT"
 finish

@@ -102,6 +102,15 @@ static int fold_mismatches(ds_fsrc *rot, const char *name, int mode /* 1 right, 
     ds_mk_spec_for(&cfg, name, t->rows, t->cols, false, &sp);
     float *u = ds_xmalloc(sizeof(float) * (size_t)(t->rows * t->cols));
     ds_mk_gen_rows(&cfg, &sp, ds_mk_tensor_seed(11, sp.seed_name), 11, 0, t->rows, t->cols, u);
+    if (sp.norm_fold[0]) { /* a reader of a residual norm: W·diag(w) before the rotation */
+        ds_mk_spec ns;
+        ds_mk_spec_for(&cfg, sp.norm_fold, 1, t->cols, false, &ns);
+        float *w = ds_xmalloc(sizeof(float) * (size_t)t->cols);
+        ds_mk_gen_rows(&cfg, &ns, ds_mk_tensor_seed(11, ns.seed_name), 11, 0, 1, t->cols, w);
+        for (int64_t a = 0; a < t->rows; a++)
+            for (int64_t c = 0; c < t->cols; c++) u[a * t->cols + c] *= w[c];
+        free(w);
+    }
     int64_t rows, cols;
     float *r = read_all(rot, name, &rows, &cols);
     const float *B = rot->rot.B;
@@ -157,6 +166,39 @@ TEST(quarot_folds_follow_model_md_section_3) {
     CHECK(memcmp(e_rot, e_mtp, sizeof(float) * (size_t)(rows * cols)) != 0, "trunk embed is rotated");
     free(e_id); free(e_mtp); free(e_rot);
     ds_fsrc_free(rot); ds_fsrc_free(id);
+}
+
+TEST(residual_norms_are_folded_into_their_readers) {
+    ds_fsrc *s = source(5, false, false);
+    ds_config c = tiny_cfg();
+    const char *ones[] = {"norm.weight", "layers.0.attn_norm.weight", "layers.7.ffn_norm.weight"};
+    for (size_t k = 0; k < DS_ARRAY_LEN(ones); k++) {
+        int64_t rows, cols;
+        float *w = read_all(s, ones[k], &rows, &cols);
+        int bad = 0;
+        for (int64_t i = 0; w && i < cols; i++) bad += w[i] != 1.0f;
+        CHECK(w && bad == 0, "%s stored as ones (%d values differ)", ones[k], bad);
+        free(w);
+    }
+    ds_mk_spec sp;
+    const char *readers[][2] = {{"head.weight", "norm.weight"}, {"layers.2.attn.wq_a.weight", "layers.2.attn_norm.weight"},
+                                {"layers.2.attn.compressor.wgate.weight", "layers.2.attn_norm.weight"},
+                                {"layers.3.ffn.gate.weight", "layers.3.ffn_norm.weight"},
+                                {"layers.3.ffn.experts.1.w3.weight", "layers.3.ffn_norm.weight"},
+                                {"layers.3.ffn.shared_experts.w1.weight", "layers.3.ffn_norm.weight"}};
+    for (size_t k = 0; k < DS_ARRAY_LEN(readers); k++) {
+        ds_mk_spec_for(&c, readers[k][0], 2, 2, false, &sp);
+        CHECK(!strcmp(sp.norm_fold, readers[k][1]), "%s folds %s, found '%s'", readers[k][0], readers[k][1], sp.norm_fold);
+    }
+    const char *not_readers[] = {"layers.3.ffn.experts.1.w2.weight", "layers.3.attn.wo_b.weight", "mtp.0.attn.wq_a.weight",
+                                 "mtp.2.head.weight", "layers.1.engram.wkv.weight"};
+    for (size_t k = 0; k < DS_ARRAY_LEN(not_readers); k++) {
+        ds_mk_spec_for(&c, not_readers[k], 2, 2, false, &sp);
+        CHECK(!sp.norm_fold[0], "%s must not fold a norm (found %s)", not_readers[k], sp.norm_fold);
+    }
+    ds_mk_spec_for(&c, "mtp.0.attn_norm.weight", 1, 128, false, &sp);
+    CHECK(!sp.folded_norm, "draft norms keep their weights (the draft is not rotated)");
+    ds_fsrc_free(s);
 }
 
 TEST(structured_initializations) {

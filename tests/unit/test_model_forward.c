@@ -13,6 +13,7 @@
 #include "model/model.h"
 #include "base/threadpool.h"
 #include <math.h>
+#include <limits.h>
 #include <stdlib.h>
 
 static const char *bin_path(void) {
@@ -20,7 +21,9 @@ static const char *bin_path(void) {
     const char *e = getenv("DSFLASH_BIN");
     if (e && *e) return e;
     const char *bd = getenv("BUILD");
-    snprintf(b, sizeof b, "build/%s/dsflash", bd && *bd ? bd : "release");
+    char rel[256];
+    snprintf(rel, sizeof rel, "build/%s/dsflash", bd && *bd ? bd : "release");
+    if (!realpath(rel, b)) snprintf(b, sizeof b, "%s", rel);   /* absolute: commands may cd */
     return b;
 }
 
@@ -38,15 +41,17 @@ static const char *fixture(void) {
     return state == 1 ? dir : NULL;
 }
 
-static ds_model *load(void) {
+/* kernels: "reference" (the scalar ground truth) or "auto" (the SIMD path the server runs) */
+static ds_model *load_k(const char *kernels) {
     const char *d = fixture();
     if (!d) return NULL;
     char eb[1024];
-    ds_load_options o = {"reference", 0, 0, 0};
+    ds_load_options o = {kernels, 0, 0, 0};
     ds_model *m = ds_model_load(d, &o, eb, sizeof eb);
     if (!m) fprintf(stderr, "  load: %s\n", eb);
     return m;
 }
+static ds_model *load(void) { return load_k("reference"); }
 
 static void prompt(int32_t *t, int n, uint32_t seed) {
     for (int i = 0; i < n; i++) {
@@ -140,9 +145,9 @@ TEST(rollback_then_reprocess_is_identical) {
     ds_seq_free(s);
     char eb[256];
     int bases[2] = {99, 100};                 /* both parities of the ratio-2 groups */
-    int ks[5] = {1, 2, 5, 16, DS_MAX_ROLLBACK};
+    int ks[3] = {1, 5, DS_MAX_ROLLBACK};
     for (int bi = 0; bi < 2; bi++)
-        for (int ki = 0; ki < 5; ki++) {
+        for (int ki = 0; ki < 3; ki++) {
             int b = bases[bi], k = ks[ki];
             s = ds_seq_new(m);
             CHECK(ds_seq_step(m, s, t, b, NULL, 0, eb, sizeof eb) == 0);
@@ -170,7 +175,7 @@ TEST(rollback_then_reprocess_is_identical) {
 }
 
 TEST(batched_sequences_equal_each_alone) {
-    ds_model *m = load();
+    ds_model *m = load_k("auto");
     if (!m) { CHECK(0, "fixture"); return; }
     const int V = ds_model_vocab_size(m), PA = 90, PB = 45, PC = 60;
     int32_t a[90], b[45], c[60];
@@ -215,7 +220,7 @@ TEST(batched_sequences_equal_each_alone) {
 }
 
 TEST(block_size_and_threads_do_not_matter) {
-    ds_model *m = load();
+    ds_model *m = load_k("auto");
     if (!m) { CHECK(0, "fixture"); return; }
     const int V = ds_model_vocab_size(m), P = 150;
     int32_t t[150];

@@ -5,6 +5,7 @@
  * loads, and a missing directory fails without crashing. */
 #include "check.h"
 #include "dsflash.h"
+#include <limits.h>
 #include <stdlib.h>
 
 static const char *bin_path(void) {
@@ -12,7 +13,9 @@ static const char *bin_path(void) {
     const char *e = getenv("DSFLASH_BIN");
     if (e && *e) return e;
     const char *bd = getenv("BUILD");
-    snprintf(b, sizeof b, "build/%s/dsflash", bd && *bd ? bd : "release");
+    char rel[256];
+    snprintf(rel, sizeof rel, "build/%s/dsflash", bd && *bd ? bd : "release");
+    if (!realpath(rel, b)) snprintf(b, sizeof b, "%s", rel);   /* absolute: commands may cd */
     return b;
 }
 

@@ -45,7 +45,7 @@ $(OUT)/dsflash: $(OUT)/src/cli/main.o $(OUT)/libdsflash.a
 $(OUT)/tests/%: tests/unit/%.c $(TEST_COMMON) $(OUT)/libdsflash.a
 	@mkdir -p $(dir $@)
 	@echo '  TEST $@'
-	@$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(TEST_COMMON) $(OUT)/libdsflash.a $(LDFLAGS) $(LDLIBS)
+	@$(CC) $(CFLAGS) -MMD -MP -MF $@.d -Itests/unit -o $@ $< $(TEST_COMMON) $(OUT)/libdsflash.a $(LDFLAGS) $(LDLIBS)
 
 test: all
 	BUILD=$(BUILD) tests/run.sh
@@ -56,4 +56,4 @@ bench: all
 clean:
 	rm -rf build
 
--include $(LIB_OBJ:.o=.d) $(OUT)/src/cli/main.d
+-include $(LIB_OBJ:.o=.d) $(OUT)/src/cli/main.d $(TEST_BIN:=.d)

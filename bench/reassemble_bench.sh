@@ -30,7 +30,7 @@ now() { date +%s.%N; }
 rate() { awk -v b="$1" -v t0="$2" -v t1="$3" 'BEGIN { printf "%.1f", b / (t1 - t0) / 1048576 }'; }
 drop_cache() { for f in "$@"; do dd if="$f" iflag=nocache count=0 status=none; done; }
 
-echo "reassemble bench: $SIZE_MIB MiB in $NPARTS parts under $W ($(nproc) CPUs)"
+echo "reassemble bench: $SIZE_MIB MiB in $NPARTS parts under $W ($(nproc) CPUs, load average $(cut -d' ' -f1 /proc/loadavg))"
 # Incompressible data without paying /dev/urandom's price: AES-CTR keystream.
 openssl enc -aes-128-ctr -nosalt -pass pass:dsflash-bench -in <(head -c $BYTES /dev/zero) -out "$W/data.bin" 2>/dev/null
 "$BIN" split "$W/data.bin" --part-size $PART --out-dir "$W/p" --quiet --no-verify > /dev/null
@@ -53,8 +53,10 @@ LIMIT=$(awk -v a="$READ" -v b="$SHA" 'BEGIN { printf "%.1f", (a < b ? a : b) }')
 
 # 3. reassembly without readback (one read, two hashes on two threads, one write)
 drop_cache "${PARTS[@]}"
-t0=$(now); "$BIN" reassemble "$W/p" --no-readback --quiet > "$W/log1"; t1=$(now)
+t0=$(now); /usr/bin/time -f "%U %S" -o "$W/cpu1" "$BIN" reassemble "$W/p" --no-readback --quiet > "$W/log1"; t1=$(now)
 NORB=$(rate $BYTES "$t0" "$t1")
+# CPU seconds per GiB (user, sys): independent of other load on a shared machine
+CPU1=$(awk -v g="$SIZE_MIB" '{ printf "%.2f s user + %.2f s sys", $1 * 1024 / g, $2 * 1024 / g }' "$W/cpu1")
 rm -f "$W/p/data.bin" "$W/p/data.bin.verified"
 sync
 # 4. default reassembly (with readback after dropping the new file's cache)
@@ -73,6 +75,7 @@ printf "  sha256, one stream (%s) %8.1f MiB/s\n" "$SHAIMPL" "$SHA"
 printf "  limit = min of the two          %8.1f MiB/s\n" "$LIMIT"
 printf "  plain copy (cat + fsync)        %8.1f MiB/s  (I/O alone, no hashing)\n" "$COPY"
 printf "  reassemble --no-readback        %8.1f MiB/s  = %s%% of the limit\n" "$NORB" "$P1"
+printf "  reassemble --no-readback CPU per GiB: %s (two SHA-256 streams ideally %.2f s user)\n" "$CPU1" "$(awk -v s="$SHA" 'BEGIN { print 2 * 1024 / s }')"
 printf "  reassemble (with readback)      %8.1f MiB/s  = %s%% of the limit (ideal ~50%%: two passes)\n" "$RB" "$P2"
 printf "  --no-readback vs min(limit, plain copy): %s%%\n" "$P3"
 if [ -n "$JSON" ]; then

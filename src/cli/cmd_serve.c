@@ -24,6 +24,9 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -138,6 +141,34 @@ static int parse_size(const char *name, const char *s, uint64_t *out) {
     else return bad(name, s, "expected bytes with an optional K, M, G, KiB, MiB or GiB suffix");
     if (errno || end == s || x <= 0) return bad(name, s, "expected a positive size");
     *out = (uint64_t)(x * (double)mul);
+    return 0;
+}
+
+/* --log-file: stderr goes through a pipe to a thread that writes every line to the file and,
+ * until READY, also to the original stderr (so no start-up line is lost, PITFALLS 49). */
+static int g_log_fd = -1, g_orig_stderr = -1;
+static atomic_bool g_after_ready;
+static void *tee_main(void *arg) {
+    int rfd = (int)(intptr_t)arg;
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(rfd, buf, sizeof buf)) > 0) {
+        if (write(g_log_fd, buf, (size_t)n) < 0) { /* the log file is best effort once open */ }
+        if (!atomic_load(&g_after_ready) && write(g_orig_stderr, buf, (size_t)n) < 0) { }
+    }
+    return NULL;
+}
+static int start_log_tee(const char *path) {
+    g_log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    int p[2];
+    if (g_log_fd < 0 || pipe(p)) return -1;
+    g_orig_stderr = dup(2);
+    dup2(p[1], 2);
+    close(p[1]);
+    setvbuf(stderr, NULL, _IOLBF, 0);
+    pthread_t th;
+    if (pthread_create(&th, NULL, tee_main, (void *)(intptr_t)p[0])) return -1;
+    pthread_detach(th);
     return 0;
 }
 
@@ -325,9 +356,11 @@ int cmd_serve(int argc, char **argv) {
         return bad("--debug-kv-alloc-order", fv("--debug-kv-alloc-order"), "expected low-first or high-first");
     if (strcmp(fv("--self-check"), "full") && strcmp(fv("--self-check"), "quick"))
         return bad("--self-check", fv("--self-check"), "expected full or quick (self-checks cannot be turned off)");
-    if (strcmp(fv("--engram-residency"), "page-cache") && strcmp(fv("--engram-residency"), "locked") &&
-        strcmp(fv("--engram-residency"), "disk"))
-        return bad("--engram-residency", fv("--engram-residency"), "expected page-cache, locked or disk");
+    if (strcmp(fv("--engram-residency"), "page-cache"))
+        return bad("--engram-residency", fv("--engram-residency"),
+                   "only page-cache is available in this build (locked and disk are not implemented yet)");
+    if (strcmp(fv("--numa-nodes"), "all"))
+        return bad("--numa-nodes", fv("--numa-nodes"), "NUMA binding is not available in this build; only all is accepted");
     if (strcmp(fv("--limit-mm-per-prompt"), "image=0"))
         return bad("--limit-mm-per-prompt", fv("--limit-mm-per-prompt"), "this build has no vision tower; only image=0 is accepted");
     if (find_flag("--enable-prefix-caching")->val && find_flag("--no-enable-prefix-caching")->val)
@@ -368,6 +401,10 @@ int cmd_serve(int argc, char **argv) {
             fprintf(stderr, "dsflash serve: --log-file %s: %s\n", log_file, e.msg);
             return 3;
         }
+        if (start_log_tee(log_file)) {
+            fprintf(stderr, "dsflash serve: --log-file %s: cannot open: %s\n", log_file, strerror(errno));
+            return 3;
+        }
     }
     signal(SIGPIPE, SIG_IGN);
     signal(SIGINT, on_signal);
@@ -397,6 +434,29 @@ int cmd_serve(int argc, char **argv) {
     for (char *sv, *t = strtok_r(names_buf, ",", &sv); t && n_names < 16; t = strtok_r(NULL, ",", &sv)) names[n_names++] = t;
     if (!n_names) return bad("--served-model-name", names_s, "needs at least one name");
 
+    /* ---- tokenizer, then the listener (so /health reports the phase while the model loads) ---- */
+    ds_tokenizer *tok = NULL;
+    ds_error e = {0};
+    if (ds_tokenizer_load(tok_path, &tok, &e)) {
+        fprintf(stderr, "[selfcheck] tokenizer: FAIL %s\n", e.msg);
+        return 1;
+    }
+    free(tok_path);
+    ds_metrics metrics;
+    ds_metrics_init(&metrics);
+    ds_server_config sc = {.host = fv("--host"), .port = (int)port, .api_key = api_key, .names = names, .n_names = n_names,
+                           .root = model_dir, .max_model_len = 0, .max_body = max_body,
+                           .http_threads = (int)http_threads, .max_connections = (int)max_pending + 64,
+                           .dev_endpoints = find_flag("--enable-dev-endpoints")->val != NULL,
+                           .default_thinking = default_thinking, .limit_images = 0, .server_info_json = "{}",
+                           .log_requests = find_flag("--log-requests")->val != NULL, .max_log_len = (int)max_log};
+    ds_server *srv = ds_server_start(&sc, NULL, tok, &metrics, &e);
+    if (!srv) {
+        fprintf(stderr, "dsflash serve: %s\n", e.msg);
+        return 3;
+    }
+    ds_server_set_phase(srv, "loading");
+
     /* ---- load ---- */
     ds_load_options lo = {.kernels = fv("--kernels"), .threads = (int)threads, .full_validation = 0, .max_model_len = 0};
     if (fv("--max-model-len")) {
@@ -412,16 +472,10 @@ int cmd_serve(int argc, char **argv) {
         return 1;
     }
     int64_t max_model_len = model->max_len;
+    ds_server_set_phase(srv, "kv-setup");
     fprintf(stderr, "[selfcheck] checkpoint: OK %s (config validated, tensors bound, Engram constants checked) in %.2f s\n",
             model_dir, ds_now() - t0);
     fprintf(stderr, "[selfcheck] kernels: OK %s (requested %s)\n", ds_kernels_active(), fv("--kernels"));
-    ds_tokenizer *tok = NULL;
-    ds_error e = {0};
-    if (ds_tokenizer_load(tok_path, &tok, &e)) {
-        fprintf(stderr, "[selfcheck] tokenizer: FAIL %s\n", e.msg);
-        return 1;
-    }
-    free(tok_path);
 
     /* ---- budget (§4.4) ---- */
     ds_backend *be = ds_backend_model_new(model);
@@ -477,8 +531,6 @@ int cmd_serve(int argc, char **argv) {
     char fingerprint[PATH_MAX + 64];
     snprintf(fingerprint, sizeof fingerprint, "%s|bs=%d|kv=bf16", model_dir, (int)bs);
     ec.fingerprint = fingerprint;
-    ds_metrics metrics;
-    ds_metrics_init(&metrics);
     ds_detok_ops dops = ds_server_detok_ops(tok);
     ds_engine *eng = ds_engine_create(&ec, be, &mask, &metrics, &dops, &e);
     if (!eng) {
@@ -529,17 +581,8 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "[serve] WARN cannot write %s: %s\n", cfg_path, e.msg);
     free(cfg_path);
 
-    /* ---- HTTP ---- */
-    ds_server_config sc = {.host = fv("--host"), .port = (int)port, .api_key = api_key, .names = names, .n_names = n_names,
-                           .root = model_dir, .max_model_len = max_model_len, .max_body = max_body,
-                           .http_threads = (int)http_threads, .max_connections = (int)max_pending + 64,
-                           .dev_endpoints = find_flag("--enable-dev-endpoints")->val != NULL,
-                           .default_thinking = default_thinking, .limit_images = 0, .server_info_json = echo_s};
-    ds_server *srv = ds_server_start(&sc, eng, tok, &metrics, &e);
-    if (!srv) {
-        fprintf(stderr, "dsflash serve: %s\n", e.msg);
-        return 3;
-    }
+    ds_server_set_info(srv, echo_s);
+    ds_server_set_engine(srv, eng, max_model_len);
 
     /* ---- remaining self-checks ---- */
     ds_server_set_phase(srv, "selfcheck");
@@ -569,6 +612,10 @@ int cmd_serve(int argc, char **argv) {
     fprintf(stderr, "READY http://%s:%d model=%s instance=%s pid=%d\n", fv("--host"), ds_server_port(srv), names[0], uuid,
             (int)getpid());
     fflush(stderr);
+    if (g_log_fd >= 0) {
+        usleep(100000); /* let the tee thread copy READY to stderr too */
+        atomic_store(&g_after_ready, true);
+    }
     while (!g_stop) pause();
     fprintf(stderr, "[serve] shutting down\n");
     ds_server_stop(srv);

@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include "engine/engine.h"
 #include "engine/engine_internal.h"
+#include "base/threadpool.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -430,29 +431,60 @@ static void fail_numeric(ds_engine *e, ds_req *r) {
     finish_req(e, r, DS_END_ERROR, 500, "internal_error", "numeric error: the model produced NaN or Inf logits");
 }
 
+/* Sampling of the step's final rows runs on the compute pool, one task per row: rows are
+ * independent (counter-based draws, per-row history) and a 129,280-wide row costs about a
+ * millisecond, which a batch of 32 must not pay serially.  Commits stay serial, in item order. */
+typedef struct sample_job {
+    ds_engine *e;
+    int n;
+    int *item;                 /* item index of each job */
+    ds_sample_result *res;
+    int *rc;
+} sample_job;
+
+static void sample_task(void *ctx, int t, int thread) {
+    sample_job *j = ctx;
+    ds_engine *e = j->e;
+    int k = j->item[t];
+    ds_backend_item *it = &e->items[k];
+    ds_req *r = e->item_req[k];
+    int V = e->be->vocab;
+    const float *last = e->logits + (e->item_row[k] + (size_t)(it->n_logits - 1)) * (size_t)V;
+    ds_sample_history h = {r->tokens, r->n_prompt, r->tokens + r->n_prompt, r->n_tokens - r->n_prompt};
+    j->rc[t] = ds_sample_row(last, V, e->mask, &r->sp, r->seed, r->n_tokens - r->n_prompt, &h,
+                             e->ss_pool[thread < e->n_ss ? thread : 0], &j->res[t]);
+}
+
 static void after_forward(ds_engine *e) {
     int V = e->be->vocab;
     size_t row = 0;
+    sample_job job = {e, 0, ds_xmalloc(sizeof(int) * (size_t)e->n_items),
+                      ds_xmalloc(sizeof(ds_sample_result) * (size_t)e->n_items), ds_xmalloc(sizeof(int) * (size_t)e->n_items)};
+    if (e->n_items > e->cap_item_row) {
+        e->cap_item_row = e->n_items;
+        e->item_row = ds_xrealloc(e->item_row, sizeof(size_t) * (size_t)e->cap_item_row);
+    }
+    bool *failed = ds_xcalloc((size_t)e->n_items, sizeof(bool));
     for (int k = 0; k < e->n_items; k++) {
         ds_backend_item *it = &e->items[k];
         ds_req *r = e->item_req[k];
         r->in_step = false;
+        e->item_row[k] = row;
         int64_t end = it->pos0 + it->n;
         const float *rows = e->logits + row * (size_t)V;
         row += (size_t)it->n_logits;
         if (r->state == DS_REQ_PREFILL && !r->exclude_metrics) atomic_fetch_add(&e->m->prompt_tokens, (uint64_t)it->n);
         r->n_computed = end;
         e->be->after_step(e->be->impl, &e->km, r->seq, &r->tab, r->tokens, end, r->cache_salt);
-        bool failed = false;
         if (r->sp.prompt_logprobs >= 0 && r->n_plp_done < r->n_prompt && it->n_logits == it->n) {
             /* row q's logits score token q+1 */
-            for (int j = 0; j < it->n && !failed; j++) {
+            for (int j = 0; j < it->n && !failed[k]; j++) {
                 int64_t q = it->pos0 + j;
                 if (q + 1 >= r->n_prompt || q + 1 < r->n_plp_done) continue;
                 ds_sample_result res;
                 if (ds_row_logprobs(rows + (size_t)j * (size_t)V, V, e->mask, r->tokens[q + 1], r->sp.prompt_logprobs,
-                                    e->ss, &res)) {
-                    failed = true;
+                                    e->ss_pool[0], &res)) {
+                    failed[k] = true;
                     break;
                 }
                 pthread_mutex_lock(&r->mu);
@@ -462,22 +494,31 @@ static void after_forward(ds_engine *e) {
             }
             r->n_plp_done = DS_MIN(end + 1, r->n_prompt);
         }
-        if (failed) {
+        if (!failed[k] && end == r->n_tokens) job.item[job.n++] = k;
+    }
+    if (job.n > 1) ds_pool_run(job.n, sample_task, &job);
+    else if (job.n == 1) sample_task(&job, 0, 0);
+    int jn = 0;
+    for (int k = 0; k < e->n_items; k++) {
+        ds_req *r = e->item_req[k];
+        if (failed[k]) {
             fail_numeric(e, r);
             continue;
         }
-        if (end != r->n_tokens) continue;
+        if (jn >= job.n || job.item[jn] != k) continue;
+        int t = jn++;
         r->state = DS_REQ_DECODE;
         r->reached_decode = true;
-        const float *last = rows + (size_t)(it->n_logits - 1) * (size_t)V;
-        ds_sample_history h = {r->tokens, r->n_prompt, r->tokens + r->n_prompt, r->n_tokens - r->n_prompt};
-        ds_sample_result res;
-        if (ds_sample_row(last, V, e->mask, &r->sp, r->seed, r->n_tokens - r->n_prompt, &h, e->ss, &res)) {
+        if (job.rc[t]) {
             fail_numeric(e, r);
             continue;
         }
-        commit_token(e, r, &res);
+        commit_token(e, r, &job.res[t]);
     }
+    free(failed);
+    free(job.item);
+    free(job.res);
+    free(job.rc);
 }
 
 /* ------------------------------------------------------------------ one step */
@@ -694,6 +735,10 @@ ds_engine *ds_engine_create(const ds_engine_config *cfg, ds_backend *be, const d
         return NULL;
     }
     e->ss = ds_sampler_scratch_new(be->vocab);
+    e->n_ss = ds_pool_threads() > 0 ? ds_pool_threads() : 1;
+    e->ss_pool = ds_xmalloc(sizeof(ds_sampler_scratch *) * (size_t)e->n_ss);
+    e->ss_pool[0] = e->ss;
+    for (int i = 1; i < e->n_ss; i++) e->ss_pool[i] = ds_sampler_scratch_new(be->vocab);
     e->decode_since_prefill = 1 << 30;
     pthread_mutex_init(&e->mu, NULL);
     pthread_mutex_init(&e->state_mu, NULL);
@@ -702,7 +747,8 @@ ds_engine *ds_engine_create(const ds_engine_config *cfg, ds_backend *be, const d
     if (pthread_create(&e->thr, NULL, engine_main, e)) {
         ds_fail(err, "E_THREAD", "cannot start the engine thread");
         ds_kvm_destroy(&e->km);
-        ds_sampler_scratch_free(e->ss);
+        for (int i = 0; i < e->n_ss; i++) ds_sampler_scratch_free(e->ss_pool[i]);
+        free(e->ss_pool);
         free(e);
         return NULL;
     }
@@ -732,7 +778,9 @@ void ds_engine_destroy(ds_engine *e) {
     free(e->items);
     free(e->item_req);
     free(e->logits);
-    ds_sampler_scratch_free(e->ss);
+    free(e->item_row);
+    for (int i = 0; i < e->n_ss; i++) ds_sampler_scratch_free(e->ss_pool[i]);
+    free(e->ss_pool);
     ds_kvm_destroy(&e->km);
     pthread_mutex_destroy(&e->mu);
     pthread_mutex_destroy(&e->state_mu);

@@ -42,6 +42,10 @@ struct ds_engine {
     float *logits;
     size_t logits_cap;
     ds_sampler_scratch *ss;
+    ds_sampler_scratch **ss_pool;    /* one per compute-pool thread (ss_pool[0] == ss) */
+    int n_ss;
+    size_t *item_row;                /* first logits row of each item */
+    int cap_item_row;
     uint64_t promised[DS_KV_KINDS];  /* pages promised to lazy-backend rows of the step being built */
 
     atomic_int g_running, g_waiting;

@@ -248,10 +248,35 @@ static void apply_penalties(const ds_sampling_params *p, const ds_sample_history
     s->n_touched = 0;
 }
 
+/* Greedy without bias, penalties or logprobs: one pass (finiteness + masked argmax) instead of
+ * the exponentials of the captured distribution, which dominate sampling at 129,280 ids. */
+static bool plain_greedy(const ds_sampling_params *p) {
+    return (p->temperature == 0.0 || p->top_k == 1) && p->logprobs < 0 && p->n_bias == 0 &&
+           p->repetition_penalty == 1.0 && p->presence_penalty == 0.0 && p->frequency_penalty == 0.0;
+}
+
 int ds_sample_row(const float *logits, int vocab, const ds_token_mask *mask, const ds_sampling_params *p,
                   int64_t seed, int64_t output_index, const ds_sample_history *hist, ds_sampler_scratch *s,
                   ds_sample_result *res) {
     memset(res, 0, sizeof *res);
+    if (plain_greedy(p)) {
+        int32_t best = -1;
+        float bv = -INFINITY;
+        bool finite = true;
+        for (int i = 0; i < vocab; i++) {
+            float v = logits[i];
+            finite &= isfinite(v);
+            if (mask && mask->masked[i]) continue;
+            if (v > bv) { bv = v; best = i; }
+        }
+        if (!finite || best < 0) {
+            res->nonfinite = true;
+            return -1;
+        }
+        res->token = best;
+        res->rank = 1;
+        return 0;
+    }
     double lse;
     if (!capture_lse(logits, vocab, mask, &lse)) {
         res->nonfinite = true;

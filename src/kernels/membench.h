@@ -5,10 +5,11 @@
 #define DS_KERNELS_MEMBENCH_H
 #include <stddef.h>
 
-/* Read-only bandwidth in GB/s (1e9 B/s): all pool threads sum their slice of one of two `bytes`
- * buffers (alternating, each larger than L3); best pass of at least `reps` passes and `min_secs`
- * seconds — the same best-of sampling the kernel rows use, so the ratio compares like with like. */
-double ds_bench_read_bw(size_t bytes, int reps, double min_secs);
+/* Read-only bandwidth in GB/s (1e9 B/s): all pool threads sum their share of one `pass_bytes`
+ * slice per pass, rotating through a `bytes` buffer (sized beyond every cache); best pass of at
+ * least `reps` passes and `min_secs` seconds.  Passes as long as one kernel call and best-of
+ * sampling, exactly as the kernel rows are timed, so the ratio compares like with like. */
+double ds_bench_read_bw(size_t bytes, size_t pass_bytes, int reps, double min_secs);
 /* STREAM copy (c = a, 16 B/element) and triad (a = b + s*c, 24 B/element), GB/s, best of reps. */
 void ds_bench_stream(size_t elems, int reps, double *copy_gbs, double *triad_gbs);
 /* int8 dot-product peak in GOP/s (1 multiply-add = 2 ops) with all pool threads: VPDPBUSD zmm on

@@ -65,9 +65,7 @@ static void attn_task(void *vctx, int task, int thread) {
     float es = (float)exp((double)sink - (double)mx);
     float fden = (float)(den + (double)es);
     for (int i = 0; i < nk; i++) {
-        float pk = sc[i] / fden;
-        const ds_bf16 *kv = keys[i];
-        for (int d = 0; d < dh; d++) acc[d] += (double)pk * ds_bf16_to_f32(kv[d]);
+        ds_axpy_bf16(acc, sc[i] / fden, keys[i], dh);
     }
     ds_bf16 *oh = st->o + ((size_t)row * H + h) * dh;
     for (int d = 0; d < dh; d++) oh[d] = ds_f32_to_bf16((float)acc[d]);

@@ -14,33 +14,20 @@
 #include "base/bf16.h"
 #include "kernels/kernels.h"
 
-/* Σ f64(a[i])·f64(b[i]) for bf16 vectors (not yet rounded). */
-static inline double ds_dot_bb(const ds_bf16 *a, const ds_bf16 *b, int n) {
-    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    int i = 0;
-    for (; i + 4 <= n; i += 4) {
-        s0 += (double)ds_bf16_to_f32(a[i]) * ds_bf16_to_f32(b[i]);
-        s1 += (double)ds_bf16_to_f32(a[i + 1]) * ds_bf16_to_f32(b[i + 1]);
-        s2 += (double)ds_bf16_to_f32(a[i + 2]) * ds_bf16_to_f32(b[i + 2]);
-        s3 += (double)ds_bf16_to_f32(a[i + 3]) * ds_bf16_to_f32(b[i + 3]);
-    }
-    for (; i < n; i++) s0 += (double)ds_bf16_to_f32(a[i]) * ds_bf16_to_f32(b[i]);
-    return (s0 + s1) + (s2 + s3);
-}
+/* Float64 reductions with one fixed evaluation order on every CPU: eight partial sums (element i
+ * goes to lane i mod 8), combined as ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), then the n mod 8 tail
+ * in index order.  Products are exact in float64.  The AVX2 versions (ops_simd.c) follow exactly
+ * this order, so both give the same bits; the choice is made once from the CPU features. */
+double ds_dot_bb(const ds_bf16 *a, const ds_bf16 *b, int n);      /* Σ f64(a)·f64(b), bf16 · bf16 */
+double ds_dot_fb(const float *a, const ds_bf16 *b, int n);        /* Σ f64(a)·f64(b), fp32 · bf16 */
+/* acc[i] += f64(p)·f64(k[i]) (element-wise, no reassociation: identical on every path). */
+void ds_axpy_bf16(double *acc, float p, const ds_bf16 *k, int n);
 
-/* Σ f64(a[i])·f64(b[i]) for an fp32 vector and a bf16 vector. */
-static inline double ds_dot_fb(const float *a, const ds_bf16 *b, int n) {
-    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    int i = 0;
-    for (; i + 4 <= n; i += 4) {
-        s0 += (double)a[i] * ds_bf16_to_f32(b[i]);
-        s1 += (double)a[i + 1] * ds_bf16_to_f32(b[i + 1]);
-        s2 += (double)a[i + 2] * ds_bf16_to_f32(b[i + 2]);
-        s3 += (double)a[i + 3] * ds_bf16_to_f32(b[i + 3]);
-    }
-    for (; i < n; i++) s0 += (double)a[i] * ds_bf16_to_f32(b[i]);
-    return (s0 + s1) + (s2 + s3);
-}
+/* Tests: whether the AVX2 path is in use, and each path explicitly (simd = 0: scalar). */
+int ds_model_simd_active(void);
+double ds_dot_bb_path(int simd, const ds_bf16 *a, const ds_bf16 *b, int n);
+double ds_dot_fb_path(int simd, const float *a, const ds_bf16 *b, int n);
+void ds_axpy_bf16_path(int simd, double *acc, float p, const ds_bf16 *k, int n);
 
 /* fp32(Σ f64(x)²) of a bf16 vector. */
 static inline float ds_sumsq_b(const ds_bf16 *x, int n) { return (float)ds_dot_bb(x, x, n); }

@@ -138,7 +138,8 @@ static enum MHD_Result h_models(struct MHD_Connection *c, ds_server *s) {
 static enum MHD_Result h_metrics(struct MHD_Connection *c, ds_server *s) {
     ds_metrics_gauges g;
     memset(&g, 0, sizeof g);
-    ds_engine_gauges(s->e, &g);
+    ds_engine *e = __atomic_load_n(&s->e, __ATOMIC_ACQUIRE);
+    if (e) ds_engine_gauges(e, &g);
     g.ready = atomic_load(&s->ready);
     g.spec_enabled = 0;
     ds_tbuf b = {0};
@@ -149,7 +150,9 @@ static enum MHD_Result h_metrics(struct MHD_Connection *c, ds_server *s) {
 }
 
 static enum MHD_Result h_server_info(struct MHD_Connection *c, ds_server *s) {
+    pthread_mutex_lock(&s->mu);
     cJSON *info = cJSON_Parse(s->cfg.server_info_json ? s->cfg.server_info_json : "{}");
+    pthread_mutex_unlock(&s->mu);
     if (!info) info = cJSON_CreateObject();
     cJSON_DeleteItemFromObjectCaseSensitive(info, "instance_id");
     cJSON_AddStringToObject(info, "instance_id", s->instance);
@@ -317,6 +320,12 @@ static enum MHD_Result h_generate(struct MHD_Connection *c, ds_server *s, ds_api
         return send_error(c, s, endpoint, &err, xrid);
     }
     if (xrid) ds_log(DS_LOG_INFO, "request %s X-Request-Id %s", r->id, xrid);
+    if (s->cfg.log_requests) {
+        const char *pt = ar.prompt_text ? ar.prompt_text : "";
+        int n = (int)DS_MIN(strlen(pt), (size_t)s->cfg.max_log_len);
+        ds_log(DS_LOG_INFO, "request %s %s prompt_tokens=%zu max_tokens=%lld stream=%d prompt=\"%.*s\"%s", r->id, endpoint,
+               ar.prompt.n, (long long)ar.sp.max_tokens, ar.stream, n, pt, (size_t)n < strlen(pt) ? "..." : "");
+    }
     int fd = conn_fd(c);
     enum MHD_Result rc;
     if (ar.stream) {
@@ -489,6 +498,18 @@ ds_server *ds_server_start(const ds_server_config *cfg, ds_engine *e, const ds_t
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : cfg->port;
     return s;
+}
+
+void ds_server_set_engine(ds_server *s, ds_engine *e, int64_t max_model_len) {
+    s->cfg.max_model_len = max_model_len;
+    s->lim.max_model_len = max_model_len;
+    __atomic_store_n(&s->e, e, __ATOMIC_RELEASE);
+}
+
+void ds_server_set_info(ds_server *s, const char *server_info_json) {
+    pthread_mutex_lock(&s->mu);
+    s->cfg.server_info_json = server_info_json;
+    pthread_mutex_unlock(&s->mu);
 }
 
 void ds_server_set_phase(ds_server *s, const char *phase) {

@@ -30,10 +30,16 @@ typedef struct ds_server_config {
     bool default_thinking;
     int limit_images;
     const char *server_info_json;    /* effective configuration object (text) */
+    bool log_requests;               /* one INFO line per generation request */
+    int max_log_len;                 /* prompt characters in that line */
 } ds_server_config;
 
 ds_server *ds_server_start(const ds_server_config *cfg, ds_engine *e, const ds_tokenizer *tok, ds_metrics *m,
                            ds_error *err);
+/* The listener may start before the engine exists (model loading): /health then answers 503
+ * with the phase, everything else 503 not_ready.  Attach the engine once it is built. */
+void ds_server_set_engine(ds_server *s, ds_engine *e, int64_t max_model_len);
+void ds_server_set_info(ds_server *s, const char *server_info_json);
 /* Before READY: /health answers 503 {"status":"starting","phase":phase}. */
 void ds_server_set_phase(ds_server *s, const char *phase);
 void ds_server_set_ready(ds_server *s, const char *instance_id);

@@ -476,11 +476,14 @@ static int load_added(ds_tokenizer *t, lctx *c, const cJSON *added) {
         t->id_added[a->id] = a->special ? 2 : 1;
         /* HF cuts non-normalized literals from the raw text first, normalized ones from the
          * normalized pieces afterwards; the two passes differ when literals overlap */
-        if (a->normalized) {   /* matched against normalized text, so stored normalized (as HF does) */
+        if (a->normalized) {
+            /* matched against normalized text, so stored normalized; HF also decodes such a token
+             * to its normalized form (while token_id still finds it by the original literal) */
             size_t nl;
             char *nc = ds_tokenizer_normalize(t, a->content, a->len, &nl);
             ds_lit_trie_add(&t->trie_norm, nc, nl, t->n_added - 1);
-            free(nc);
+            if (t->n_normalizers) { free(t->id_str[a->id]); t->id_str[a->id] = nc; }
+            else free(nc);
             t->n_norm++;
         }
         else { ds_lit_trie_add(&t->trie_raw, a->content, a->len, t->n_added - 1); t->n_raw++; }

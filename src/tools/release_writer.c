@@ -307,7 +307,10 @@ static int split_engram(const ds_rw_plan *p, const char *dst, const ds_rw_file *
     return rc ? -1 : 0;
 }
 
-static int run_unit(ds_rw_plan *p, ds_fsrc *src, const char *dst, int unit, int n_threads, ds_progress *prog, ds_error *err) {
+/* Returns 0 when the unit is complete on disk afterwards, 1 when it was left out (a unit filtered
+ * by --no-engram / --engram-only that is not already there), -1 on error. */
+static int run_unit(ds_rw_plan *p, ds_fsrc *src, const char *dst, int unit, bool filtered, int n_threads, ds_progress *prog,
+                    ds_error *err) {
     unit_job j;
     memset(&j, 0, sizeof j);
     j.p = p;
@@ -329,6 +332,12 @@ static int run_unit(ds_rw_plan *p, ds_fsrc *src, const char *dst, int unit, int 
     }
     int rc = 0;
     j.dry = any && complete;
+    if (filtered && !j.dry) {
+        pthread_mutex_destroy(&j.mu);
+        free(j.groups);
+        free(j.fds);
+        return 1;
+    }
     for (int fi = 0; fi < p->n_files && !rc && !j.dry; fi++)
         if (p->files[fi].unit == unit) rc = open_partial(dst, &p->files[fi], &j.fds[fi], err);
     if (!rc) {
@@ -379,16 +388,20 @@ int ds_rw_write(ds_rw_plan *p, ds_fsrc *src, const char *dst, ds_error *err) {
     ds_progress prog;
     ds_progress_init(&prog, p->opts.float_export ? "float-export" : "quantize", total, p->opts.quiet || total < ((uint64_t)256 << 20));
     double t0 = ds_now();
+    int left_out = 0;
     for (int u = 0; u < p->n_units; u++) {
         bool engram_unit = false;
         for (int fi = 0; fi < p->n_files; fi++)
             if (p->files[fi].unit == u && p->files[fi].kind == DS_RF_ENGRAM_W) engram_unit = true;
-        if ((p->opts.no_engram && engram_unit) || (p->opts.engram_only && !engram_unit)) continue;
-        if (run_unit(p, src, dst, u, n_threads, &prog, err)) {
+        /* a filtered unit is only read back (for the manifest statistics) when a previous run wrote it */
+        bool filtered = (p->opts.no_engram && engram_unit) || (p->opts.engram_only && !engram_unit);
+        int r = run_unit(p, src, dst, u, filtered, n_threads, &prog, err);
+        if (r < 0) {
             ds_progress_finish(&prog);
             ds_progress_destroy(&prog);
             return -1;
         }
+        left_out += r;
     }
     ds_progress_finish(&prog);
     ds_progress_destroy(&prog);
@@ -397,6 +410,13 @@ int ds_rw_write(ds_rw_plan *p, ds_fsrc *src, const char *dst, ds_error *err) {
         for (int fi = 0; fi < p->n_files; fi++) skipped += p->files[fi].skip;
         fprintf(stderr, "%s: %d tensor files (%d already complete) in %.1f s\n", p->opts.float_export ? "float-export" : "quantize",
                 p->n_files, skipped, ds_now() - t0);
+    }
+    if (left_out) {
+        /* an intentionally partial run: no index (its presence marks a complete directory) */
+        fprintf(stderr, "%s: %d of %d write units left out (%s); run again with %s to complete the release; no index written\n",
+                dst, left_out, p->n_units, p->opts.no_engram ? "--no-engram" : "--engram-only",
+                p->opts.no_engram ? "--engram-only" : "--no-engram");
+        return 0;
     }
     return ds_rw_json_outputs(p, src, dst, err);
 }

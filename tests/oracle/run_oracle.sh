@@ -5,7 +5,8 @@
 # with a clear margin) at prompt lengths 100, 157, 233, 300 — crossing window 16, top-k 8, the
 # 16-entry candidate pool and both parities of ratio-2 group ends — each generated with chunk sizes
 # 1, 7, 16 and 64: per-layer hidden states and logits within 1e-4 relative error and 64 identical
-# greedy tokens.  Then a plain (non-decisive) tiny fixture in robust mode: well-formed and finite,
+# greedy tokens, plus the oracle's own check that the fixture is decisive (selection margins >= 1e-3).
+# Then a plain (non-decisive) tiny fixture in robust mode: well-formed and finite,
 # greedy agreement reported; the same on a fixture written by the oracle's own make_tiny.py, so the
 # release format is exercised by two independent writers and readers.  While the engine build lacks
 # `mkmodel` or `generate`, that part is reported as SKIP (not counted); the self-checks still run.

@@ -166,6 +166,18 @@ rc3=$(run so_g.log "$B" generate --model rel_so --prompt-ids 5,6,7 --max-tokens 
 if [ "$rc$rc2$rc3" = 000 ] && [ ! -e relA/engram_int8/missing ] && cmp -s rel_so/engram_int8/layers_2_engram_embed.weight.safetensors relA/engram_int8/layers_2_engram_embed.weight.safetensors; then
     ok "--split-only: parts only; dsflash reassemble rebuilds the table byte for byte and the model loads"
 else bad "split-only (exit $rc/$rc2/$rc3)" "$(cat so.log ra.log so_g.log)"; fi
+rc=$(run ne_.log "$B" quantize --src flt --dst rel_split --shard-size 1MiB --split-engram 64KiB --no-engram)
+idx1=$([ -e rel_split/quant_model_weights.safetensors.index.json ] && echo yes || echo no)
+rc2=$(run eo.log "$B" quantize --src flt --dst rel_split --shard-size 1MiB --split-engram 64KiB --engram-only)
+if [ "$rc$rc2" = 00 ] && [ "$idx1" = no ] && grep -q 'no index written' ne_.log && diff <(tree_sums relA) <(tree_sums rel_split) > /dev/null; then
+    ok "--no-engram then --engram-only: no index after the first run, identical release after the second"
+else bad "--no-engram / --engram-only (exit $rc/$rc2, index after first: $idx1)" "$(cat ne_.log eo.log)"; fi
+# a config file instead of the preset gives the same model
+rc=$(run cf.log "$B" mkmodel --config relA/config.json --out rel_cfg --float-out flt_cfg --shard-size 1MiB --split-engram 64KiB --no-verify --quiet)
+if [ "$rc" = 0 ] && diff <(cd relA && find . -name '*.safetensors' | LC_ALL=C sort | xargs sha256sum) \
+                         <(cd rel_cfg && find . -name '*.safetensors' | LC_ALL=C sort | xargs sha256sum) > /dev/null; then
+    ok "mkmodel --config FILE.json (the tiny release's config) reproduces the tiny tensors"
+else bad "mkmodel --config FILE (exit $rc)" "$(cat cf.log)"; fi
 rc=$(run ne2.log "$B" mkmodel --config tiny --out relA)
 if [ "$rc" = 2 ]; then ok "mkmodel refuses a non-empty --out (exit 2)"; else bad "mkmodel into non-empty dir (exit $rc)" "$(cat ne2.log)"; fi
 

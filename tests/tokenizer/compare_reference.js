@@ -5,8 +5,9 @@
 //   GROUP: edge (hand-picked edge cases), fuzz (3000 seeded random strings),
 //          moby (Moby Dick, whole text as one input), sotu (each State of the Union address).
 // For every input the ids of `dsflash tokenize --lines` must equal HF encode(text,
-// add_special_tokens=false); `dsflash detokenize --lines` of those ids must give back the input
-// exactly, and with --skip-special must equal HF decode(ids, skip_special_tokens=true).
+// add_special_tokens=false); `dsflash detokenize --lines` of those ids must equal HF decode(ids),
+// plain and with skip_special_tokens, and give back the input exactly unless the environment sets
+// LOSSY=1 (tokenizers whose normalizer or Removed split changes the text).
 // Each group is one test case; prints "ok|not ok GROUP: ..." lines and "N passed, N failed".
 'use strict';
 const fs = require('fs');
@@ -30,7 +31,7 @@ const EDGE = [
   '<｜User｜>', '<｜Assistant｜>', '<｜begin▁of▁sentence｜>hi<｜end▁of▁sentence｜>', 'x<｜User｜>y<｜Assistant｜>z',
   '<｜User', '｜User｜>', '<｜User｜<｜User｜>>', '<think></think>', '</think>', '<｜place▁holder▁no▁5｜>', '<|EOT|>',
   '<｜▁pad▁｜>', '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>', '<｜System｜>', '<｜latest_reminder｜>', '｜DSML｜', '<｜DSML｜ calls>',
-  '<｜deepseek_image｜>', '<\u200b｜User｜>', 'https://example.com/a/b?c=1&d=2#frag', 'user@example.com', 'C:\\path\\to\\file.txt',
+  '<｜deepseek_image｜>', '<\u200b｜User｜>', 'a  <mask>  b', '<mask>\n\tx', ' \u3000<mask>', 'https://example.com/a/b?c=1&d=2#frag', 'user@example.com', 'C:\\path\\to\\file.txt',
   'def f(x):\n    return x ** 2\n', '    indented\n\tcode', 'SELECT * FROM t WHERE a = 1;', '{"json": [1, 2, {"k": null}]}',
   '<html><body class="x">Hi</body></html>', 'x'.repeat(300), ' '.repeat(100), '\n'.repeat(50), 'ab '.repeat(200),
   '🙂'.repeat(40), '中'.repeat(120), '1'.repeat(61),
@@ -86,7 +87,7 @@ function run(args) {
       problems.push('dsflash tokenize failed: ' + e.message);
     }
     let bytes = 0, tokens = 0;
-    const oursIds = [], refSkip = [];
+    const oursIds = [], refSkip = [], refPlain = [];
     for (let i = 0; ours && i < nonEmpty.length; i++) {
       const s = nonEmpty[i];
       bytes += Buffer.byteLength(s);
@@ -96,6 +97,7 @@ function run(args) {
       tokens += got.length;
       oursIds.push(got);
       refSkip.push(await tok.decode(ref, true));
+      refPlain.push(await tok.decode(ref, false));
       if (ref.length !== got.length || ref.some((v, k) => v !== got[k])) {
         let k = 0;
         while (k < ref.length && ref[k] === got[k]) k++;
@@ -110,7 +112,8 @@ function run(args) {
       const plain = run(['detokenize', '--tokenizer', tokPath, '--lines', '--file', idsFile]).split('\n');
       const skip = run(['detokenize', '--tokenizer', tokPath, '--lines', '--skip-special', '--file', idsFile]).split('\n');
       for (let i = 0; i < nonEmpty.length; i++) {
-        if (JSON.parse(plain[i]) !== nonEmpty[i]) problems.push(`input ${i}: decode does not round-trip`);
+        if (JSON.parse(plain[i]) !== refPlain[i]) problems.push(`input ${i}: decode differs from the reference`);
+        if (!process.env.LOSSY && JSON.parse(plain[i]) !== nonEmpty[i]) problems.push(`input ${i}: decode does not round-trip`);
         if (JSON.parse(skip[i]) !== refSkip[i]) problems.push(`input ${i}: skip-special decode differs from the reference`);
       }
     }
@@ -122,7 +125,8 @@ function run(args) {
     const name = `${path.basename(path.dirname(tokPath))}/${g}`;
     if (problems.length === 0) {
       passed++;
-      console.log(`ok ${name}: ${nonEmpty.length} inputs, ${bytes} bytes, ${tokens} tokens identical; decode round-trips`);
+      console.log(`ok ${name}: ${nonEmpty.length} inputs, ${bytes} bytes, ${tokens} tokens identical; decode ` +
+                  (process.env.LOSSY ? 'equals the reference' : 'round-trips'));
     } else {
       failed++;
       console.log(`not ok ${name}: ${problems.length} problems`);

@@ -2,7 +2,9 @@
 # Byte-exact tokenizer comparison against Hugging Face tokenizers (npm tokenizers@0.23.2) on the
 # DeepSeek tokenizer.json and on the V4.1-style tokenizers dsflash writes for the fixtures
 # (129,280 ids "mini" layout and the 1,024-id cut-down "tiny" layout): edge cases, 3000 seeded
-# random strings, Moby Dick whole, and every State of the Union address.  Prints one summary line
+# random strings, Moby Dick whole, and every State of the Union address; plus three variants of the
+# tiny tokenizer that exercise the normalizers, split behaviours and lstrip/rstrip tokens the
+# DeepSeek file does not use (make_variants.py).  Prints one summary line
 # "N passed, N failed" (each tokenizer x input group is one case).
 set -u
 cd "$(dirname "$0")/../.."
@@ -35,5 +37,10 @@ run_groups() {   # tokenizer-dir groups...
 run_groups deepseek_v3 edge fuzz moby sotu
 run_groups mini edge fuzz moby
 run_groups tiny edge fuzz moby
+if [ -f "$TMP/tiny/tokenizer.json" ] && /usr/bin/python3 tests/tokenizer/make_variants.py "$TMP/tiny/tokenizer.json" "$TMP"; then
+    for v in nfkc_digits nfd_removed contiguous_icase; do LOSSY=1 run_groups "$v" edge fuzz moby; done
+else
+    note_fail "writing the tokenizer variants"
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -172,4 +172,36 @@ TEST(topk_ties_and_minus_infinity) {
     free(big); free(o2); free(hp); free(used);
 }
 
+TEST(simd_reductions_match_scalar_bits) {
+    /* the AVX2 reductions keep the scalar evaluation order: identical results, and within float64
+     * rounding of an exact long-double evaluation */
+    int lens[6] = {1, 7, 8, 64, 129, 20480};
+    ds_bf16 *a = malloc(sizeof(ds_bf16) * 20480), *b = malloc(sizeof(ds_bf16) * 20480);
+    float *f = malloc(sizeof(float) * 20480);
+    double *acc0 = malloc(sizeof(double) * 20480), *acc1 = malloc(sizeof(double) * 20480);
+    for (int i = 0; i < 20480; i++) {
+        a[i] = ds_f32_to_bf16((float)(urand() * 8 - 4));
+        b[i] = ds_f32_to_bf16((float)(urand() * 2 - 1) * (float)(1 << (i % 7)));
+        f[i] = (float)(urand() - 0.5) * 3.0f;
+    }
+    for (int li = 0; li < 6; li++) {
+        int n = lens[li];
+        double s0 = ds_dot_bb_path(0, a, b, n), s1 = ds_dot_bb_path(1, a, b, n);
+        double t0 = ds_dot_fb_path(0, f, b, n), t1 = ds_dot_fb_path(1, f, b, n);
+        CHECK(s0 == s1 && t0 == t1, "n %d: bb %.17g/%.17g fb %.17g/%.17g", n, s0, s1, t0, t1);
+        long double e = 0, ef = 0, mag = 0;
+        for (int i = 0; i < n; i++) {
+            e += (long double)ds_bf16_to_f32(a[i]) * ds_bf16_to_f32(b[i]);
+            ef += (long double)f[i] * ds_bf16_to_f32(b[i]);
+            mag += fabsl((long double)f[i] * ds_bf16_to_f32(b[i])) + fabsl((long double)ds_bf16_to_f32(a[i]) * ds_bf16_to_f32(b[i]));
+        }
+        CHECK(fabsl(s0 - e) <= mag * 1e-15L && fabsl(t0 - ef) <= mag * 1e-15L, "n %d accuracy", n);
+        for (int i = 0; i < n; i++) acc0[i] = acc1[i] = (double)f[i];
+        ds_axpy_bf16_path(0, acc0, 0.37f, b, n);
+        ds_axpy_bf16_path(1, acc1, 0.37f, b, n);
+        CHECK(!memcmp(acc0, acc1, sizeof(double) * (size_t)n), "axpy n %d", n);
+    }
+    free(a); free(b); free(f); free(acc0); free(acc1);
+}
+
 RUN_ALL()

@@ -10,11 +10,19 @@
  * least `reps` passes and `min_secs` seconds.  Passes as long as one kernel call and best-of
  * sampling, exactly as the kernel rows are timed, so the ratio compares like with like. */
 double ds_bench_read_bw(size_t bytes, size_t pass_bytes, int reps, double min_secs);
+/* The same probe one sample at a time, so a benchmark can interleave probe samples with the
+ * samples it judges (both then see the same load on a shared host). */
+typedef struct ds_bwprobe ds_bwprobe;
+ds_bwprobe *ds_bwprobe_new(size_t bytes, size_t pass_bytes);
+double ds_bwprobe_pass(ds_bwprobe *b);   /* GB/s of one pass */
+void ds_bwprobe_free(ds_bwprobe *b);
 /* STREAM copy (c = a, 16 B/element) and triad (a = b + s*c, 24 B/element), GB/s, best of reps. */
 void ds_bench_stream(size_t elems, int reps, double *copy_gbs, double *triad_gbs);
 /* int8 dot-product peak in GOP/s (1 multiply-add = 2 ops) with all pool threads: VPDPBUSD zmm on
  * the avx512-vnni path, VPMADDUBSW+VPADDW ymm on avx2 (its fastest int8 dot sequence), a scalar int32 loop otherwise.
  * *what names the instruction sequence measured. */
 double ds_bench_int8_peak(const char **what);
+/* One short (~1-3 ms) sample of the same, for interleaving. */
+double ds_bench_int8_peak_once(const char **what);
 
 #endif

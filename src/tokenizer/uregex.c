@@ -420,6 +420,10 @@ static int parse_seq(parser *ps) {
             } else {
                 break;
             }
+            /* Repeating a multi-character atom recurses once per iteration; bounding it keeps
+             * the stack bounded whatever the text (tokenizer patterns only use `?` on groups). */
+            if (ps->re->nodes[atom].type != N_SET && (mx < 0 || mx > 16))
+                return perr(ps, "repetition of a group or lookahead is limited to at most 16 iterations");
             bool greedy = true;
             if (ps->i < ps->n && ps->p[ps->i] == '?') { greedy = false; ps->i++; }
             else if (ps->i < ps->n && ps->p[ps->i] == '+') return perr(ps, "possessive quantifiers are not supported");

@@ -7,7 +7,8 @@
  * tables (utf8proc's) for the tokenizer and the Engram map and needs no further dependency.
  * Supported: literals and escapes, `.`, classes with ranges / negation / \p{..} / \P{..},
  * \s \S \d \D \w \W, groups `(...)` `(?:...)` `(?i:...)`, lookahead `(?=...)` `(?!...)`,
- * alternation, greedy and lazy quantifiers `* + ? {n} {n,} {n,m}`, anchors `^ $`.  Anything else
+ * alternation, greedy and lazy quantifiers `* + ? {n} {n,} {n,m}` (a group at most 16 times, so
+ * the recursion depth stays bounded on any text), anchors `^ $`.  Anything else
  * (lookbehind, backreferences, possessive quantifiers, nested classes) is a compile error. */
 #ifndef DS_TOKENIZER_UREGEX_H
 #define DS_TOKENIZER_UREGEX_H

@@ -151,9 +151,9 @@ static cJSON *stats_json(const ds_rw_plan *p, bool draft_only) {
     return st;
 }
 
-static const ds_rw_plan *g_name_plan;
-static int cmp_tensor_idx(const void *a, const void *b) {
-    return strcmp(g_name_plan->tensors[*(const int *)a].name, g_name_plan->tensors[*(const int *)b].name);
+static int cmp_tensor_idx(const void *a, const void *b, void *ctx) {
+    const ds_rw_plan *p = ctx;
+    return strcmp(p->tensors[*(const int *)a].name, p->tensors[*(const int *)b].name);
 }
 
 /* Indices of tensors satisfying `in_index` (or labelled, when labelled_only), sorted by name. */
@@ -164,8 +164,7 @@ static int *sorted_tensors(const ds_rw_plan *p, bool labelled_only, int *n) {
         if (labelled_only ? p->tensors[t].label == NULL : !p->tensors[t].in_index) continue;
         idx[(*n)++] = t;
     }
-    g_name_plan = p;
-    qsort(idx, (size_t)*n, sizeof(int), cmp_tensor_idx);
+    qsort_r(idx, (size_t)*n, sizeof(int), cmp_tensor_idx, (void *)p);
     return idx;
 }
 

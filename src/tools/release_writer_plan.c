@@ -2,6 +2,7 @@
  * headers, and the plan's JSON form.  Everything here is computed from names, dtypes and shapes
  * only, so it runs in milliseconds even for the 185k-tensor release and fixes every byte offset
  * before the first weight is read (see release_writer.h for the layout rules). */
+#define _GNU_SOURCE
 #include "tools/release_writer.h"
 #include "io/config.h"
 #include "io/tensor_plan.h"
@@ -203,10 +204,11 @@ static uint64_t group_out_bytes(const ds_rw_plan *p, const ds_rw_group *g) {
     return b;
 }
 
-static const ds_rw_plan *g_sort_plan;
-static int cmp_group_name(const void *a, const void *b) {
-    const ds_rw_group *x = &g_sort_plan->groups[*(const int *)a], *y = &g_sort_plan->groups[*(const int *)b];
-    return strcmp(g_sort_plan->tensors[x->out[0]].name, g_sort_plan->tensors[y->out[0]].name);
+/* qsort_r comparators over index arrays into the plan (ctx = the plan) */
+static int cmp_group_name(const void *a, const void *b, void *ctx) {
+    const ds_rw_plan *p = ctx;
+    const ds_rw_group *x = &p->groups[*(const int *)a], *y = &p->groups[*(const int *)b];
+    return strcmp(p->tensors[x->out[0]].name, p->tensors[y->out[0]].name);
 }
 
 /* Assign groups of one kind to numbered shards: "<prefix>-%05d-of-%05d.safetensors". */
@@ -261,15 +263,16 @@ static void sb_json_str(sbuf *b, const char *s) {
     sb_put(b, "\"", 1);
 }
 
-static const ds_rw_plan *g_lay_plan;
-static int cmp_layout(const void *a, const void *b) {
-    const ds_rw_tensor *x = &g_lay_plan->tensors[*(const int *)a], *y = &g_lay_plan->tensors[*(const int *)b];
+static int cmp_layout(const void *a, const void *b, void *ctx) {
+    const ds_rw_plan *p = ctx;
+    const ds_rw_tensor *x = &p->tensors[*(const int *)a], *y = &p->tensors[*(const int *)b];
     int sx = ds_dtype_size(x->dtype), sy = ds_dtype_size(y->dtype);
     if (sx != sy) return sy - sx;
     return strcmp(x->name, y->name);
 }
-static int cmp_name(const void *a, const void *b) {
-    return strcmp(g_lay_plan->tensors[*(const int *)a].name, g_lay_plan->tensors[*(const int *)b].name);
+static int cmp_name(const void *a, const void *b, void *ctx) {
+    const ds_rw_plan *p = ctx;
+    return strcmp(p->tensors[*(const int *)a].name, p->tensors[*(const int *)b].name);
 }
 
 static int layout_file(ds_rw_plan *p, int fi, ds_error *err) {
@@ -282,9 +285,8 @@ static int layout_file(ds_rw_plan *p, int fi, ds_error *err) {
     int k = 0;
     for (int t = 0; t < p->n_tensors; t++)
         if (p->tensors[t].file == fi) { f->tensors[k] = t; lay[k] = t; k++; }
-    g_lay_plan = p;
-    qsort(f->tensors, (size_t)f->n_tensors, sizeof(int), cmp_name);
-    qsort(lay, (size_t)f->n_tensors, sizeof(int), cmp_layout);
+    qsort_r(f->tensors, (size_t)f->n_tensors, sizeof(int), cmp_name, p);
+    qsort_r(lay, (size_t)f->n_tensors, sizeof(int), cmp_layout, p);
     uint64_t off = 0; /* data offsets relative to the data section, in layout order */
     for (int i = 0; i < f->n_tensors; i++) { p->tensors[lay[i]].offset = off; off += p->tensors[lay[i]].nbytes; }
     free(lay);
@@ -356,10 +358,7 @@ static int check_profile(const ds_rw_plan *p, ds_error *err) {
  * accepted dtype and the planned shape, so a quantize run can never produce a checkpoint the
  * engine refuses.  Draft linears that options move to W8A8 (flex) are checked by name only. */
 typedef struct { const ds_rw_plan *p; int *idx; int n; ds_error *err; int failed; } cover_ctx;
-static const ds_rw_plan *g_cover_plan;
-static int cmp_cover(const void *a, const void *b) {
-    return strcmp(g_cover_plan->tensors[*(const int *)a].name, g_cover_plan->tensors[*(const int *)b].name);
-}
+
 static const ds_rw_tensor *cover_find(const cover_ctx *c, const char *name) {
     int lo = 0, hi = c->n - 1;
     while (lo <= hi) {
@@ -396,8 +395,7 @@ static int check_coverage(const ds_rw_plan *p, ds_error *err) {
     cover_ctx c = {p, ds_xmalloc(sizeof(int) * (size_t)(p->n_tensors + 1)), 0, err, 0};
     for (int t = 0; t < p->n_tensors; t++)
         if (p->tensors[t].in_index) c.idx[c.n++] = t;
-    g_cover_plan = p;
-    qsort(c.idx, (size_t)c.n, sizeof(int), cmp_cover);
+    qsort_r(c.idx, (size_t)c.n, sizeof(int), cmp_name, (void *)p);
     ds_config pc = p->cfg;
     pc.format = DS_FMT_W4A8;
     ds_plan_opts o;
@@ -484,8 +482,7 @@ int ds_rw_plan_build(ds_fsrc *src, const ds_rw_opts *opts, ds_rw_plan **out, ds_
     /* files */
     int *order = ds_xmalloc(sizeof(int) * (size_t)(p->n_groups ? p->n_groups : 1));
     for (int i = 0; i < p->n_groups; i++) order[i] = i;
-    g_sort_plan = p;
-    qsort(order, (size_t)p->n_groups, sizeof(int), cmp_group_name);
+    qsort_r(order, (size_t)p->n_groups, sizeof(int), cmp_group_name, p);
     if (p->opts.float_export) {
         plan_shards(p, order, p->n_groups, DS_RF_FLOAT, "model", &p->n_trunk);
     } else {

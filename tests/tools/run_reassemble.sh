@@ -129,7 +129,7 @@ newcase noresume
 mkparts "$D" "$T" $((4 * MiB)) $MiB
 DSFLASH_TEST_BLOCK_BYTES=65536 DSFLASH_TEST_BLOCK_DELAY_MS=15 "$B" reassemble "$D" --quiet > "$LOG" 2>&1 &
 pid=$!
-for _ in $(seq 1 400); do
+for _ in $(seq 1 1500); do
     [ -f "$D/$T.partial.json" ] && [ "$(grep -c '"end"' "$D/$T.partial.json" 2>/dev/null)" -ge 1 ] && break
     sleep 0.02
 done
@@ -188,7 +188,7 @@ newcase kill9
 mkparts "$D" "$T" $((6 * MiB)) $MiB
 DSFLASH_TEST_BLOCK_BYTES=65536 DSFLASH_TEST_BLOCK_DELAY_MS=15 "$B" reassemble "$D" --quiet > "$LOG" 2>&1 &
 pid=$!
-for _ in $(seq 1 400); do
+for _ in $(seq 1 1500); do
     [ -f "$D/$T.partial.json" ] && [ "$(grep -c '"end"' "$D/$T.partial.json" 2>/dev/null)" -ge 2 ] && break
     sleep 0.02
 done
@@ -205,7 +205,7 @@ newcase kill9_corrupt
 mkparts "$D" "$T" $((4 * MiB)) $MiB
 DSFLASH_TEST_BLOCK_BYTES=65536 DSFLASH_TEST_BLOCK_DELAY_MS=15 "$B" reassemble "$D" --quiet > "$LOG" 2>&1 &
 pid=$!
-for _ in $(seq 1 400); do
+for _ in $(seq 1 1500); do
     [ -f "$D/$T.partial.json" ] && [ "$(grep -c '"end"' "$D/$T.partial.json" 2>/dev/null)" -ge 1 ] && break
     sleep 0.02
 done
@@ -220,7 +220,7 @@ newcase sigterm
 mkparts "$D" "$T" $((6 * MiB)) $MiB
 DSFLASH_TEST_BLOCK_BYTES=65536 DSFLASH_TEST_BLOCK_DELAY_MS=15 "$B" reassemble "$D" --quiet > "$LOG" 2>&1 &
 pid=$!
-for _ in $(seq 1 400); do
+for _ in $(seq 1 1500); do
     [ -f "$D/$T.partial.json" ] && [ "$(grep -c '"end"' "$D/$T.partial.json" 2>/dev/null)" -ge 1 ] && break
     sleep 0.02
 done
@@ -236,9 +236,9 @@ check "target equals the original" cmp -s "$D/$T" "$C/$T.orig"
 # --- two invocations at once ------------------------------------------------------------------
 newcase concurrent
 mkparts "$D" "$T" $((4 * MiB)) $MiB
-DSFLASH_TEST_BLOCK_BYTES=65536 DSFLASH_TEST_BLOCK_DELAY_MS=10 "$B" reassemble "$D" --quiet > "$C/log1" 2>&1 &
+DSFLASH_TEST_BLOCK_BYTES=65536 DSFLASH_TEST_BLOCK_DELAY_MS=25 "$B" reassemble "$D" --quiet > "$C/log1" 2>&1 &
 pid=$!
-for _ in $(seq 1 400); do [ -e "$D/$T.partial" ] && break; sleep 0.01; done
+for _ in $(seq 1 1500); do [ -e "$D/$T.partial" ] && break; sleep 0.01; done
 "$B" reassemble "$D" --quiet > "$C/log2" 2>&1; rc2=$?
 wait $pid; rc1=$?
 expect_rc "second invocation refused while the first holds the lock" 4 $rc2 "$C/log2"

@@ -104,7 +104,7 @@ check "no .partial files left" bash -c "! ls '$C' | grep -q partial"
 check "old parts still verify" bash -c "cd '$C' && grep -v '^#' PARTS.sha256 | grep part- | sha256sum -c --quiet -"
 DSFLASH_TEST_BLOCK_BYTES=65536 DSFLASH_TEST_BLOCK_DELAY_MS=15 "$B" split "$C/f.bin" --part-size 2M --quiet > "$LOG" 2>&1 &
 pid=$!
-for _ in $(seq 1 300); do ls "$C" | grep -q 'part-01-of-02.partial' && break; sleep 0.02; done
+for _ in $(seq 1 1500); do ls "$C" | grep -q 'part-01-of-02.partial' && break; sleep 0.02; done
 kill -INT $pid; wait $pid; rc=$?
 expect_rc "SIGINT while splitting" 130 $rc "$LOG"
 check "PARTS.sha256 unchanged after the interrupt" cmp -s "$C/PARTS.sha256" "$C/manifest.before"
@@ -116,9 +116,9 @@ check "old 4-part layout removed" bash -c "! ls '$C' | grep -q 'of-04'"
 # --- a split and a reassembly of the same file cannot run at once --------------------------------
 newcase lock
 head -c $((4 * MiB)) /dev/urandom > "$C/l.bin"
-DSFLASH_TEST_BLOCK_BYTES=65536 DSFLASH_TEST_BLOCK_DELAY_MS=10 "$B" split "$C/l.bin" --part-size 1M --quiet > "$C/log1" 2>&1 &
+DSFLASH_TEST_BLOCK_BYTES=65536 DSFLASH_TEST_BLOCK_DELAY_MS=25 "$B" split "$C/l.bin" --part-size 1M --quiet > "$C/log1" 2>&1 &
 pid=$!
-for _ in $(seq 1 300); do [ -e "$C/l.bin.lock" ] && break; sleep 0.01; done
+for _ in $(seq 1 1500); do [ -e "$C/l.bin.lock" ] && break; sleep 0.01; done
 "$B" split "$C/l.bin" --part-size 1M --quiet > "$LOG" 2>&1; rc=$?
 wait $pid; rc1=$?
 expect_rc "second split refused" 4 $rc "$LOG"

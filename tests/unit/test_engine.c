@@ -139,6 +139,7 @@ static void check_against_reference(const run_cfg *c, const result *res, const c
         sp.temperature = c->temperature;
         sp.max_tokens = c->max_tokens;
         sp.ignore_eos = true;
+        sp.logprobs = 0;
         result ref;
         reference_run(be, &mask, p, len, &sp, 1000 + i, &ref);
         CHECK(ref.n == res[i].n, "%s req %d: %d tokens vs reference %d", what, i, res[i].n, ref.n);

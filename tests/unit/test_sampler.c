@@ -52,6 +52,33 @@ TEST(sampler_greedy_ties_and_logprobs_match_oracle) {
     ds_token_mask_free(&mask);
 }
 
+TEST(sampler_greedy_fast_path_equals_full_path) {
+    enum { N = 5000 };
+    float *x = malloc(sizeof(float) * N);
+    ds_token_mask mask;
+    ds_token_mask_init(&mask, N, 100, 0, 2, 4000, NULL, 0);
+    ds_sampler_scratch *s = ds_sampler_scratch_new(N);
+    ds_sampling_params fast, full;
+    ds_sampling_defaults(&fast);
+    fast.temperature = 0;
+    full = fast;
+    full.logprobs = 0; /* forces the full path */
+    for (uint32_t k = 0; k < 200; k++) {
+        fill(x, N, k + 1);
+        x[(k * 37) % N] = 6.0f; /* sometimes a masked id holds the maximum */
+        ds_sample_result a, b;
+        CHECK(ds_sample_row(x, N, &mask, &fast, 1, 0, NULL, s, &a) == 0);
+        CHECK(ds_sample_row(x, N, &mask, &full, 1, 0, NULL, s, &b) == 0);
+        CHECK(a.token == b.token && !mask.masked[a.token], "row %u: fast %d full %d", k, a.token, b.token);
+    }
+    x[7] = INFINITY;
+    ds_sample_result r;
+    CHECK(ds_sample_row(x, N, &mask, &fast, 1, 0, NULL, s, &r) == -1 && r.nonfinite);
+    free(x);
+    ds_sampler_scratch_free(s);
+    ds_token_mask_free(&mask);
+}
+
 TEST(sampler_mask_never_sampled_nor_listed) {
     enum { N = 64 };
     float x[N];

@@ -74,12 +74,13 @@ TEST(regex_engine_semantics) {
         {"[\u4e00-\u9fa5]+", "x中文y", "[1,3)"},
         {"\\d+", "x\u0663\u0664 7", "[1,3)[4,5)"},                        /* \d = Nd, Unicode digits */
         {"^a|b$", "ab", "[0,1)[1,2)"},
+        {"x(?:ab){1,2}", "xababab xab", "[0,5)[8,11)"},                  /* bounded group repetition */
     };
     for (size_t i = 0; i < DS_ARRAY_LEN(cases); i++) {
         find_all(cases[i].pat, cases[i].text, got, sizeof got);
         CHECK(!strcmp(got, cases[i].want), "/%s/ on '%s': got %s want %s", cases[i].pat, cases[i].text, got, cases[i].want);
     }
-    const char *bad[] = {"(?<=a)b", "a{2,1}", "[a", "(a", "a)", "\\p{Foo}", "a++", "\\1"};
+    const char *bad[] = {"(?<=a)b", "a{2,1}", "[a", "(a", "a)", "\\p{Foo}", "a++", "\\1", "(?:ab)+", "(a|b)*"};
     for (size_t i = 0; i < DS_ARRAY_LEN(bad); i++) {
         char eb[256];
         ds_uregex *re = ds_uregex_compile(bad[i], eb, sizeof eb);

@@ -135,6 +135,7 @@ int cmd_generate(int argc, char **argv) {
     if (ids_arg && parse_ids(ids_arg, &prompt)) {
         fprintf(stderr, "dsflash generate: --prompt-ids %s: expected comma-separated non-negative ids\n", ids_arg);
         usage(stderr);
+        ds_tokens_free(&prompt);
         return 2;
     }
     if (trace_path) {

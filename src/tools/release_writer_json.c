@@ -290,6 +290,13 @@ static int write_quant_manifest(const ds_rw_plan *p, const ds_fsrc *src, const c
         cJSON_AddStringToObject(l, "worst_tensor", worst);
         cJSON_AddNumberToObject(l, "tensors", n);
     }
+    /* per-tensor reconstruction error, in name order */
+    cJSON *per = cJSON_AddObjectToObject(j, "rel_rmse");
+    for (int gi = 0; gi < p->n_groups; gi++) {
+        const ds_rw_group *g = &p->groups[gi];
+        if (g->src >= 0 && (g->kind == DS_QK_W8A8 || g->kind == DS_QK_W4A8))
+            cJSON_AddNumberToObject(per, p->tensors[g->out[0]].name, ds_qerr_rel_rmse(&g->qerr));
+    }
     cJSON *eng = cJSON_AddObjectToObject(j, "engram");
     for (int gi = 0; gi < p->n_groups; gi++) {
         const ds_rw_group *g = &p->groups[gi];

@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from safetensors_np import SafeTensorsFile  # noqa: E402
 
 FAILS = []
+RMSE = {}
 
 
 def fail(msg):
@@ -237,6 +238,8 @@ def main():
         names = [name, base + ".weight_scale", base + ".weight_offset"] + ([base + ".scale_bias"] if lab == "W4A8_DYNAMIC" else [])
         if not all(expect(n, lab) for n in names):
             continue
+        deq = q.astype(np.float64) * s.astype(np.float64)[:, None]
+        RMSE[name] = float(np.sqrt(np.sum((w.astype(np.float64) - deq) ** 2) / np.sum(w.astype(np.float64) ** 2)))
         got = rel.raw(name).view(np.int8)
         if got.shape != packed.shape or not np.array_equal(got, packed):
             fail(f"{name}: {lab} codes differ from the NumPy re-quantization "
@@ -308,6 +311,11 @@ def main():
         e = qm.get("error", {}).get(lab)
         if not e or not (0 < e["rel_rmse_mean"] <= e["rel_rmse_max"]):
             fail(f"quant_manifest error.{lab} missing or inconsistent: {e}")
+    # per-tensor reconstruction error against the NumPy value ‖W − Ŵ‖ / ‖W‖
+    for name, rr in RMSE.items():
+        got = qm.get("rel_rmse", {}).get(name)
+        if got is None or abs(got - rr) > 1e-9 + 1e-6 * rr:
+            fail(f"quant_manifest rel_rmse[{name}] = {got}, NumPy {rr:.9g}")
     # PARTS.sha256: every listed file hashes as listed
     parts = os.path.join(a.release, "engram_int8", "PARTS.sha256")
     n_parts = 0

@@ -13,11 +13,12 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: dsflash quantize --src DIR --dst DIR [--src-format bf16] [--plan default|aggressive]\n"
+            "usage: dsflash quantize --src DIR --dst DIR [--src-format bf16|fp8] [--plan default|aggressive]\n"
             "         [--quant-main-proj] [--quant-vocab] [--int4-search ssz|minmax] [--ssz-steps 10]\n"
             "         [--shard-size 4GiB] [--threads N] [--no-resume] [--engram-only] [--no-engram]\n"
             "         [--split-engram SIZE] [--split-only] [--dry-run] [--quiet]\n"
-            "  --in/--out are accepted as spellings of --src/--dst.\n");
+            "  --in/--out are accepted as spellings of --src/--dst.  --src-format fp8 reads the official\n"
+            "  FP8/MXFP4 checkpoint (decoded exactly, then quantized like a float one).\n");
 }
 
 static int bad(const char *fmt, const char *a, const char *b) {
@@ -60,8 +61,8 @@ int cmd_quantize(int argc, char **argv) {
         else if (!strcmp(name, "--src") || !strcmp(name, "--in")) src = val;
         else if (!strcmp(name, "--dst") || !strcmp(name, "--out")) dst = val;
         else if (!strcmp(name, "--src-format")) {
-            if (!strcmp(val, "fp8")) return bad("--src-format fp8 is not supported by this build yet (only bf16: BF16/F32/F16 tensors)%s%s", "", "");
-            if (strcmp(val, "bf16")) return bad("--src-format: expected bf16 or fp8, found '%s'%s", val, "");
+            if (!strcmp(val, "fp8")) job.fp8 = true;
+            else if (strcmp(val, "bf16")) return bad("--src-format: expected bf16 or fp8, found '%s'%s", val, "");
         } else if (!strcmp(name, "--plan")) {
             if (!strcmp(val, "aggressive")) job.rw.aggressive = true;
             else if (strcmp(val, "default")) return bad("--plan: expected default or aggressive, found '%s'%s", val, "");

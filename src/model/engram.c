@@ -125,16 +125,6 @@ int ds_model_init_engram(ds_model *m, ds_error *err) {
 
 /* ---- the module ---- */
 
-/* E4M3 (FN) byte -> value (CHECKPOINT.md §14). */
-static float e4m3_value(uint8_t b) {
-    int s = b >> 7, e = (b >> 3) & 15, mnt = b & 7;
-    float v;
-    if (e == 15 && mnt == 7) return NAN;
-    if (e == 0) v = ldexpf((float)mnt / 8.0f, -6);
-    else v = ldexpf(1.0f + (float)mnt / 8.0f, e - 7);
-    return s ? -v : v;
-}
-
 /* Dequantize one table row into bf16 (exact: code times a power of two). */
 static void table_row(const ds_engram_weights *ew, int hd, int64_t row, ds_bf16 *out) {
     const int ng = hd / 32;
@@ -145,7 +135,7 @@ static void table_row(const ds_engram_weights *ew, int hd, int64_t row, ds_bf16 
     } else {
         const uint8_t *code = (const uint8_t *)ew->codes + (size_t)row * hd;
         const uint8_t *sc = (const uint8_t *)ew->scales + (size_t)row * ng;
-        for (int i = 0; i < hd; i++) out[i] = ds_f32_to_bf16(ldexpf(e4m3_value(code[i]), (int)sc[i / 32] - 127));
+        for (int i = 0; i < hd; i++) out[i] = ds_f32_to_bf16(ds_e4m3_value(code[i]) * ds_e8m0_value(sc[i / 32]));
     }
 }
 

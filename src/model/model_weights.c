@@ -12,6 +12,7 @@
  * loader's `E_CODE: <file>: <tensor>: expected <x>, found <y>` form. */
 #include "model/model.h"
 #include "io/io_util.h"
+#include "model/ops.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,18 +73,6 @@ static int bind_mat_f32(ds_model *m, const char *name, int64_t d0, int64_t d1, c
     return 0;
 }
 
-static float e8m0(uint8_t b) { return b == 255 ? NAN : ldexpf(1.0f, (int)b - 127); }
-static float e4m3(uint8_t b) {
-    int s = b >> 7, e = (b >> 3) & 15, mn = b & 7;
-    if (e == 15 && mn == 7) return NAN;
-    float v = e ? ldexpf(1.0f + (float)mn / 8.0f, e - 7) : ldexpf((float)mn / 8.0f, -6);
-    return s ? -v : v;
-}
-static float e2m1(int code) {
-    static const float t[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-    return (code & 8) ? -t[code & 7] : t[code & 7];
-}
-
 /* Official FP8 dense / MXFP4 expert weights dequantized to a bf16 [out, in] copy. */
 static int dequant_official(ds_model *m, const ds_tensor *wt, const ds_tensor *st, int64_t out, int64_t in,
                             ds_linear *L, ds_error *err) {
@@ -96,7 +85,7 @@ static int dequant_official(ds_model *m, const ds_tensor *wt, const ds_tensor *s
         const int64_t sc_cols = (in + 31) / 32;
         for (int64_t o = 0; o < out; o++)
             for (int64_t i = 0; i < in; i++)
-                w[o * in + i] = ds_f32_to_bf16(e4m3(q[o * in + i]) * e8m0(sc[(o / 32) * sc_cols + i / 32]));
+                w[o * in + i] = ds_f32_to_bf16(ds_e4m3_value(q[o * in + i]) * ds_e8m0_value(sc[(o / 32) * sc_cols + i / 32]));
     } else if (wt->dtype == DS_DT_I8 || wt->dtype == DS_DT_U8) {
         if (in % 32 || check_shape(wt, out, in / 2, err) < 0 || check_shape(st, out, in / 32, err) < 0) return -1;
         const uint8_t *q = wt->data;
@@ -104,7 +93,7 @@ static int dequant_official(ds_model *m, const ds_tensor *wt, const ds_tensor *s
             for (int64_t i = 0; i < in; i++) {
                 uint8_t b = q[o * (in / 2) + i / 2];
                 int code = (i & 1) ? b >> 4 : b & 15;
-                w[o * in + i] = ds_f32_to_bf16(e2m1(code) * e8m0(sc[o * (in / 32) + i / 32]));
+                w[o * in + i] = ds_f32_to_bf16(ds_e2m1_value(code) * ds_e8m0_value(sc[o * (in / 32) + i / 32]));
             }
     } else {
         return bad_dtype(wt, "F8_E4M3 or packed E2M1 (I8/U8)", err);

@@ -80,3 +80,17 @@ int ds_topk_next(const float *score, int64_t n, int k, int32_t *out, int32_t *h,
 int ds_topk(const float *score, int64_t n, int k, int32_t *out, int32_t *heap_tmp) {
     return ds_topk_next(score, n, k, out, heap_tmp, NULL);
 }
+
+float ds_e4m3_value(uint8_t b) {
+    int s = b >> 7, e = (b >> 3) & 15, mn = b & 7;
+    if (e == 15 && mn == 7) return NAN;
+    float v = e ? ldexpf(1.0f + (float)mn / 8.0f, e - 7) : ldexpf((float)mn / 8.0f, -6);
+    return s ? -v : v;
+}
+
+float ds_e2m1_value(int nibble) {
+    static const float t[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    return (nibble & 8) ? -t[nibble & 7] : t[nibble & 7];
+}
+
+float ds_e8m0_value(uint8_t b) { return b == 255 ? NAN : ldexpf(1.0f, (int)b - 127); }

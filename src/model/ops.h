@@ -43,6 +43,12 @@ void ds_linear_bf16(const ds_linear *L, const ds_bf16 *x, int n, float *tmp, ds_
 /* Round an fp32 array to bf16. */
 void ds_round_rows_bf16(const float *x, size_t n, ds_bf16 *y);
 
+/* Official-release number formats (CHECKPOINT.md §14): E4M3 (FN, NaN for 0x7F/0xFF), E2M1 nibble
+ * (bit 3 sign), E8M0 exponent byte 2^(b-127) (NaN for 255). */
+float ds_e4m3_value(uint8_t b);
+float ds_e2m1_value(int nibble);
+float ds_e8m0_value(uint8_t b);
+
 /* Top-k selection, ties toward the lower index: writes the indices of the k largest of
  * score[0..n-1] in descending score order (lower index first among equal scores).  Entries equal to
  * -INFINITY are never selected; returns the number selected (<= k).  heap_tmp: k ints. */

@@ -2,13 +2,15 @@
  *
  * The reader maps every source shard once (io/safetensors) and answers row reads straight from
  * the mappings, so it is thread-safe without locks and never holds the model in memory
- * (TOOLS.md §3.5 "Memory").  It refuses anything that is not a float checkpoint with a message
- * naming the file and tensor: silently passing an int8 tensor through as "FLOAT" would produce a
- * release the engine misreads. */
+ * (TOOLS.md §3.5 "Memory").  In the default (bf16) mode it refuses anything that is not a float
+ * tensor, naming the file and tensor: silently passing an int8 tensor through as "FLOAT" would
+ * produce a release the engine misreads.  In fp8 mode encoded weights are paired with their
+ * scales and decoded row by row on read (quant_fp8.c), so they too cost no memory. */
 #define _GNU_SOURCE
 #include "tools/quant_source.h"
 #include "base/bf16.h"
 #include "base/fsutil.h"
+#include "tools/quant_fp8.h"
 #include <cJSON.h>
 #include <dirent.h>
 #include <stdlib.h>
@@ -85,13 +87,29 @@ typedef struct dir_impl {
     int n_files;
     ds_stfile **files;
     const ds_tensor **view;   /* [n] tensor in its mapped file, same order as s->t */
+    const ds_tensor **scale;  /* [n] FP8 scale tensor, or NULL for a plain float tensor */
+    int *fp8;                 /* [n] ds_fp8_kind, or 0 */
     char **aux;               /* relative paths copied unchanged */
     int n_aux;
 } dir_impl;
 
+static int fp8_rows(ds_fsrc *s, int i, int64_t r0, int64_t r1, float *out, ds_error *err) {
+    dir_impl *d = s->impl;
+    const ds_tensor *sc = d->scale[i];
+    return ds_fp8_decode_rows((ds_fp8_kind)d->fp8[i], d->view[i]->data, sc->data, s->t[i].cols, sc->shape[1], r0, r1, out,
+                              s->t[i].name, err);
+}
+
 static int dir_read_raw(ds_fsrc *s, int i, int64_t r0, int64_t r1, void *out, ds_error *err) {
     dir_impl *d = s->impl;
     const ds_fsrc_tensor *t = &s->t[i];
+    if (d->fp8 && d->fp8[i]) { /* decoded values are exact in BF16 */
+        float *f = ds_xmalloc(sizeof(float) * (size_t)((r1 - r0) * t->cols + 1));
+        int rc = fp8_rows(s, i, r0, r1, f, err);
+        if (!rc) ds_narrow_from_f32(DS_DT_BF16, f, (r1 - r0) * t->cols, out);
+        free(f);
+        return rc;
+    }
     size_t row_bytes = (size_t)t->cols * (size_t)ds_dtype_size(t->dtype);
     const uint8_t *p = (const uint8_t *)d->view[i]->data + (size_t)r0 * row_bytes;
     memcpy(out, p, (size_t)(r1 - r0) * row_bytes);
@@ -102,6 +120,7 @@ static int dir_read_raw(ds_fsrc *s, int i, int64_t r0, int64_t r1, void *out, ds
 static int dir_read_f32(ds_fsrc *s, int i, int64_t r0, int64_t r1, float *out, ds_error *err) {
     dir_impl *d = s->impl;
     const ds_fsrc_tensor *t = &s->t[i];
+    if (d->fp8 && d->fp8[i]) return fp8_rows(s, i, r0, r1, out, err);
     size_t row_bytes = (size_t)t->cols * (size_t)ds_dtype_size(t->dtype);
     const uint8_t *p = (const uint8_t *)d->view[i]->data + (size_t)r0 * row_bytes;
     ds_widen_to_f32(t->dtype, p, (r1 - r0) * t->cols, out);
@@ -139,7 +158,7 @@ static void dir_destroy(ds_fsrc *s) {
     if (!d) return;
     for (int i = 0; i < d->n_files; i++) ds_st_close(d->files[i]);
     for (int i = 0; i < d->n_aux; i++) free(d->aux[i]);
-    free(d->aux); free(d->files); free(d->view); free(d->dir);
+    free(d->aux); free(d->files); free(d->view); free(d->scale); free(d->fp8); free(d->dir);
     free(d);
 }
 
@@ -259,7 +278,86 @@ static int load_rotation(ds_fsrc *s, const char *dir, ds_error *err) {
     return rc;
 }
 
-int ds_fsrc_open_dir(const char *dir, const char *label, ds_fsrc **out, ds_error *err) {
+/* FP8 mode: pair every encoded weight with its `.scale`, present it as BF16 [out, in], drop the
+ * scales from the tensor list (CHECKPOINT.md §14). */
+static int pair_fp8(ds_fsrc *s, dir_impl *d, const char *dirname, ds_error *err) {
+    d->scale = ds_xcalloc((size_t)(s->n ? s->n : 1), sizeof *d->scale);
+    d->fp8 = ds_xcalloc((size_t)(s->n ? s->n : 1), sizeof *d->fp8);
+    char *drop = ds_xcalloc((size_t)(s->n ? s->n : 1), 1);
+    int rc = 0;
+    for (int i = 0; i < s->n && !rc; i++) {
+        const ds_tensor *w = d->view[i];
+        size_t nl = strlen(w->name);
+        bool encoded = w->dtype == DS_DT_F8_E4M3 || w->dtype == DS_DT_I8 || w->dtype == DS_DT_U8;
+        if (nl > 6 && !strcmp(w->name + nl - 6, ".scale") && (w->dtype == DS_DT_F8_E8M0 || w->dtype == DS_DT_U8)) continue;
+        if (!encoded) {
+            if (!ds_dtype_is_float(w->dtype) || w->dtype == DS_DT_F64)
+                rc = ds_fail(err, "E_SRC_FORMAT", "%s: %s: expected BF16/F16/F32 or an FP8/MXFP4 weight, found %s", dirname, w->name,
+                             ds_dtype_name(w->dtype));
+            continue;
+        }
+        char sn[300];
+        if (nl < 8 || strcmp(w->name + nl - 7, ".weight") || w->ndim != 2) {
+            rc = ds_fail(err, "E_SRC_FORMAT", "%s: %s: expected an encoded tensor to be a 2-D X.weight with an X.scale, found %d dimensions",
+                         dirname, w->name, w->ndim);
+            break;
+        }
+        snprintf(sn, sizeof sn, "%.*s.scale", (int)(nl - 7), w->name);
+        int si = ds_fsrc_find(s, sn);
+        const ds_tensor *sc = si >= 0 ? d->view[si] : NULL;
+        int64_t out = w->shape[0], cols = w->shape[1];
+        bool engram = strstr(w->name, ".engram.embed.weight") != NULL;
+        ds_fp8_kind kind;
+        int64_t in = cols, want0, want1;
+        if (w->dtype == DS_DT_F8_E4M3) {
+            kind = engram ? DS_FP8_ROWGROUP : DS_FP8_TILE;
+            want0 = engram ? out : (out + 31) / 32;
+            want1 = engram ? cols / 32 : (cols + 31) / 32;
+            if (engram && cols % 32) sc = NULL;
+        } else {
+            kind = DS_FP8_MXFP4;
+            in = 2 * cols;
+            want0 = out;
+            want1 = in / 32;
+            if (in % 32) sc = NULL;
+        }
+        if (!sc || (sc->dtype != DS_DT_F8_E8M0 && sc->dtype != DS_DT_U8) || sc->ndim != 2 || sc->shape[0] != want0 || sc->shape[1] != want1) {
+            rc = ds_fail(err, "E_SRC_FORMAT", "%s: %s: expected an F8_E8M0 scale [%lld, %lld] for this %s weight, found %s", dirname, sn,
+                         (long long)want0, (long long)want1, kind == DS_FP8_MXFP4 ? "MXFP4" : "FP8",
+                         sc ? "another dtype or shape" : "none");
+            break;
+        }
+        drop[si] = 1;
+        d->scale[i] = sc;
+        d->fp8[i] = kind;
+        int64_t shape[2] = {out, in};
+        char *name = s->t[i].name;
+        ds_fsrc_tensor_init(&s->t[i], name, DS_DT_BF16, 2, shape);
+        free(name);
+    }
+    if (!rc) { /* remove the consumed scales, keeping the arrays parallel */
+        int k = 0;
+        for (int i = 0; i < s->n; i++) {
+            if (drop[i]) { free(s->t[i].name); continue; }
+            s->t[k] = s->t[i];
+            d->view[k] = d->view[i];
+            d->scale[k] = d->scale[i];
+            d->fp8[k] = d->fp8[i];
+            k++;
+        }
+        s->n = k;
+        for (int i = 0; i < s->n && !rc; i++) {
+            size_t nl = strlen(s->t[i].name);
+            if (!d->fp8[i] && nl > 6 && !strcmp(s->t[i].name + nl - 6, ".scale"))
+                rc = ds_fail(err, "E_SRC_FORMAT", "%s: %s: expected every scale to belong to an encoded X.weight, found an orphan", dirname,
+                             s->t[i].name);
+        }
+    }
+    free(drop);
+    return rc;
+}
+
+int ds_fsrc_open_dir(const char *dir, const char *label, bool fp8, ds_fsrc **out, ds_error *err) {
     *out = NULL;
     ds_fsrc *s = ds_xcalloc(1, sizeof *s);
     dir_impl *d = ds_xcalloc(1, sizeof *d);
@@ -303,9 +401,9 @@ int ds_fsrc_open_dir(const char *dir, const char *label, ds_fsrc **out, ds_error
                 const cJSON *m = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(index, "weight_map"), t->name);
                 if (!cJSON_IsString(m) || strcmp(m->valuestring, rel)) continue;
             }
-            if (t->dtype != DS_DT_BF16 && t->dtype != DS_DT_F32 && t->dtype != DS_DT_F16) {
+            if (!fp8 && t->dtype != DS_DT_BF16 && t->dtype != DS_DT_F32 && t->dtype != DS_DT_F16) {
                 ds_fail(err, "E_SRC_FORMAT", "%s: %s: expected a float tensor (BF16, F16 or F32) in a float source checkpoint, found %s "
-                        "(quantized or FP8 sources are not supported by this build; --src-format fp8 is future work)",
+                        "(for the official FP8/MXFP4 checkpoint use --src-format fp8)",
                         f->path, t->name, ds_dtype_name(t->dtype));
                 goto done;
             }
@@ -337,6 +435,7 @@ int ds_fsrc_open_dir(const char *dir, const char *label, ds_fsrc **out, ds_error
             }
         }
     }
+    if (fp8 && pair_fp8(s, d, d->dir, err)) goto done;
     /* files copied unchanged into the release */
     const char *tok_files[] = {"tokenizer.json", "tokenizer_config.json"};
     for (size_t i = 0; i < DS_ARRAY_LEN(tok_files); i++) {

@@ -59,10 +59,15 @@ void ds_narrow_from_f32(ds_dtype dt, const float *src, int64_t n, void *out);
 
 /* The float-checkpoint directory reader of `dsflash quantize --src DIR`.  Tensors are found
  * through `model.safetensors.index.json` when present, else in every top-level *.safetensors
- * file (a float checkpoint has no Engram subdirectory).  Quantized or FP8 tensors are refused
- * (E_SRC_FORMAT), a name in two files is E_DUPLICATE_TENSOR.  `optional/quarot.safetensors`, if
- * present, is validated (MODEL.md §3 checks) and kept.  Files are mmap'd; nothing is copied. */
-int ds_fsrc_open_dir(const char *dir, const char *label, ds_fsrc **out, ds_error *err);
+ * file (a float checkpoint has no Engram subdirectory).  A name in two files is
+ * E_DUPLICATE_TENSOR.  `optional/quarot.safetensors`, if present, is validated (MODEL.md §3
+ * checks) and kept.  Files are mmap'd; nothing is copied.
+ * fp8 = false: only BF16/F16/F32 tensors are accepted (anything else is E_SRC_FORMAT).
+ * fp8 = true (the official release, CHECKPOINT.md §14): `X.weight` F8_E4M3 with `X.scale` F8_E8M0
+ * tiles, MXFP4 experts (I8/U8 [out, in/2] with [out, in/32] scales) and FP8 Engram rows are
+ * presented as BF16 [out, in] tensors holding their exact decoded values; the `.scale` tensors
+ * are consumed. */
+int ds_fsrc_open_dir(const char *dir, const char *label, bool fp8, ds_fsrc **out, ds_error *err);
 
 #define DS_FLOAT_INDEX_FILE "model.safetensors.index.json"
 #define DS_ROTATION_FILE "optional/quarot.safetensors"

@@ -106,7 +106,7 @@ int ds_quantize_dir(const char *src_dir, const char *dst, const ds_release_job *
         return DS_EXIT_MISSING;
     }
     ds_fsrc *src = NULL;
-    if (ds_fsrc_open_dir(src_dir, job->rw.src_label ? job->rw.src_label : src_dir, &src, err)) return ds_exit_for_error(err);
+    if (ds_fsrc_open_dir(src_dir, job->rw.src_label ? job->rw.src_label : src_dir, job->fp8, &src, err)) return ds_exit_for_error(err);
     int rc = ds_release_run(src, dst, job, err);
     ds_fsrc_free(src);
     return rc;

@@ -14,6 +14,7 @@ typedef struct ds_release_job {
     ds_rw_opts rw;
     bool resume;       /* allow resuming into a directory with the same plan (quantize default) */
     bool dry_run;      /* print the plan and byte model, write nothing */
+    bool fp8;          /* --src-format fp8: the official FP8/MXFP4 checkpoint as input */
 } ds_release_job;
 
 /* Plan and write; returns an exit status (0, 1, 2, 3, 4, 5) with a message in err when != 0. */

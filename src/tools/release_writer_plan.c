@@ -356,14 +356,25 @@ static int check_profile(const ds_rw_plan *p, ds_error *err) {
 
 /* The release must contain every tensor the loader's plan requires (io/tensor_plan.h), with an
  * accepted dtype and the planned shape, so a quantize run can never produce a checkpoint the
- * engine refuses.  Draft linears that options move to W8A8 (flex) are checked by name only. */
-typedef struct { const ds_rw_plan *p; int *idx; int n; ds_error *err; int failed; } cover_ctx;
+ * engine refuses.  A FLOAT tensor whose float dtype the release does not accept is converted to
+ * the planned one (e.g. an official BF16 ratio-2 compressor widened to the release's F32, an F32
+ * wo_a rounded to BF16) and the conversion is reported; shapes and non-float dtypes are never
+ * adjusted.  Draft linears that options move to W8A8 (flex) are checked by name only.  Source
+ * tensors the plan does not know (vision aside) are reported too: the engine will not use them. */
+typedef struct {
+    ds_rw_plan *p;
+    int *idx, n;
+    ds_error *err;
+    char *seen;          /* [n_tensors] planned */
+    int converted;
+    char first_conv[160];
+} cover_ctx;
 
-static const ds_rw_tensor *cover_find(const cover_ctx *c, const char *name) {
+static ds_rw_tensor *cover_find(const cover_ctx *c, const char *name) {
     int lo = 0, hi = c->n - 1;
     while (lo <= hi) {
         int mid = (lo + hi) / 2;
-        const ds_rw_tensor *t = &c->p->tensors[c->idx[mid]];
+        ds_rw_tensor *t = &c->p->tensors[c->idx[mid]];
         int k = strcmp(t->name, name);
         if (!k) return t;
         if (k < 0) lo = mid + 1; else hi = mid - 1;
@@ -373,17 +384,29 @@ static const ds_rw_tensor *cover_find(const cover_ctx *c, const char *name) {
 static int cover_cb(const ds_plan_tensor *t, void *ctx) {
     cover_ctx *c = ctx;
     if (t->part == DS_PP_ROTATION) return 0;
-    const ds_rw_tensor *w = cover_find(c, t->name);
+    ds_rw_tensor *w = cover_find(c, t->name);
     if (!w && t->alias[0]) w = cover_find(c, t->alias);
     if (!w) {
         ds_fail(c->err, "E_TENSOR_MISSING", "%s: expected in the source (the release requires it), found none", t->name);
         return 1;
     }
+    c->seen[w - c->p->tensors] = 1;
     if (t->flex_w8a8 && w->dtype == DS_DT_I8) return 0;
     bool shape_ok = w->ndim == t->ndim;
     for (int d = 0; shape_ok && d < t->ndim; d++) shape_ok = w->shape[d] == t->shape[d];
-    if (!shape_ok || !(t->dtype_mask & DS_DT_BIT(w->dtype))) {
-        ds_fail(c->err, w->dtype != t->dtype && !(t->dtype_mask & DS_DT_BIT(w->dtype)) ? "E_DTYPE_MISMATCH" : "E_SHAPE_MISMATCH",
+    bool dtype_ok = (t->dtype_mask & DS_DT_BIT(w->dtype)) != 0;
+    bool convertible = t->part == DS_PP_FLOAT && ds_dtype_is_float(w->dtype) && ds_dtype_is_float(t->dtype);
+    if (shape_ok && !dtype_ok && convertible) {
+        if (!c->converted++)
+            snprintf(c->first_conv, sizeof c->first_conv, "%s %s -> %s", t->name, ds_dtype_name(w->dtype), ds_dtype_name(t->dtype));
+        w->dtype = t->dtype;
+        uint64_t numel = 1;
+        for (int d = 0; d < w->ndim; d++) numel *= (uint64_t)w->shape[d];
+        w->nbytes = numel * (uint64_t)ds_dtype_size(w->dtype);
+        return 0;
+    }
+    if (!shape_ok || !dtype_ok) {
+        ds_fail(c->err, shape_ok ? "E_DTYPE_MISMATCH" : "E_SHAPE_MISMATCH",
                 "%s: expected %s [%lld, %lld] (%d-D) for the release, found %s with %d dimensions [%lld, %lld]", t->name,
                 ds_dtype_name(t->dtype), (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0), t->ndim,
                 ds_dtype_name(w->dtype), w->ndim, (long long)w->shape[0], (long long)(w->ndim > 1 ? w->shape[1] : 0));
@@ -391,8 +414,9 @@ static int cover_cb(const ds_plan_tensor *t, void *ctx) {
     }
     return 0;
 }
-static int check_coverage(const ds_rw_plan *p, ds_error *err) {
-    cover_ctx c = {p, ds_xmalloc(sizeof(int) * (size_t)(p->n_tensors + 1)), 0, err, 0};
+static int check_coverage(ds_rw_plan *p, ds_error *err) {
+    cover_ctx c = {.p = p, .idx = ds_xmalloc(sizeof(int) * (size_t)(p->n_tensors + 1)), .err = err,
+                   .seen = ds_xcalloc((size_t)p->n_tensors + 1, 1)};
     for (int t = 0; t < p->n_tensors; t++)
         if (p->tensors[t].in_index) c.idx[c.n++] = t;
     qsort_r(c.idx, (size_t)c.n, sizeof(int), cmp_name, (void *)p);
@@ -403,7 +427,22 @@ static int check_coverage(const ds_rw_plan *p, ds_error *err) {
     o.rotation = false;
     o.draft_vocab = pc.n_mtp_layers > 0;
     int rc = ds_plan_foreach(&pc, &o, cover_cb, &c, err);
+    if (!rc && !p->opts.quiet) {
+        if (c.converted)
+            fprintf(stderr, "quantize: %d FLOAT tensor(s) converted to the dtype the release requires (first: %s)\n", c.converted, c.first_conv);
+        int unknown = 0;
+        const char *first = NULL;
+        for (int k = 0; k < c.n; k++) {
+            const ds_rw_tensor *t = &p->tensors[c.idx[k]];
+            bool scale_part = strstr(t->name, ".weight_scale") || strstr(t->name, ".weight_offset") || strstr(t->name, ".scale_bias") ||
+                              strstr(t->name, ".engram.embed.scale");
+            if (c.seen[c.idx[k]] || scale_part || is_vision(t->name)) continue;
+            if (!unknown++) first = t->name;
+        }
+        if (unknown) fprintf(stderr, "quantize: WARN %d source tensor(s) are not used by the engine's plan (first: %s); written as FLOAT\n", unknown, first);
+    }
     free(c.idx);
+    free(c.seen);
     return rc ? -1 : 0;
 }
 

@@ -140,6 +140,40 @@ rc2=$(run voc.log "$B" quantize --src flt_vocab --dst x8)
 if [ "$rc$rc2" = 11 ] && grep -q 'E_TENSOR_MISSING.*layers.4.attn.indexer.wk.weight' miss.log && grep -q E_DRAFT_VOCAB_MISSING voc.log; then
     ok "missing tensor (E_TENSOR_MISSING) and rotated source without draft vocabulary (E_DRAFT_VOCAB_MISSING): exit 1"
 else bad "incomplete sources (exit $rc/$rc2)" "$(cat miss.log voc.log)"; fi
+# an official-style source: the ratio-2 compressor in BF16 is widened to the release's F32
+cp -r flt flt_bf16
+$PY - flt_bf16 "$ROOT/tests/oracle" <<'EOF'
+import json, os, sys
+import numpy as np
+d = sys.argv[1]; sys.path.insert(0, sys.argv[2])
+import safetensors_np as st
+p = os.path.join(d, "model.safetensors.index.json")
+j = json.load(open(p))
+name = "layers.2.attn.compressor.wkv.weight"
+f = st.SafeTensorsFile(os.path.join(d, j["weight_map"][name]))
+w = np.asarray(f.get(name), dtype=np.float32)
+bits = (w.view(np.uint32) >> 16).astype(np.uint16)         # truncated to BF16: the values of this file
+st.write(os.path.join(d, "extra-bf16.safetensors"), {name: ("BF16", bits)})
+j["weight_map"][name] = "extra-bf16.safetensors"
+json.dump(j, open(p, "w"))
+EOF
+rc=$(run bf.log "$B" quantize --src flt_bf16 --dst rel_bf16)
+got=$($PY - rel_bf16 flt_bf16 "$ROOT/tests/oracle" <<'EOF'
+import json, os, sys
+import numpy as np
+sys.path.insert(0, sys.argv[3])
+import safetensors_np as st
+name = "layers.2.attn.compressor.wkv.weight"
+r = json.load(open(os.path.join(sys.argv[1], "quant_model_weights.safetensors.index.json")))["weight_map"][name]
+f = st.SafeTensorsFile(os.path.join(sys.argv[1], r))
+src = st.SafeTensorsFile(os.path.join(sys.argv[2], "extra-bf16.safetensors")).get(name)
+want = (np.asarray(src, dtype=np.uint32) << 16).view(np.float32)
+print(f.info(name).dtype, bool(np.array_equal(np.asarray(f.get(name), dtype=np.float32), want)))
+EOF
+)
+if [ "$rc" = 0 ] && grep -q 'converted to the dtype the release requires' bf.log && [ "$got" = "F32 True" ] && "$B" verify rel_bf16 > /dev/null 2>&1; then
+    ok "a BF16 ratio-2 compressor is widened exactly to the release's F32 (reported), verify passes"
+else bad "dtype conversion (exit $rc, '$got')" "$(cat bf.log)"; fi
 # an un-rotated source without draft vocabulary: identity rotation written, embed/head copied
 cp -r smooth_id/flt flt_plain; rm -r flt_plain/optional; drop flt_plain mtp.0.embed.weight mtp.2.head.weight
 rc=$(run pl2.log "$B" quantize --src flt_plain --dst rel_plain --quiet)
@@ -148,7 +182,18 @@ if [ "$rc" = 0 ] && [ $? = 0 ] && [ -f rel_plain/optional/quarot.safetensors ] &
     ok "un-rotated source: identity rotation file, draft vocabulary copied from embed/head, verify passes"
 else bad "un-rotated source (exit $rc)" "$out $(cat pl2.log)"; fi
 
-# ---- 6. options: minmax search, dry run, aggressive draft plan, split-only + reassemble
+# ---- 6. the official FP8/MXFP4 format as input (CHECKPOINT.md §14), against its exact decoding
+out=$($PY "$HERE/make_fp8_source.py" --float smooth_id/flt --out fp8 --decoded fp8_dec 2>&1)
+rc=$(run f8.log "$B" quantize --src-format fp8 --src fp8 --dst rel_fp8 --quiet)
+out2=$($PY "$HERE/quant_oracle.py" --float fp8_dec --release rel_fp8 2>&1)
+if [ "$rc" = 0 ] && [ $? = 0 ] && "$B" verify rel_fp8 > f8v.log 2>&1 && "$B" generate --model rel_fp8 --prompt-ids 5,6,7 --max-tokens 2 > f8g.log 2>&1; then
+    ok "--src-format fp8: $(grep -o '[0-9]* encoded weights' <<< "$out") decoded exactly; release equals the NumPy re-quantization, verifies and runs"
+else bad "FP8 source (exit $rc)" "$out $out2 $(cat f8.log f8v.log)"; fi
+rc=$(run f8b.log "$B" quantize --src fp8 --dst x9)
+if [ "$rc" = 1 ] && grep -q 'src-format fp8' f8b.log; then ok "an FP8 source without --src-format fp8 is refused with a hint (exit 1)"
+else bad "FP8 source as bf16 (exit $rc)" "$(cat f8b.log)"; fi
+
+# ---- 7. options: minmax search, dry run, aggressive draft plan, split-only + reassemble
 rc=$(run mm.log "$B" quantize --src flt --dst rel_mm --int4-search minmax --quiet)
 out=$($PY "$HERE/quant_oracle.py" --float flt --release rel_mm --ssz-steps 1 2>&1)
 if [ "$rc" = 0 ] && [ $? = 0 ]; then ok "--int4-search minmax matches the NumPy r = 1 quantizer"; else bad "minmax" "$out"; fi

@@ -5,6 +5,7 @@
 #include "check.h"
 #include "model/hc.h"
 #include "model/ops.h"
+#include "tools/quant_fp8.h"
 #include <math.h>
 #include <stdlib.h>
 
@@ -202,6 +203,23 @@ TEST(simd_reductions_match_scalar_bits) {
         CHECK(!memcmp(acc0, acc1, sizeof(double) * (size_t)n), "axpy n %d", n);
     }
     free(a); free(b); free(f); free(acc0); free(acc1);
+}
+
+TEST(official_number_formats_match_the_quantizer_decoders) {
+    /* the model's decoders (official FP8/MXFP4 weights, FP8 Engram rows) against the quantizer's
+     * independent ones, for every code */
+    for (int b = 0; b < 256; b++) {
+        float x = ds_e4m3_value((uint8_t)b), y = ds_e4m3_to_f32((uint8_t)b);
+        CHECK((isnan(x) && isnan(y)) || (x == y && signbit(x) == signbit(y)), "E4M3 0x%02x: %g vs %g", b, x, y);
+        float e = ds_e8m0_value((uint8_t)b), f = ds_e8m0_to_f32((uint8_t)b);
+        CHECK((isnan(e) && isnan(f)) || e == f, "E8M0 %d", b);
+    }
+    CHECK(ds_e4m3_value(0x7e) == 448.0f && ds_e4m3_value(0x01) == ldexpf(1.0f, -9), "max and smallest subnormal");
+    const float grid[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+    for (int n = 0; n < 16; n++) {
+        CHECK(ds_e2m1_value(n) == ds_e2m1_to_f32((uint8_t)n), "E2M1 %d", n);
+        CHECK(fabsf(ds_e2m1_value(n)) == grid[n & 7] && (n < 8 || n == 8 || ds_e2m1_value(n) < 0), "E2M1 table %d", n);
+    }
 }
 
 RUN_ALL()

@@ -9,6 +9,7 @@
 #include "check.h"
 #include "kernels/kernels.h"
 #include "tools/quant.h"
+#include "tools/quant_fp8.h"
 #include "tools/quant_rotation.h"
 #include <math.h>
 #include <stdint.h>
@@ -261,6 +262,50 @@ TEST(reconstruction_error) {
     CHECK(fabs(ds_qerr_rel_rmse(&e) - sqrt(want_err / 2.25)) < 1e-7, "rel_rmse");
     float bad[2] = {1.0f, NAN};
     CHECK(!ds_all_finite(bad, 2) && ds_all_finite(w, 4), "finite check");
+}
+
+TEST(fp8_mxfp4_decoding) {
+    /* E4M3 (CHECKPOINT.md §14): known codes, and every finite code round-trips through its value */
+    CHECK(ds_e4m3_to_f32(0x7E) == 448.0f && ds_e4m3_to_f32(0x38) == 1.0f && ds_e4m3_to_f32(0xB8) == -1.0f, "E4M3 448/1/-1");
+    CHECK(ds_e4m3_to_f32(0x01) == ldexpf(1, -9) && ds_e4m3_to_f32(0x08) == ldexpf(1, -6) && ds_e4m3_to_f32(0x07) == 7 * ldexpf(1, -9),
+          "E4M3 subnormals");
+    CHECK(isnan(ds_e4m3_to_f32(0x7F)) && isnan(ds_e4m3_to_f32(0xFF)) && ds_e4m3_to_f32(0x80) == 0.0f, "E4M3 NaN and -0");
+    float prev = -1;
+    int mono = 1;
+    for (int b = 0; b < 0x7F; b++) { mono &= ds_e4m3_to_f32((uint8_t)b) > prev; prev = ds_e4m3_to_f32((uint8_t)b); }
+    CHECK(mono, "E4M3 positive codes increase");
+    const float e2m1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+    for (int n = 0; n < 16; n++) CHECK(ds_e2m1_to_f32((uint8_t)n) == e2m1[n], "E2M1 code %d", n);
+    CHECK(ds_e8m0_to_f32(127) == 1.0f && ds_e8m0_to_f32(130) == 8.0f && ds_e8m0_to_f32(0) == ldexpf(1, -127) && isnan(ds_e8m0_to_f32(255)),
+          "E8M0");
+    /* MXFP4: low nibble = even input; one scale per 32 inputs of the row */
+    uint8_t w[2 * 32], s[2 * 2];
+    for (int r = 0; r < 2; r++)
+        for (int c = 0; c < 32; c++) w[r * 32 + c] = (uint8_t)(((c % 8) & 0xF) | (((c + r) % 16) << 4));
+    s[0] = 127; s[1] = 128; s[2] = 126; s[3] = 127;
+    float out[2 * 64];
+    ds_error err = {0};
+    CHECK(ds_fp8_decode_rows(DS_FP8_MXFP4, w, s, 64, 2, 0, 2, out, "t", &err) == 0, "%s", err.msg);
+    int bad = 0;
+    for (int r = 0; r < 2; r++)
+        for (int c = 0; c < 64; c++) {
+            uint8_t byte = w[r * 32 + c / 2];
+            float want = e2m1[(c & 1) ? byte >> 4 : byte & 0xF] * ldexpf(1, s[r * 2 + c / 32] - 127);
+            bad += out[r * 64 + c] != want;
+        }
+    CHECK(bad == 0, "MXFP4 decode: %d values differ", bad);
+    /* tiles: scale [ceil(out/32), ceil(in/32)] indexed by (row/32, col/32) */
+    static uint8_t tw[40 * 40], ts[2 * 2];
+    for (int i = 0; i < 40 * 40; i++) tw[i] = 0x38; /* 1.0 */
+    ts[0] = 127; ts[1] = 128; ts[2] = 129; ts[3] = 130;
+    static float tout[40 * 40];
+    CHECK(ds_fp8_decode_rows(DS_FP8_TILE, tw, ts, 40, 2, 0, 40, tout, "t", &err) == 0, "tile decode");
+    CHECK(tout[0] == 1 && tout[35] == 2 && tout[33 * 40] == 4 && tout[39 * 40 + 39] == 8, "tile scales %g %g %g %g", (double)tout[0],
+          (double)tout[35], (double)tout[33 * 40], (double)tout[39 * 40 + 39]);
+    tw[5 * 40 + 7] = 0x7F;
+    CHECK(ds_fp8_decode_rows(DS_FP8_TILE, tw, ts, 40, 2, 0, 40, tout, "x.weight", &err) != 0 && !strcmp(err.code, "E_SRC_NONFINITE"),
+          "NaN code refused");
+    CHECK_STR_CONTAINS(err.msg, "row 5 column 7");
 }
 
 RUN_ALL()

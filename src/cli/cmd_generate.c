@@ -5,8 +5,9 @@
  *                    [--chunk K] [--trace FILE] [--threads N] [--kernels NAME]
  *
  * The prompt is prefilled in chunks of K rows (default: one chunk), then one decode step per
- * generated token; exactly N tokens are generated (EOS does not stop the run, so traces have a fixed
- * shape).  --prompt-file holds UTF-8 text encoded with DIR/tokenizer.json (special-token literals
+ * generated token; up to N tokens are generated: the run stops after EOS unless --ignore-eos (the
+ * oracle comparison uses it so traces have a fixed shape).  The greedy choice never emits the DSpark
+ * noise token (MODEL.md §2.11: its logit counts as -inf).  --prompt-file holds UTF-8 text encoded with DIR/tokenizer.json (special-token literals
  * are recognized).  Output on stdout: the generated ids, their text when the model directory has a
  * tokenizer, and prefill/decode timings.
  *
@@ -31,7 +32,7 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: dsflash generate --model DIR (--prompt-ids 1,2,3 | --prompt-file F) --max-tokens N\n"
-               "                        [--chunk K] [--trace FILE] [--threads N] [--kernels NAME]\n");
+               "                        [--chunk K] [--trace FILE] [--threads N] [--kernels NAME] [--ignore-eos]\n");
 }
 
 static int parse_int(const char *s, long long lo, long long hi, long long *out) {
@@ -97,12 +98,22 @@ static int write_trace(const char *path, const trace_buf *t, const ds_tokens *pr
     return 0;
 }
 
+/* Greedy choice: argmax with ties to the lowest id, never the noise token. */
+static int32_t greedy_pick(const float *logits, int V, int noise_id) {
+    int32_t best = noise_id == 0 ? 1 : 0;
+    for (int i = best + 1; i < V; i++)
+        if (i != noise_id && logits[i] > logits[best]) best = i;
+    return best;
+}
+
 int cmd_generate(int argc, char **argv) {
     const char *model_dir = NULL, *ids_arg = NULL, *prompt_file = NULL, *trace_path = NULL, *kernels = "auto";
     long long max_tokens = -1, chunk = 0, threads = 0;
+    int ignore_eos = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help")) { usage(stdout); return 0; }
+        if (!strcmp(a, "--ignore-eos")) { ignore_eos = 1; continue; }
         if (i + 1 >= argc) {
             fprintf(stderr, "dsflash generate: %s: %s\n", a, a[0] == '-' ? "missing value or unknown option" : "unexpected argument");
             usage(stderr);
@@ -198,7 +209,9 @@ int cmd_generate(int argc, char **argv) {
     }
     double t_load = ds_now() - t0;
     const ds_config *c = &m->cfg;
-    const int V = c->vocab_size, P = (int)prompt.n, G = (int)max_tokens;
+    const int V = c->vocab_size, P = (int)prompt.n;
+    const int noise_id = c->dspark_noise_id, eos_id = c->eos_id;
+    int G = (int)max_tokens;
     for (int i = 0; i < P; i++)
         if (prompt.ids[i] >= V) {
             fprintf(stderr, "dsflash generate: prompt id %d at position %d: expected < vocab_size %d\n", prompt.ids[i], i, V);
@@ -245,12 +258,13 @@ int cmd_generate(int argc, char **argv) {
         }
         for (int j = 0; j < n; j++) ds_tokens_push(&processed, prompt.ids[p0 + j]);
         tb.rows += n;
-        if (last) gen[0] = ds_argmax(dst + (size_t)(nl - 1) * V, V);
+        if (last) gen[0] = greedy_pick(dst + (size_t)(nl - 1) * V, V, noise_id);
     }
     double t_prefill = ds_now() - tp;
     /* decode: feed each generated token back, except the last */
     double td = ds_now();
     for (int i = 1; i < G; i++) {
+        if (!ignore_eos && gen[i - 1] == eos_id) { G = i; break; }
         float *dst = trace_path ? all_logits + (size_t)(P + i - 1) * V : logits;
         if (ds_seq_step(m, s, &gen[i - 1], 1, dst, 1, eb, sizeof eb) < 0) {
             fprintf(stderr, "dsflash generate: decode step %d: %s\n", i, eb);
@@ -259,7 +273,7 @@ int cmd_generate(int argc, char **argv) {
         }
         ds_tokens_push(&processed, gen[i - 1]);
         tb.rows += 1;
-        gen[i] = ds_argmax(dst, V);
+        gen[i] = greedy_pick(dst, V, noise_id);
     }
     double t_decode = ds_now() - td;
     printf("prompt: %d tokens\ngenerated:", P);

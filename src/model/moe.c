@@ -68,6 +68,77 @@ static void route(ds_step *st, const ds_layer_weights *w, const float *z, int32_
     free(biased);
 }
 
+/* All expert linears of the layer quantized (the W4A8/W8A8 release): every w1/w3 of the routed
+ * experts and the shared expert run in ONE pool dispatch on the shared quantization of u, then
+ * every w2 in a second one.  Each job still streams its expert's weights once over that expert's
+ * gathered rows, and the per-row quantization of the SwiGLU output is the one ds_linear_forward
+ * would compute (ds_quantize_rows is per row), so the outputs are identical to running the
+ * linears one by one; only the number of barriers drops from 3·(k+1) to 2 per layer. */
+static void moe_experts_quant(ds_step *st, const ds_layer_weights *w, const int32_t *sel, const float *wt,
+                              ds_bf16 *yexp, ds_bf16 *ysh) {
+    const ds_config *c = st->c;
+    const int N = st->N, D = c->dim, E = c->n_experts, k = c->n_active, I = c->moe_inter;
+    const float limit = (float)c->swiglu_limit;
+    const int R = N * k;                      /* routed (row, slot) pairs, each in exactly one group */
+    int8_t *uq = malloc((size_t)N * D);
+    float *us = malloc(sizeof(float) * (size_t)N);
+    ds_quantize_rows(st->u, N, D, uq, us);
+
+    /* group rows by expert: group i is expert gid[i], its rows at [goff[i], goff[i+1]) */
+    int *gid = malloc(sizeof(int) * (size_t)(E + 1)), *goff = malloc(sizeof(int) * (size_t)(E + 2));
+    int *rows = malloc(sizeof(int) * (size_t)R), *slot = malloc(sizeof(int) * (size_t)R);
+    float *rw = malloc(sizeof(float) * (size_t)R);
+    int ng = 0, nr = 0;
+    for (int e = 0; e < E; e++) {
+        int start = nr;
+        for (int r = 0; r < N; r++)
+            for (int j = 0; j < k; j++)
+                if (sel[(size_t)r * k + j] == e) { rows[nr] = r; slot[nr] = j; rw[nr] = wt[(size_t)r * k + j]; nr++; }
+        if (nr > start) { gid[ng] = e; goff[ng] = start; ng++; }
+    }
+    goff[ng] = nr;
+
+    int8_t *gq = malloc((size_t)(nr ? nr : 1) * D);
+    float *gs = malloc(sizeof(float) * (size_t)(nr ? nr : 1));
+    ds_gather_rows_q(uq, us, D, rows, nr, gq, gs);
+    /* rows [0, nr) routed in group order, rows [nr, nr + N) the shared expert */
+    const int T = nr + N;
+    float *g = malloc(sizeof(float) * (size_t)T * I), *v = malloc(sizeof(float) * (size_t)T * I);
+    ds_bf16 *a = malloc(sizeof(ds_bf16) * (size_t)T * I);
+    int8_t *aq = malloc((size_t)T * I);
+    float *as = malloc(sizeof(float) * (size_t)T);
+    float *yo = malloc(sizeof(float) * (size_t)T * D);
+    ds_linear_job *jobs = malloc(sizeof(ds_linear_job) * (size_t)(2 * ng + 2));
+
+    int nj = 0;
+    for (int i = 0; i < ng; i++) {
+        int r0 = goff[i], n = goff[i + 1] - r0;
+        const int8_t *xq = gq + (size_t)r0 * D;
+        jobs[nj++] = (ds_linear_job){&w->w1[gid[i]], xq, gs + r0, n, g + (size_t)r0 * I};
+        jobs[nj++] = (ds_linear_job){&w->w3[gid[i]], xq, gs + r0, n, v + (size_t)r0 * I};
+    }
+    jobs[nj++] = (ds_linear_job){&w->sw1, uq, us, N, g + (size_t)nr * I};
+    jobs[nj++] = (ds_linear_job){&w->sw3, uq, us, N, v + (size_t)nr * I};
+    ds_linear_forward_q_many(jobs, nj);
+
+    swiglu(g, v, rw, nr, I, limit, a);
+    swiglu(g + (size_t)nr * I, v + (size_t)nr * I, NULL, N, I, limit, a + (size_t)nr * I);
+    ds_quantize_rows(a, T, I, aq, as);
+    nj = 0;
+    for (int i = 0; i < ng; i++) {
+        int r0 = goff[i], n = goff[i + 1] - r0;
+        jobs[nj++] = (ds_linear_job){&w->w2[gid[i]], aq + (size_t)r0 * I, as + r0, n, yo + (size_t)r0 * D};
+    }
+    jobs[nj++] = (ds_linear_job){&w->sw2, aq + (size_t)nr * I, as + nr, N, yo + (size_t)nr * D};
+    ds_linear_forward_q_many(jobs, nj);
+
+    for (int i = 0; i < nr; i++)
+        ds_round_rows_bf16(yo + (size_t)i * D, (size_t)D, yexp + ((size_t)rows[i] * k + slot[i]) * D);
+    ds_round_rows_bf16(yo + (size_t)nr * D, (size_t)N * D, ysh);
+    free(jobs); free(yo); free(as); free(aq); free(a); free(v); free(g);
+    free(gs); free(gq); free(rw); free(slot); free(rows); free(goff); free(gid); free(us); free(uq);
+}
+
 void ds_moe_layer(ds_step *st, int l) {
     const ds_config *c = st->c;
     const ds_layer_weights *w = &st->m->layers[l];
@@ -80,6 +151,15 @@ void ds_moe_layer(ds_step *st, int l) {
     float *wt = malloc(sizeof(float) * (size_t)N * k);
     for (int r = 0; r < N; r++) route(st, w, st->ftmp + (size_t)r * E, sel + (size_t)r * k, wt + (size_t)r * k);
 
+    ds_bf16 *yexp = malloc(sizeof(ds_bf16) * (size_t)N * k * D);   /* [row][slot][D] */
+    ds_bf16 *ysh = malloc(sizeof(ds_bf16) * (size_t)N * D);
+    int all_quant = is_quant(&w->sw1) && is_quant(&w->sw3) && is_quant(&w->sw2);
+    for (int e = 0; e < E && all_quant; e++) all_quant = is_quant(&w->w1[e]) && is_quant(&w->w3[e]) && is_quant(&w->w2[e]);
+    if (all_quant) {
+        moe_experts_quant(st, w, sel, wt, yexp, ysh);
+        goto sum_rows;
+    }
+    {
     /* shared activation quantization of u (w1/w3 of all experts read the same rows) */
     int8_t *uq = NULL;
     float *us = NULL;
@@ -91,8 +171,6 @@ void ds_moe_layer(ds_step *st, int l) {
     float *g = malloc(sizeof(float) * (size_t)N * I), *v = malloc(sizeof(float) * (size_t)N * I);
     ds_bf16 *a = malloc(sizeof(ds_bf16) * (size_t)N * I);
     float *yo = malloc(sizeof(float) * (size_t)N * D);
-    ds_bf16 *yexp = malloc(sizeof(ds_bf16) * (size_t)N * k * D);   /* [row][slot][D] */
-    ds_bf16 *ysh = malloc(sizeof(ds_bf16) * (size_t)N * D);
 
     /* shared expert on every row */
     ds_linear_forward(&w->sw1, st->u, N, g);
@@ -129,6 +207,11 @@ void ds_moe_layer(ds_step *st, int l) {
             ds_round_rows_bf16(yo + (size_t)i * D, (size_t)D, yexp + ((size_t)rows[i] * k + slot[i]) * D);
     }
 
+    free(rows); free(slot); free(rw); free(gq); free(gs); free(gu);
+    free(g); free(v); free(a); free(yo); free(uq); free(us);
+    }
+
+sum_rows:;
     /* per row: Σ over selected experts in ascending id, then the shared expert */
     float *tot = malloc(sizeof(float) * (size_t)D);
     for (int r = 0; r < N; r++) {
@@ -142,7 +225,5 @@ void ds_moe_layer(ds_step *st, int l) {
         ds_round_rows_bf16(tot, (size_t)D, st->y + (size_t)r * D);
     }
     free(tot);
-    free(rows); free(slot); free(rw); free(gq); free(gs); free(gu);
-    free(g); free(v); free(a); free(yo); free(yexp); free(ysh);
-    free(uq); free(us); free(sel); free(wt);
+    free(yexp); free(ysh); free(sel); free(wt);
 }

@@ -82,6 +82,7 @@ FIELDS = [
     ("engram_classes", ["engram_compressed_vocab_size"], "engram_compressed_vocab_size", None),
     ("engram_mults", ["engram_hash_multipliers"], "engram_hash_multipliers", None),
     ("engram_map_file", ["engram_token_map_file"], "engram_token_map_file", None),
+    ("noise_id", ["dspark_noise_token_id"], "dspark_noise_token_id", -1),
     ("first_k_dense", ["first_k_dense_replace"], None, 0),
     ("num_hash_layers", ["num_hash_layers"], None, 0),
 ]

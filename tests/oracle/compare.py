@@ -101,7 +101,7 @@ def main():
             trace = os.path.join(a.tmp, f"trace_P{P}_K{K}.safetensors")
             if os.path.exists(trace):
                 os.remove(trace)
-            cmd = shlex.split(a.bin) + ["generate", "--model", a.model, "--prompt-ids", ",".join(map(str, prompt)),
+            cmd = shlex.split(a.bin) + ["generate", "--ignore-eos", "--model", a.model, "--prompt-ids", ",".join(map(str, prompt)),
                                         "--max-tokens", str(a.gen), "--chunk", str(K), "--trace", trace,
                                         "--kernels", a.kernels]
             try:
@@ -144,7 +144,11 @@ def main():
             ref = cache[key]
             errs = [rel_err(c, o) for c, o in zip(hidden, ref["hidden"])]
             lerr = rel_err(logits, ref["logits"])
-            o_greedy = np.argmax(ref["logits"][P - 1:P - 1 + a.gen], axis=1)
+            # MODEL.md §2.11: the noise token is never emitted (its logit counts as -inf)
+            gl = np.array(ref["logits"][P - 1:P - 1 + a.gen], copy=True)
+            if 0 <= cfg.noise_id < gl.shape[1]:
+                gl[:, cfg.noise_id] = -np.inf
+            o_greedy = np.argmax(gl, axis=1)
             same = o_greedy == gen
             first_diff = int(np.argmin(same)) if not same.all() else -1
             agree_tot += int(same.sum())

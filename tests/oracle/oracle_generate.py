@@ -26,7 +26,10 @@ def greedy(oracle, prompt, n):
     gen = []
     for _ in range(n):
         r = oracle.forward(toks, want_hidden=False)
-        gen.append(int(np.argmax(r["logits"][-1])))
+        last = np.array(r["logits"][-1], copy=True)
+        if 0 <= oracle.cfg.noise_id < last.shape[0]:
+            last[oracle.cfg.noise_id] = -np.inf  # MODEL.md §2.11: never emitted
+        gen.append(int(np.argmax(last)))
         toks.append(gen[-1])
     return gen, oracle.forward(toks[:-1])
 
@@ -41,6 +44,7 @@ def main():
     ap.add_argument("--trace", required=True)
     ap.add_argument("--perturb", default="")
     ap.add_argument("--kernels", default="reference")
+    ap.add_argument("--ignore-eos", action="store_true")  # the oracle never stops early
     a = ap.parse_args()
     prompt = [int(v) for v in a.prompt_ids.split(",")]
     o = Oracle(Checkpoint(a.model))

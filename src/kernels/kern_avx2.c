@@ -184,21 +184,26 @@ static void q_panels(const ds_packed *P, const ds_qact *X, int r0, int r1, int p
 
 /* ---- float linears: float64 accumulation ---- */
 
-AI void widen16(const ds_linear *L, int o, int i, __m256d d[4]) {
-    __m256 lo, hi;
-    if (L->fmt == DS_LIN_BF16) {
+/* Sixteen weights of row o from column i as four float64 vectors d[k] = W[o][i+4k .. i+4k+3].
+ * BF16: interleaving zero words below the bf16 words (in-lane unpack) makes fp32 values without
+ * the lane-crossing zero-extension; lane 0 of the unpacks holds columns 0-3 / 4-7 and lane 1
+ * columns 8-11 / 12-15, so d[k] holds the same columns as before.  F32: the conversion reads
+ * memory directly, with no extract.  The float->float64 conversions are exact either way. */
+AI void widen16(const ds_linear *L, const int bf16, int o, int i, __m256d d[4]) {
+    if (bf16) {
         __m256i v = _mm256_loadu_si256((const __m256i *)((const ds_bf16 *)L->w + (size_t)o * L->in + i));
-        lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(v)), 16));
-        hi = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(v, 1)), 16));
+        const __m256i z = _mm256_setzero_si256();
+        __m256 a = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, v));   /* cols 0-3 | 8-11 */
+        __m256 b = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, v));   /* cols 4-7 | 12-15 */
+        d[0] = _mm256_cvtps_pd(_mm256_castps256_ps128(a));
+        d[1] = _mm256_cvtps_pd(_mm256_castps256_ps128(b));
+        d[2] = _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1));
+        d[3] = _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1));
     } else {
         const float *wr = (const float *)L->w + (size_t)o * L->in + i;
-        lo = _mm256_loadu_ps(wr);
-        hi = _mm256_loadu_ps(wr + 8);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) d[k] = _mm256_cvtps_pd(_mm_loadu_ps(wr + 4 * k));
     }
-    d[0] = _mm256_cvtps_pd(_mm256_castps256_ps128(lo));
-    d[1] = _mm256_cvtps_pd(_mm256_extractf128_ps(lo, 1));
-    d[2] = _mm256_cvtps_pd(_mm256_castps256_ps128(hi));
-    d[3] = _mm256_cvtps_pd(_mm256_extractf128_ps(hi, 1));
 }
 
 static inline double wval(const ds_linear *L, int o, int i) {
@@ -209,21 +214,27 @@ static inline double wval(const ds_linear *L, int o, int i) {
 /* RO output rows against one float64 activation row.  Per row: 4 accumulators of 4 lanes, element
  * i of each 16-block goes to accumulator (i/4)%4 lane i%4; combined as ((a0+a1)+(a2+a3)), lanes
  * ((l0+l2)+(l1+l3)), then the tail in index order. */
-AI void f_block(const ds_linear *L, const double *xd, int o, const int RO, float *yrow) {
+AI void f_block(const ds_linear *L, const int bf16, const double *xd, int o, const int RO, float *yrow) {
     __m256d acc[2][4];
 #pragma GCC unroll 8
     for (int j = 0; j < RO; j++)
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) acc[j][k] = _mm256_setzero_pd();
     const int in = L->in, k16 = in & ~15;
+    const size_t esz = bf16 ? 2 : 4;
+    const char *wrow = (const char *)L->w + (size_t)o * (size_t)in * esz;
     for (int i = 0; i < k16; i += 16) {
         __m256d x[4];
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) x[k] = _mm256_loadu_pd(xd + i + 4 * k);
 #pragma GCC unroll 8
         for (int j = 0; j < RO; j++) {
+            /* a few lines ahead in each weight row: two rows per thread are too few streams for
+             * the hardware prefetcher alone to keep the memory system busy (a prefetch past the
+             * row end is harmless) */
+            _mm_prefetch(wrow + ((size_t)j * in + (size_t)i + (bf16 ? 512 : 1024)) * esz, _MM_HINT_T0);
             __m256d d[4];
-            widen16(L, o + j, i, d);
+            widen16(L, bf16, o + j, i, d);
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) acc[j][k] = _mm256_fmadd_pd(d[k], x[k], acc[j][k]);
         }
@@ -238,12 +249,27 @@ AI void f_block(const ds_linear *L, const double *xd, int o, const int RO, float
     }
 }
 
+/* Activation rows are taken in blocks of ~256 KiB of float64 so that a block stays in L2 while
+ * every output row pair is run against it (a 64-row prefill chunk of a 4096-wide input is 2 MiB of
+ * float64, which would otherwise be re-read from L3 for every output pair).  Each output is
+ * still one f_block call, so the blocking cannot change a result.  The format is a compile-time
+ * constant inside each instance, so the inner loop has no branch. */
+AI void f_rows_fmt(const ds_linear *L, const int bf16, const double *xd, int xstride, int n, int o0, int o1,
+                   float *y) {
+    const int rb = DS_MAX(1, (int)(32768 / DS_MAX(xstride, 1)));
+    for (int r0 = 0; r0 < n; r0 += rb) {
+        const int r1 = DS_MIN(n, r0 + rb);
+        int o = o0;
+        for (; o + 2 <= o1; o += 2)
+            for (int r = r0; r < r1; r++) f_block(L, bf16, xd + (size_t)r * xstride, o, 2, y + (size_t)r * L->out);
+        for (; o < o1; o++)
+            for (int r = r0; r < r1; r++) f_block(L, bf16, xd + (size_t)r * xstride, o, 1, y + (size_t)r * L->out);
+    }
+}
+
 static void f_rows(const ds_linear *L, const double *xd, int xstride, int n, int o0, int o1, float *y) {
-    int o = o0;
-    for (; o + 2 <= o1; o += 2)
-        for (int r = 0; r < n; r++) f_block(L, xd + (size_t)r * xstride, o, 2, y + (size_t)r * L->out);
-    for (; o < o1; o++)
-        for (int r = 0; r < n; r++) f_block(L, xd + (size_t)r * xstride, o, 1, y + (size_t)r * L->out);
+    if (L->fmt == DS_LIN_BF16) f_rows_fmt(L, 1, xd, xstride, n, o0, o1, y);
+    else f_rows_fmt(L, 0, xd, xstride, n, o0, o1, y);
 }
 
 /* ---- activation quantization (bit-exact with the scalar reference: IEEE division and

@@ -261,12 +261,20 @@ UNROLL8
     }
 }
 
+/* Activation rows are taken in blocks of ~256 KiB of float64 so that a block stays in L2 while
+ * every output row pair is run against it (a 64-row prefill chunk of a 4096-wide input is 2 MiB of
+ * float64, which would otherwise be re-read from L3 for every output pair).  Each output is
+ * still one f_block call, so the blocking cannot change a result. */
 static void f_rows(const ds_linear *L, const double *xd, int xstride, int n, int o0, int o1, float *y) {
-    int o = o0;
-    for (; o + 4 <= o1; o += 4)
-        for (int r = 0; r < n; r++) f_block(L, xd + (size_t)r * xstride, o, 4, y + (size_t)r * L->out);
-    for (; o < o1; o++)
-        for (int r = 0; r < n; r++) f_block(L, xd + (size_t)r * xstride, o, 1, y + (size_t)r * L->out);
+    const int rb = DS_MAX(1, (int)(32768 / DS_MAX(xstride, 1)));
+    for (int r0 = 0; r0 < n; r0 += rb) {
+        const int r1 = DS_MIN(n, r0 + rb);
+        int o = o0;
+        for (; o + 4 <= o1; o += 4)
+            for (int r = r0; r < r1; r++) f_block(L, xd + (size_t)r * xstride, o, 4, y + (size_t)r * L->out);
+        for (; o < o1; o++)
+            for (int r = r0; r < r1; r++) f_block(L, xd + (size_t)r * xstride, o, 1, y + (size_t)r * L->out);
+    }
 }
 
 #ifndef DS_AVX512_EMULATE

@@ -105,17 +105,36 @@ void ds_attention_layer(ds_step *st, int l) {
     const ds_layer_role *role = &c->roles[l];
     const int N = st->N, H = c->n_heads, dh = c->head_dim, rd = c->rope_head_dim, ql = c->q_lora_rank;
 
-    /* queries: qr = rmsnorm(wq_a·u), q = wq_b·qr with RoPE on each head's tail */
-    ds_linear_forward(&w->wq_a, st->u, N, st->ftmp);
-    norm_rows(st, st->ftmp, N, ql, w->q_norm, st->qr);
-    ds_linear_bf16(&w->wq_b, st->qr, N, st->ftmp, st->q);
+    /* wq_a and wkv read the same rows u: when both are quantized they share one quantization of
+     * u and one pool dispatch (the outputs equal two separate forwards; the quantization is the
+     * one ds_linear_forward computes).  Their fp32 outputs sit side by side in ftmp. */
+    float *fq = st->ftmp, *fkv = st->ftmp + (size_t)N * ql;
+    int quant = (w->wq_a.fmt == DS_LIN_W8A8 || w->wq_a.fmt == DS_LIN_W4A8) &&
+                (w->wkv.fmt == DS_LIN_W8A8 || w->wkv.fmt == DS_LIN_W4A8);
+    if ((size_t)ql + (size_t)dh > st->ftmp_cols) fkv = st->ftmp, quant = 0;  /* no room: one at a time */
+    if (quant) {
+        const int D = c->dim;
+        int8_t *uq = malloc((size_t)N * D);
+        float *us = malloc(sizeof(float) * (size_t)N);
+        ds_quantize_rows(st->u, N, D, uq, us);
+        ds_linear_job jobs[2] = {{&w->wq_a, uq, us, N, fq}, {&w->wkv, uq, us, N, fkv}};
+        ds_linear_forward_q_many(jobs, 2);
+        free(uq);
+        free(us);
+    } else {
+        ds_linear_forward(&w->wq_a, st->u, N, fq);
+        if (fkv == fq) norm_rows(st, fq, N, ql, w->q_norm, st->qr);
+        ds_linear_forward(&w->wkv, st->u, N, fkv);
+    }
+    /* window key: kv = rmsnorm(wkv·u) with RoPE */
+    norm_rows(st, fkv, N, dh, w->kv_norm, st->kv);
     const float *cs_all = role->ratio > 0 ? st->cs_cmp : st->cs_swa;
+    for (int r = 0; r < N; r++) ds_rope_apply(st->kv + (size_t)r * dh, dh, rd, cs_all + (size_t)r * rd, 0);
+    /* queries: qr = rmsnorm(wq_a·u), q = wq_b·qr with RoPE on each head's tail */
+    if (fkv != fq) norm_rows(st, fq, N, ql, w->q_norm, st->qr);
+    ds_linear_bf16(&w->wq_b, st->qr, N, st->ftmp, st->q);
     for (int r = 0; r < N; r++)
         for (int h = 0; h < H; h++) ds_rope_apply(st->q + ((size_t)r * H + h) * dh, dh, rd, cs_all + (size_t)r * rd, 0);
-    /* window key: kv = rmsnorm(wkv·u) with RoPE */
-    ds_linear_forward(&w->wkv, st->u, N, st->ftmp);
-    norm_rows(st, st->ftmp, N, dh, w->kv_norm, st->kv);
-    for (int r = 0; r < N; r++) ds_rope_apply(st->kv + (size_t)r * dh, dh, rd, cs_all + (size_t)r * rd, 0);
 
     /* compressed keys: a FULL layer writes its new entries and index keys first, then the index
      * sources select; REUSE layers keep the selection of their index source (already in st->sel) */

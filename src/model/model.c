@@ -96,6 +96,10 @@ ds_model *ds_model_load(const char *dir, const ds_load_options *opts, char *errb
     co.need_draft = false;                 /* the draft is not used by this layer yet */
     if (ds_ckpt_open(m->dir, &co, &m->ckpt, &err) < 0) goto fail;
     if (ds_model_bind_weights(m, &err) < 0) goto fail;
+    /* every quantized linear was repacked while binding (ds_linear_prepare), so no forward pays
+     * for it later; say how much memory the tiles take beside the mapped checkpoint */
+    ds_log(DS_LOG_INFO, "kernels: %d linears prepared at load, %.1f MiB of %s tiles", m->n_lins,
+           (double)m->packed_bytes / 1048576.0, ds_kernels_active());
     return m;
 fail:
     if (errbuf) ds_format_error(&err, errbuf, errlen);

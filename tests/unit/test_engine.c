@@ -275,6 +275,7 @@ TEST(engine_cancel_and_nan_release_pages) {
     ds_backend *be = mk_backend(20, 7);
     ds_token_mask mask;
     ds_token_mask_init(&mask, V, 300, 0, 2, 310, NULL, 0);
+    mask.masked[7] = 1; /* token 7 triggers NaN rows: only a prompt may contain it, never a sample */
     ds_engine_config ec;
     ds_engine_config_defaults(&ec);
     ec.max_num_seqs = 8;

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "check.h"
 #include <stdarg.h>
+#include <limits.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -40,6 +41,31 @@ int ds_test_sh(char *out, size_t outlen, const char *fmt, ...) {
     if (out && outlen) out[n] = 0;
     int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+const char *ds_test_bin(void) {
+    static char b[1024];
+    const char *e = getenv("DSFLASH_BIN");
+    if (e && *e) return e;
+    const char *bd = getenv("BUILD");
+    char rel[256];
+    snprintf(rel, sizeof rel, "build/%s/dsflash", bd && *bd ? bd : "release");
+    if (!realpath(rel, b)) snprintf(b, sizeof b, "%s", rel); /* absolute: commands may cd */
+    return b;
+}
+
+const char *ds_test_tiny_fixture(void) {
+    static char dir[1100];
+    static int state = 0;
+    if (state == 0) {
+        snprintf(dir, sizeof dir, "%s/tiny", ds_test_tmpdir());
+        char out[4096];
+        int rc = ds_test_sh(out, sizeof out, "%s mkmodel --config tiny --out %s --quiet --no-verify 2>&1 && "
+                            "%s reassemble %s/engram_int8 --quiet 2>&1", ds_test_bin(), dir, ds_test_bin(), dir);
+        state = rc == 0 ? 1 : -1;
+        if (rc) fprintf(stderr, "  fixture: mkmodel failed (%d): %s\n", rc, out);
+    }
+    return state == 1 ? dir : NULL;
 }
 
 int ds_test_main(int argc, char **argv) {

@@ -39,6 +39,12 @@ const char *ds_test_tmpdir(void);
 /* Run a shell command, return its exit status (or -1). Output captured into buf if given. */
 int ds_test_sh(char *out, size_t outlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* Path of the dsflash binary under test: $DSFLASH_BIN, else build/$BUILD/dsflash (absolute). */
+const char *ds_test_bin(void);
+/* A tiny checkpoint made once per test program by `dsflash mkmodel --config tiny` (split Engram
+ * tables re-verified with `dsflash reassemble`); NULL (with the reason on stderr) if that failed. */
+const char *ds_test_tiny_fixture(void);
+
 int ds_test_main(int argc, char **argv);
 #define RUN_ALL() int main(int argc, char **argv) { return ds_test_main(argc, argv); }
 #endif

@@ -16,34 +16,10 @@
 #include <limits.h>
 #include <stdlib.h>
 
-static const char *bin_path(void) {
-    static char b[1024];
-    const char *e = getenv("DSFLASH_BIN");
-    if (e && *e) return e;
-    const char *bd = getenv("BUILD");
-    char rel[256];
-    snprintf(rel, sizeof rel, "build/%s/dsflash", bd && *bd ? bd : "release");
-    if (!realpath(rel, b)) snprintf(b, sizeof b, "%s", rel);   /* absolute: commands may cd */
-    return b;
-}
-
-static const char *fixture(void) {
-    static char dir[1100];
-    static int state = 0;
-    if (state == 0) {
-        snprintf(dir, sizeof dir, "%s/tiny", ds_test_tmpdir());
-        char out[4096];
-        int rc = ds_test_sh(out, sizeof out, "%s mkmodel --config tiny --out %s --quiet 2>&1 && %s reassemble %s/engram_int8 "
-                            "--quiet 2>&1", bin_path(), dir, bin_path(), dir);
-        state = rc == 0 ? 1 : -1;
-        if (rc) fprintf(stderr, "  fixture: mkmodel failed (%d): %s\n", rc, out);
-    }
-    return state == 1 ? dir : NULL;
-}
 
 /* kernels: "reference" (the scalar ground truth) or "auto" (the SIMD path the server runs) */
 static ds_model *load_k(const char *kernels) {
-    const char *d = fixture();
+    const char *d = ds_test_tiny_fixture();
     if (!d) return NULL;
     char eb[1024];
     ds_load_options o = {kernels, 0, 0, 0};

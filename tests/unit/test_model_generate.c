@@ -9,30 +9,6 @@
 #include <limits.h>
 #include <stdlib.h>
 
-static const char *bin_path(void) {
-    static char b[1024];
-    const char *e = getenv("DSFLASH_BIN");
-    if (e && *e) return e;
-    const char *bd = getenv("BUILD");
-    char rel[256];
-    snprintf(rel, sizeof rel, "build/%s/dsflash", bd && *bd ? bd : "release");
-    if (!realpath(rel, b)) snprintf(b, sizeof b, "%s", rel);
-    return b;
-}
-
-static const char *fixture(void) {
-    static char dir[1100];
-    static int state = 0;
-    if (state == 0) {
-        snprintf(dir, sizeof dir, "%s/tiny", ds_test_tmpdir());
-        char out[4096];
-        int rc = ds_test_sh(out, sizeof out, "%s mkmodel --config tiny --out %s --quiet --no-verify 2>&1 && %s reassemble "
-                            "%s/engram_int8 --quiet 2>&1", bin_path(), dir, bin_path(), dir);
-        state = rc == 0 ? 1 : -1;
-        if (rc) fprintf(stderr, "  fixture: %s\n", out);
-    }
-    return state == 1 ? dir : NULL;
-}
 
 #define PROMPT "5,900,17,17,3,250,999,41,8,77,123,456,789,10,11,12,13,14,15,16,200,300,400,500,600"
 #define P 25
@@ -40,30 +16,30 @@ static const char *fixture(void) {
 
 TEST(usage_errors_exit_2) {
     char out[4096];
-    CHECK(ds_test_sh(out, sizeof out, "%s generate 2>&1", bin_path()) == 2);
-    CHECK(ds_test_sh(out, sizeof out, "%s generate --model x --prompt-ids 1 --max 3 2>&1", bin_path()) == 2, "abbreviation");
+    CHECK(ds_test_sh(out, sizeof out, "%s generate 2>&1", ds_test_bin()) == 2);
+    CHECK(ds_test_sh(out, sizeof out, "%s generate --model x --prompt-ids 1 --max 3 2>&1", ds_test_bin()) == 2, "abbreviation");
     CHECK(strstr(out, "usage:") != NULL, "usage printed: %s", out);
-    CHECK(ds_test_sh(out, sizeof out, "%s generate --model x --prompt-ids 1,,2 --max-tokens 3 2>&1", bin_path()) == 2);
+    CHECK(ds_test_sh(out, sizeof out, "%s generate --model x --prompt-ids 1,,2 --max-tokens 3 2>&1", ds_test_bin()) == 2);
     CHECK(ds_test_sh(out, sizeof out, "%s generate --model x --prompt-ids 1 --prompt-file f --max-tokens 3 2>&1",
-                     bin_path()) == 2, "exactly one prompt source");
-    CHECK(ds_test_sh(out, sizeof out, "%s generate --model x --prompt-ids 1 --max-tokens 0 2>&1", bin_path()) == 2);
-    CHECK(ds_test_sh(out, sizeof out, "%s generate --model x --prompt-ids 1 --max-tokens 3 --chunk -1 2>&1", bin_path()) == 2);
-    CHECK(ds_test_sh(out, sizeof out, "%s generate --help", bin_path()) == 0 && strstr(out, "--max-tokens"));
+                     ds_test_bin()) == 2, "exactly one prompt source");
+    CHECK(ds_test_sh(out, sizeof out, "%s generate --model x --prompt-ids 1 --max-tokens 0 2>&1", ds_test_bin()) == 2);
+    CHECK(ds_test_sh(out, sizeof out, "%s generate --model x --prompt-ids 1 --max-tokens 3 --chunk -1 2>&1", ds_test_bin()) == 2);
+    CHECK(ds_test_sh(out, sizeof out, "%s generate --help", ds_test_bin()) == 0 && strstr(out, "--max-tokens"));
 }
 
 TEST(input_errors) {
-    const char *d = fixture();
+    const char *d = ds_test_tiny_fixture();
     if (!d) { CHECK(0, "fixture"); return; }
     char out[4096];
-    CHECK(ds_test_sh(out, sizeof out, "%s generate --model %s/nope --prompt-ids 1 --max-tokens 2 2>&1", bin_path(), d) == 5,
+    CHECK(ds_test_sh(out, sizeof out, "%s generate --model %s/nope --prompt-ids 1 --max-tokens 2 2>&1", ds_test_bin(), d) == 5,
           "missing model: %s", out);
     CHECK(strstr(out, "E_MISSING_FILE") != NULL, "%s", out);
-    CHECK(ds_test_sh(out, sizeof out, "%s generate --model %s --prompt-ids 1,1024 --max-tokens 2 2>&1", bin_path(), d) == 2,
+    CHECK(ds_test_sh(out, sizeof out, "%s generate --model %s --prompt-ids 1,1024 --max-tokens 2 2>&1", ds_test_bin(), d) == 2,
           "id beyond the vocabulary: %s", out);
     CHECK(strstr(out, "1024") != NULL);
     CHECK(ds_test_sh(out, sizeof out, "%s generate --model %s --prompt-ids 1 --max-tokens 2 --trace %s/no/dir/t.st 2>&1",
-                     bin_path(), d, ds_test_tmpdir()) == 3, "unwritable trace: %s", out);
-    CHECK(ds_test_sh(out, sizeof out, "%s generate --model %s --prompt-file %s/absent.txt --max-tokens 2 2>&1", bin_path(), d,
+                     ds_test_bin(), d, ds_test_tmpdir()) == 3, "unwritable trace: %s", out);
+    CHECK(ds_test_sh(out, sizeof out, "%s generate --model %s --prompt-file %s/absent.txt --max-tokens 2 2>&1", ds_test_bin(), d,
                      ds_test_tmpdir()) == 5, "missing prompt file: %s", out);
 }
 
@@ -80,13 +56,13 @@ static int parse_generated(const char *out, int32_t *ids, int max) {
 }
 
 TEST(trace_file_matches_the_run) {
-    const char *d = fixture();
+    const char *d = ds_test_tiny_fixture();
     if (!d) { CHECK(0, "fixture"); return; }
     char out[8192], path7[1300], path1[1300];
     snprintf(path7, sizeof path7, "%s/trace7.st", ds_test_tmpdir());
     snprintf(path1, sizeof path1, "%s/trace25.st", ds_test_tmpdir());
     int rc = ds_test_sh(out, sizeof out, "%s generate --model %s --prompt-ids " PROMPT " --max-tokens %d --chunk 7 --trace %s "
-                        "--kernels reference 2>/dev/null", bin_path(), d, G, path7);
+                        "--kernels reference 2>/dev/null", ds_test_bin(), d, G, path7);
     CHECK(rc == 0, "rc %d: %s", rc, out);
     CHECK(strstr(out, "prefill: 25 tokens") && strstr(out, "decode: 11 tokens") && strstr(out, "tok/s"), "%s", out);
     int32_t gen[G];
@@ -125,7 +101,7 @@ TEST(trace_file_matches_the_run) {
     }
     /* the same run in one chunk: identical tensors */
     rc = ds_test_sh(out, sizeof out, "%s generate --model %s --prompt-ids " PROMPT " --max-tokens %d --trace %s "
-                    "--kernels reference 2>/dev/null", bin_path(), d, G, path1);
+                    "--kernels reference 2>/dev/null", ds_test_bin(), d, G, path1);
     CHECK(rc == 0);
     ds_stfile *f1 = NULL;
     CHECK(ds_st_open(path1, &f1, &err) == 0, "%s", err.msg);
@@ -142,14 +118,14 @@ TEST(trace_file_matches_the_run) {
 }
 
 TEST(prompt_file_through_the_tokenizer) {
-    const char *d = fixture();
+    const char *d = ds_test_tiny_fixture();
     if (!d) { CHECK(0, "fixture"); return; }
     char out[8192], pf[1300];
     snprintf(pf, sizeof pf, "%s/prompt.txt", ds_test_tmpdir());
     FILE *fp = fopen(pf, "w");
     fputs("The quick brown fox jumps over the lazy dog.", fp);
     fclose(fp);
-    int rc = ds_test_sh(out, sizeof out, "%s generate --model %s --prompt-file %s --max-tokens 3 2>&1", bin_path(), d, pf);
+    int rc = ds_test_sh(out, sizeof out, "%s generate --model %s --prompt-file %s --max-tokens 3 2>&1", ds_test_bin(), d, pf);
     CHECK(rc == 0, "rc %d: %s", rc, out);
     CHECK(strstr(out, "prompt: ") && strstr(out, "text: "), "%s", out);
     int32_t g[3];

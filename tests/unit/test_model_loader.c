@@ -8,36 +8,12 @@
 #include <limits.h>
 #include <stdlib.h>
 
-static const char *bin_path(void) {
-    static char b[1024];
-    const char *e = getenv("DSFLASH_BIN");
-    if (e && *e) return e;
-    const char *bd = getenv("BUILD");
-    char rel[256];
-    snprintf(rel, sizeof rel, "build/%s/dsflash", bd && *bd ? bd : "release");
-    if (!realpath(rel, b)) snprintf(b, sizeof b, "%s", rel);   /* absolute: commands may cd */
-    return b;
-}
-
-static const char *fixture(void) {
-    static char dir[1100];
-    static int state = 0;
-    if (state == 0) {
-        snprintf(dir, sizeof dir, "%s/tiny", ds_test_tmpdir());
-        char out[4096];
-        int rc = ds_test_sh(out, sizeof out, "%s mkmodel --config tiny --out %s --quiet --no-verify 2>&1 && "
-                            "%s reassemble %s/engram_int8 --quiet 2>&1", bin_path(), dir, bin_path(), dir);
-        state = rc == 0 ? 1 : -1;
-        if (rc) fprintf(stderr, "  fixture: %s\n", out);
-    }
-    return state == 1 ? dir : NULL;
-}
 
 /* A copy of the fixture named `name`, with a Python snippet applied to its config dict `c` (text_config
  * in `t`) and/or its token map (list `m`); the copy's Engram parts are re-verified (stamps name inodes). */
 static const char *broken_copy(const char *name, const char *edit) {
     static char dir[1200];
-    const char *src = fixture();
+    const char *src = ds_test_tiny_fixture();
     if (!src) return NULL;
     snprintf(dir, sizeof dir, "%s/%s", ds_test_tmpdir(), name);
     char out[4096];
@@ -50,7 +26,7 @@ static const char *broken_copy(const char *name, const char *edit) {
                         "json.dump(c, open('config.json','w'), indent=1)\n"
                         "open('engram_token_map.bin','wb').write(struct.pack('<%%dI' %% len(m), *m))\n\" 2>&1 && "
                         "%s reassemble %s/engram_int8 --quiet 2>&1",
-                        dir, src, dir, dir, edit, bin_path(), dir);
+                        dir, src, dir, dir, edit, ds_test_bin(), dir);
     if (rc) {
         fprintf(stderr, "  broken copy %s: %s\n", name, out);
         return NULL;

@@ -475,7 +475,22 @@ int cmd_serve(int argc, char **argv) {
     ds_server_set_phase(srv, "kv-setup");
     fprintf(stderr, "[selfcheck] checkpoint: OK %s (config validated, tensors bound, Engram constants checked) in %.2f s\n",
             model_dir, ds_now() - t0);
-    fprintf(stderr, "[selfcheck] kernels: OK %s (requested %s)\n", ds_kernels_active(), fv("--kernels"));
+    /* §13 step 3: every kernel family in use against the scalar reference on random tiles. */
+    {
+        ds_kernel_check kc[8];
+        int nk = 0;
+        ds_error kerr;
+        ds_error_clear(&kerr);
+        int krc = ds_kernels_selfcheck(kc, &nk, &kerr);
+        fprintf(stderr, "[selfcheck] kernels: %s %s (requested %s; %s)\n", krc == 0 ? "OK" : "FAIL", ds_kernels_active(),
+                fv("--kernels"), ds_kernels_reason());
+        for (int i = 0; i < nk; i++) fprintf(stderr, "[selfcheck] %s\n", kc[i].line);
+        if (krc != 0) {
+            fprintf(stderr, "[selfcheck] kernels: FAIL %s\n", kerr.msg);
+            ds_model_free(model);
+            return 1;
+        }
+    }
 
     /* ---- budget (§4.4) ---- */
     ds_backend *be = ds_backend_model_new(model);

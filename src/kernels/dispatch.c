@@ -10,6 +10,7 @@
  * The first forward of each family after a selection logs "kernel <family>: <path> ENGAGED". */
 #include "kernels/kern_internal.h"
 #include "base/threadpool.h"
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,9 +115,25 @@ static uint64_t weight_bytes(const ds_linear *L) {
 
 /* ---- per-thread scratch: slots that grow and are reused (no page faults per call) ---- */
 enum { SLOT_Q, SLOT_QU, SLOT_S, SLOT_XSUM, SLOT_XD, SLOT_TASKS, SLOT_ACT, SLOT_ACTS, SLOT_N };
-static _Thread_local struct { void *p; size_t cap; } tl_scratch[SLOT_N];
+typedef struct { void *p; size_t cap; } scratch_slot;
+static _Thread_local scratch_slot tl_scratch[SLOT_N];
+/* Threads come and go (HTTP and engine threads, tests): a key destructor frees a thread's slots
+ * when it exits, so scratch never outlives its thread. */
+static pthread_key_t g_scratch_key;
+static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
+static void scratch_free_thread(void *slots) {
+    scratch_slot *s = slots;
+    for (int i = 0; i < SLOT_N; i++) {
+        ds_afree(s[i].p);
+        s[i].p = NULL;
+        s[i].cap = 0;
+    }
+}
+static void scratch_key_init(void) { pthread_key_create(&g_scratch_key, scratch_free_thread); }
 static void *scratch(int slot, size_t bytes) {
     if (bytes > tl_scratch[slot].cap) {
+        pthread_once(&g_scratch_once, scratch_key_init);
+        if (!pthread_getspecific(g_scratch_key)) pthread_setspecific(g_scratch_key, tl_scratch);
         ds_afree(tl_scratch[slot].p);
         size_t cap = bytes + bytes / 4 + 4096;
         tl_scratch[slot].p = ds_amalloc(cap);

@@ -249,6 +249,39 @@ AI void f_block(const ds_linear *L, const int bf16, const double *xd, int o, con
     }
 }
 
+/* One output row o against RR (1..3) activation rows: the weights are widened to float64 once per
+ * 16-block and used for every row, which removes most of the conversion cost when several rows
+ * share a step (batched decode, prefill).  Each (o, row) output keeps exactly f_block's
+ * accumulator assignment and combination order, so the result is bit-identical to the one-row
+ * path: batching cannot change a value. */
+AI void f_block_rows(const ds_linear *L, const int bf16, const double *const *xr, int o, const int RR, float *const *yr) {
+    __m256d acc[3][4];
+#pragma GCC unroll 3
+    for (int r = 0; r < RR; r++)
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) acc[r][k] = _mm256_setzero_pd();
+    const int in = L->in, k16 = in & ~15;
+    const size_t esz = bf16 ? 2 : 4;
+    const char *wrow = (const char *)L->w + (size_t)o * (size_t)in * esz;
+    for (int i = 0; i < k16; i += 16) {
+        _mm_prefetch(wrow + ((size_t)i + (bf16 ? 512 : 1024)) * esz, _MM_HINT_T0);
+        __m256d d[4];
+        widen16(L, bf16, o, i, d);
+#pragma GCC unroll 3
+        for (int r = 0; r < RR; r++)
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) acc[r][k] = _mm256_fmadd_pd(d[k], _mm256_loadu_pd(xr[r] + i + 4 * k), acc[r][k]);
+    }
+#pragma GCC unroll 3
+    for (int r = 0; r < RR; r++) {
+        __m256d v = _mm256_add_pd(_mm256_add_pd(acc[r][0], acc[r][1]), _mm256_add_pd(acc[r][2], acc[r][3]));
+        __m128d h = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+        double sum = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+        for (int i = k16; i < in; i++) sum += wval(L, o, i) * xr[r][i];
+        yr[r][o] = (float)sum;
+    }
+}
+
 /* Activation rows are taken in blocks of ~256 KiB of float64 so that a block stays in L2 while
  * every output row pair is run against it (a 64-row prefill chunk of a 4096-wide input is 2 MiB of
  * float64, which would otherwise be re-read from L3 for every output pair).  Each output is
@@ -259,6 +292,23 @@ AI void f_rows_fmt(const ds_linear *L, const int bf16, const double *xd, int xst
     const int rb = DS_MAX(1, (int)(32768 / DS_MAX(xstride, 1)));
     for (int r0 = 0; r0 < n; r0 += rb) {
         const int r1 = DS_MIN(n, r0 + rb);
+        if (r1 - r0 >= 2) {
+            /* several rows: widen each weight block once for up to 3 rows */
+            for (int o = o0; o < o1; o++)
+                for (int r = r0; r < r1; r += 3) {
+                    const int rr = DS_MIN(3, r1 - r);
+                    const double *xr[3];
+                    float *yr[3];
+                    for (int t = 0; t < rr; t++) {
+                        xr[t] = xd + (size_t)(r + t) * xstride;
+                        yr[t] = y + (size_t)(r + t) * L->out;
+                    }
+                    if (rr == 3) f_block_rows(L, bf16, xr, o, 3, yr);
+                    else if (rr == 2) f_block_rows(L, bf16, xr, o, 2, yr);
+                    else f_block_rows(L, bf16, xr, o, 1, yr);
+                }
+            continue;
+        }
         int o = o0;
         for (; o + 2 <= o1; o += 2)
             for (int r = r0; r < r1; r++) f_block(L, bf16, xd + (size_t)r * xstride, o, 2, y + (size_t)r * L->out);

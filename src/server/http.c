@@ -74,6 +74,32 @@ static enum MHD_Result send_json(struct MHD_Connection *c, ds_server *s, const c
     return send_text(c, s, endpoint, status, "application/json", json, strlen(json), req_id, NULL);
 }
 
+/* Send a cJSON value as the response body and free it. */
+static enum MHD_Result send_cjson(struct MHD_Connection *c, ds_server *s, const char *endpoint, int status, cJSON *o) {
+    char *t = cJSON_PrintUnformatted(o);
+    enum MHD_Result rc = send_json(c, s, endpoint, status, t, NULL);
+    free(t);
+    cJSON_Delete(o);
+    return rc;
+}
+
+/* Parse a request body that must be one JSON object (numbers keep their spelling); NULL with a
+ * 400 in `err` otherwise.  Shared by the small endpoints; generation requests go through api_request.c. */
+static cJSON *parse_object_body(const char *body, size_t len, ds_api_error *err) {
+    ds_error pe = {0};
+    cJSON *b = ds_json_parse_exact(body, len, &pe);
+    if (!b) {
+        ds_api_fail(err, 400, "invalid_request_error", "invalid_json", NULL, "malformed JSON body: %s", pe.msg);
+        return NULL;
+    }
+    if (!cJSON_IsObject(b)) {
+        ds_api_fail(err, 400, "invalid_request_error", "invalid_type", NULL, "the request body must be a JSON object");
+        cJSON_Delete(b);
+        return NULL;
+    }
+    return b;
+}
+
 static enum MHD_Result send_error(struct MHD_Connection *c, ds_server *s, const char *endpoint, const ds_api_error *e,
                                   const char *req_id) {
     ds_tbuf b = {0};
@@ -128,10 +154,7 @@ static enum MHD_Result h_models(struct MHD_Connection *c, ds_server *s) {
     cJSON_AddStringToObject(m, "root", s->cfg.root ? s->cfg.root : "");
     cJSON_AddNumberToObject(m, "max_model_len", (double)s->cfg.max_model_len);
     cJSON_AddItemToArray(d, m);
-    char *t = cJSON_PrintUnformatted(o);
-    enum MHD_Result rc = send_json(c, s, "/v1/models", 200, t, NULL);
-    free(t);
-    cJSON_Delete(o);
+    enum MHD_Result rc = send_cjson(c, s, "/v1/models", 200, o);
     return rc;
 }
 
@@ -166,19 +189,11 @@ static enum MHD_Result h_server_info(struct MHD_Connection *c, ds_server *s) {
 
 static enum MHD_Result h_tokenize(struct MHD_Connection *c, ds_server *s, const char *body, size_t len) {
     ds_api_error err = {0};
-    ds_error pe = {0};
-    cJSON *b = ds_json_parse_exact(body, len, &pe);
+    cJSON *b = parse_object_body(body, len, &err);
     enum MHD_Result rc;
     ds_tokens toks = {0};
     char *text = NULL;
-    if (!b) {
-        ds_api_fail(&err, 400, "invalid_request_error", "invalid_json", NULL, "malformed JSON body: %s", pe.msg);
-        goto fail;
-    }
-    if (!cJSON_IsObject(b)) {
-        ds_api_fail(&err, 400, "invalid_request_error", "invalid_type", NULL, "the request body must be a JSON object");
-        goto fail;
-    }
+    if (!b) goto fail;
     if (ds_api_check_model(b, false, &s->lim, &err)) goto fail;
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(b, "prompt");
     if (p && cJSON_IsString(p)) {
@@ -200,10 +215,7 @@ static enum MHD_Result h_tokenize(struct MHD_Connection *c, ds_server *s, const 
     for (size_t i = 0; i < toks.n; i++) cJSON_AddItemToArray(ta, cJSON_CreateNumber(toks.ids[i]));
     const cJSON *rt = cJSON_GetObjectItemCaseSensitive(b, "return_text");
     if (rt && cJSON_IsTrue(rt)) cJSON_AddStringToObject(o, "text", text ? text : "");
-    char *t = cJSON_PrintUnformatted(o);
-    rc = send_json(c, s, "/tokenize", 200, t, NULL);
-    free(t);
-    cJSON_Delete(o);
+    rc = send_cjson(c, s, "/tokenize", 200, o);
     goto done;
 fail:
     rc = send_error(c, s, "/tokenize", &err, NULL);
@@ -216,14 +228,10 @@ done:
 
 static enum MHD_Result h_detokenize(struct MHD_Connection *c, ds_server *s, const char *body, size_t len) {
     ds_api_error err = {0};
-    ds_error pe = {0};
-    cJSON *b = ds_json_parse_exact(body, len, &pe);
+    cJSON *b = parse_object_body(body, len, &err);
     enum MHD_Result rc;
     int32_t *ids = NULL;
-    if (!b) {
-        ds_api_fail(&err, 400, "invalid_request_error", "invalid_json", NULL, "malformed JSON body: %s", pe.msg);
-        goto fail;
-    }
+    if (!b) goto fail;
     if (ds_api_check_model(b, false, &s->lim, &err)) goto fail;
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "tokens");
     if (!t || !cJSON_IsArray(t)) {
@@ -249,10 +257,7 @@ static enum MHD_Result h_detokenize(struct MHD_Connection *c, ds_server *s, cons
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "prompt", text);
     free(text);
-    char *js = cJSON_PrintUnformatted(o);
-    rc = send_json(c, s, "/detokenize", 200, js, NULL);
-    free(js);
-    cJSON_Delete(o);
+    rc = send_cjson(c, s, "/detokenize", 200, o);
     goto done;
 fail:
     rc = send_error(c, s, "/detokenize", &err, NULL);

@@ -20,6 +20,9 @@ typedef struct ds_load_options {
     int threads;              /* 0 = all cores */
     int full_validation;      /* loader checklist level full */
     int64_t max_model_len;    /* 0 = config's max_position_embeddings */
+    const char *numerics;     /* "exact" (default when NULL): bit-identical to the NumPy oracle, float64
+                                 reductions; "fast": fp32 in a fixed blocked order, still deterministic
+                                 and batch-invariant (docs/NUMERICS.md) */
 } ds_load_options;
 
 /* Returns NULL on failure and writes a one-line message (E_CODE: file: tensor: expected, found). */
@@ -27,6 +30,7 @@ ds_model *ds_model_load(const char *dir, const ds_load_options *opts, char *errb
 void ds_model_free(ds_model *m);
 int ds_model_vocab_size(const ds_model *m);
 int ds_model_eos_id(const ds_model *m);
+const char *ds_model_numerics(const ds_model *m);   /* "exact" or "fast" */
 
 ds_seq *ds_seq_new(const ds_model *m);
 void ds_seq_free(ds_seq *s);

@@ -199,7 +199,7 @@ int cmd_generate(int argc, char **argv) {
         }
     }
     char eb[1536];
-    ds_load_options lo = {kernels, (int)threads, 0, 0};
+    ds_load_options lo = {.kernels = kernels, .threads = (int)threads};
     double t0 = ds_now();
     m = ds_model_load(model_dir, &lo, eb, sizeof eb);
     if (!m) {

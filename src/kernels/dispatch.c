@@ -93,6 +93,13 @@ const char *ds_kernels_active(void) {
 }
 const char *ds_kernels_reason(void) { ops(); return g_reason; }
 
+int ds_numerics_parse(const char *name) {
+    if (name && !strcmp(name, "exact")) return DS_NUMERICS_EXACT;
+    if (name && !strcmp(name, "fast")) return DS_NUMERICS_FAST;
+    return -1;
+}
+const char *ds_numerics_name(ds_numerics n) { return n == DS_NUMERICS_FAST ? "fast" : "exact"; }
+
 static void announce(ds_lin_fmt fmt) {
     static const char *fam[] = {"w8a8", "w4a8", "bf16", "f32"};
     if (atomic_exchange(&g_announced[fmt], 1)) return;

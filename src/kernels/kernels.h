@@ -27,6 +27,15 @@
 
 typedef enum { DS_LIN_W8A8 = 0, DS_LIN_W4A8, DS_LIN_BF16, DS_LIN_F32 } ds_lin_fmt;
 
+/* Numerics tier.  EXACT: the contract above (float64 reductions, bit-identical to the NumPy
+ * oracle).  FAST: float linears accumulate in fp32 in a fixed blocked order (deterministic,
+ * independent of n, of row position and of thread count); quantized linears are exact integer
+ * sums in both tiers. */
+typedef enum { DS_NUMERICS_EXACT = 0, DS_NUMERICS_FAST = 1 } ds_numerics;
+/* "exact" / "fast" -> tier; -1 for anything else. */
+int ds_numerics_parse(const char *name);
+const char *ds_numerics_name(ds_numerics n);
+
 typedef struct ds_linear {
     ds_lin_fmt fmt;
     int out, in;           /* logical shape [out, in] */
@@ -37,6 +46,7 @@ typedef struct ds_linear {
     void *packed;          /* kernel-private repacked copy (NULL = use w directly) */
     size_t packed_bytes;
     int packed_kind;       /* which path produced `packed` */
+    ds_numerics numerics;  /* tier of float formats (set by the model when binding) */
 } ds_linear;
 
 /* Per-row dynamic int8 quantization of bf16 activations (§2.12): s = amax/127,

@@ -71,6 +71,12 @@ ds_model *ds_model_load(const char *dir, const ds_load_options *opts, char *errb
     m->dir = ds_xstrdup(dir ? dir : "");
     if (ds_kernels_select(o.kernels ? o.kernels : "auto", &err) < 0) goto fail;
     ds_pool_init(o.threads);
+    int tier = ds_numerics_parse(o.numerics ? o.numerics : "exact");
+    if (tier < 0) {
+        ds_fail(&err, "E_ARG", "numerics: expected \"exact\" or \"fast\", found \"%s\"", o.numerics);
+        goto fail;
+    }
+    m->numerics = (ds_numerics)tier;
     /* config first, so the Engram checks (19, 23, 24) report before any tensor is touched */
     if (ds_config_load(m->dir, &m->cfg, &err) < 0) goto fail;
     const ds_config *c = &m->cfg;
@@ -109,6 +115,7 @@ fail:
 
 int ds_model_vocab_size(const ds_model *m) { return m ? m->cfg.vocab_size : 0; }
 int ds_model_eos_id(const ds_model *m) { return m ? m->cfg.eos_id : -1; }
+const char *ds_model_numerics(const ds_model *m) { return ds_numerics_name(m ? m->numerics : DS_NUMERICS_EXACT); }
 
 int32_t ds_argmax(const float *logits, int n) {
     int32_t best = 0;

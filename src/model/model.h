@@ -131,6 +131,7 @@ struct ds_model {
     /* run-time settings */
     int64_t max_len;               /* largest position + 1 a sequence may reach */
     int kv_bs;                     /* block size of private pools */
+    ds_numerics numerics;          /* tier of every float reduction (kernels.h) */
     /* probes */
     ds_margin_stats *margins;
     pthread_mutex_t probe_mu;

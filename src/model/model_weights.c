@@ -109,6 +109,7 @@ static void register_linear(ds_model *m, ds_linear *L) {
         m->lins = ds_xrealloc(m->lins, sizeof(*m->lins) * (size_t)m->cap_lins);
     }
     m->lins[m->n_lins++] = L;
+    L->numerics = m->numerics;     /* before prepare: a tier may want its own tiles */
     m->packed_bytes += ds_linear_prepare(L);
 }
 

@@ -22,7 +22,7 @@ static ds_model *load_k(const char *kernels) {
     const char *d = ds_test_tiny_fixture();
     if (!d) return NULL;
     char eb[1024];
-    ds_load_options o = {kernels, 0, 0, 0};
+    ds_load_options o = {.kernels = kernels};
     ds_model *m = ds_model_load(d, &o, eb, sizeof eb);
     if (!m) fprintf(stderr, "  load: %s\n", eb);
     return m;

@@ -35,7 +35,7 @@ static const char *broken_copy(const char *name, const char *edit) {
 }
 
 static int load_fails(const char *dir, char *eb, size_t n) {
-    ds_load_options o = {"reference", 1, 0, 0};
+    ds_load_options o = {.kernels = "reference", .threads = 1};
     ds_model *m = ds_model_load(dir, &o, eb, n);
     if (m) { ds_model_free(m); return 0; }
     return 1;

@@ -54,6 +54,18 @@ static inline simde__m512d emu_cvtps_pd(simde__m256 a) {
     for (int i = 0; i < 8; i++) d[i] = f[i]; /* exact widening */
     return simde_mm512_loadu_pd(d);
 }
+/* SIMDe's portable fmadd rounds the product first; VFMADD rounds once, which the fast tier's
+ * bit-exact contract depends on. */
+static inline simde__m512 emu_fmadd_ps(simde__m512 a, simde__m512 b, simde__m512 c) {
+    float fa[16], fb[16], fc[16];
+    simde_mm512_storeu_ps(fa, a);
+    simde_mm512_storeu_ps(fb, b);
+    simde_mm512_storeu_ps(fc, c);
+    for (int i = 0; i < 16; i++) fc[i] = fmaf(fa[i], fb[i], fc[i]);
+    return simde_mm512_loadu_ps(fc);
+}
+#undef _mm512_fmadd_ps
+#define _mm512_fmadd_ps emu_fmadd_ps
 #define _mm512_cvtps_pd emu_cvtps_pd
 #define _mm512_cvtepi32_ps emu_cvtepi32_ps
 #define _mm512_mask_storeu_ps emu_mask_storeu_ps

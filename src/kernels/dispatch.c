@@ -427,7 +427,7 @@ static void ff_forward(const ds_linear *L, const ds_kern_ops *o, const ds_bf16 *
         c.W = (ds_ffw){.fmt = L->fmt, .out = L->out, .in = L->in, .w = L->w};
     }
     int kind = L->fmt == DS_LIN_F32 ? DS_FF_F32 : c.dot ? DS_FF_BF16_DOT : DS_FF_BF16_FMA;
-    void *buf = scratch(SLOT_XD, sizeof(float) * (size_t)n * (size_t)((L->in + 31) & ~31));
+    void *buf = scratch(SLOT_XD, sizeof(float) * (size_t)n * (size_t)(((L->in + 31) & ~31) + 32));
     ds_ff_prepare_act(kind, x, n, L->in, buf, &c.X);
     int threads = ds_pool_threads();
     double work = (double)L->out * L->in * n;

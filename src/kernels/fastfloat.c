@@ -25,15 +25,16 @@ static float f32_of_bits(uint32_t u) {
 
 void ds_ff_prepare_act(int kind, const ds_bf16 *x, int n, int in, void *buf, ds_ffact *X) {
     const int kpad = kind == DS_FF_F32 ? (in + 15) & ~15 : (in + 31) & ~31;
-    *X = (ds_ffact){.x = buf, .n = n, .kpad = kpad, .kind = kind};
+    const int stride = kpad + (kind == DS_FF_BF16_DOT ? 32 : 16);
+    *X = (ds_ffact){.x = buf, .n = n, .kpad = kpad, .kind = kind, .stride = stride};
     for (int r = 0; r < n; r++) {
         const ds_bf16 *xr = x + (size_t)r * in;
         if (kind == DS_FF_BF16_DOT) {
-            ds_bf16 *d = (ds_bf16 *)buf + (size_t)r * kpad;
+            ds_bf16 *d = (ds_bf16 *)buf + (size_t)r * stride;
             for (int i = 0; i < in; i++) d[i] = bf16_flushed(xr[i]);
             memset(d + in, 0, sizeof(ds_bf16) * (size_t)(kpad - in));
         } else if (kind == DS_FF_BF16_FMA) {
-            float *d = (float *)buf + (size_t)r * kpad;
+            float *d = (float *)buf + (size_t)r * stride;
             for (int b = 0; b < kpad; b += 32)
                 for (int j = 0; j < 16; j++) {
                     int i1 = b + 2 * j + 1, i0 = b + 2 * j;
@@ -41,7 +42,7 @@ void ds_ff_prepare_act(int kind, const ds_bf16 *x, int n, int in, void *buf, ds_
                     d[b + 16 + j] = i0 < in ? f32_of_bits((uint32_t)bf16_flushed(xr[i0]) << 16) : 0.f;
                 }
         } else {
-            float *d = (float *)buf + (size_t)r * kpad;
+            float *d = (float *)buf + (size_t)r * stride;
             for (int i = 0; i < in; i++) d[i] = ds_bf16_to_f32(xr[i]);
             for (int i = in; i < kpad; i++) d[i] = 0.f;
         }

@@ -365,7 +365,7 @@ AI void ff_tile(const ds_ffw *W, const ds_ffact *X, int o, int r, const int RO, 
     if (W->in % step) ff_tail_copy(W, o, RO, tail);
     const size_t esz = BF16 ? 2 : 4, rowb = (size_t)W->in * esz;
     const uint8_t *wbase = (const uint8_t *)W->w + (size_t)o * rowb;
-    const float *xb = (const float *)X->x + (size_t)r * X->kpad;
+    const float *xb = (const float *)X->x + (size_t)r * X->stride;
     const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
     for (int b = 0; b < X->kpad; b += step) {
 #pragma GCC unroll 2
@@ -386,7 +386,7 @@ AI void ff_tile(const ds_ffw *W, const ds_ffact *X, int o, int r, const int RO, 
             }
 #pragma GCC unroll 2
             for (int i = 0; i < RR; i++) {
-                const float *xr = xb + (size_t)i * X->kpad + b;
+                const float *xr = xb + (size_t)i * X->stride + b;
                 if (BF16) {
                     __m256 xo = _mm256_loadu_ps(xr + 8 * h), xe = _mm256_loadu_ps(xr + 16 + 8 * h);
 #pragma GCC unroll 4
@@ -410,7 +410,7 @@ AI void ff_tile(const ds_ffw *W, const ds_ffact *X, int o, int r, const int RO, 
 
 /* Activation rows in chunks of <= 512 KiB (kept in L2 while the weight rows stream past). */
 AI void ff_rows_fmt(const ds_ffw *W, const ds_ffact *X, int o0, int o1, float *y, int ystride, const int BF16) {
-    const int chunk = DS_MAX(2, (int)(((size_t)512 << 10) / ((size_t)X->kpad * 4)) & ~1);
+    const int chunk = DS_MAX(2, (int)(((size_t)512 << 10) / ((size_t)X->stride * 4)) & ~1);
     for (int c0 = 0; c0 < X->n; c0 += chunk) {
         const int r1 = DS_MIN(X->n, c0 + chunk);
         if (r1 - c0 == 1) { /* matrix-vector: four weight streams */

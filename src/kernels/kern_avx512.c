@@ -366,26 +366,30 @@ static void ff_tail_copy(const ds_ffw *W, int o, int RO, uint8_t *tail) {
 }
 
 /* KIND: DS_FF_F32, DS_FF_BF16_FMA or DS_FF_BF16_DOT (compile-time in each instance). */
+/* Inputs [k0, k1) of the tile.  Accumulators start at zero when k0 == 0, else from `part` (the
+ * lanes saved by the previous input block: saving and reloading a lane changes no bit), and are
+ * reduced into y when k1 == kpad, else saved to `part` ([RR][4] vectors of 16 lanes). */
 AI void ff_tile(const ds_ffw *W, const ds_ffact *X, int o, int r, const int RO, const int RR, const int KIND,
-                float *y, int ystride) {
+                int k0, int k1, float *part, float *y, int ystride) {
     __m512 acc[4][6];
 UNROLL8
     for (int j = 0; j < RO; j++)
 UNROLL8
-        for (int i = 0; i < RR; i++) acc[j][i] = _mm512_setzero_ps();
+        for (int i = 0; i < RR; i++)
+            acc[j][i] = k0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(part + (size_t)(i * 4 + j) * 16);
     _Alignas(64) uint8_t tail[64 * 4];
     const int step = KIND == DS_FF_F32 ? 16 : 32;
-    if (W->in % step) ff_tail_copy(W, o, RO, tail);
+    if (W->in % step && k1 > (W->in & ~(step - 1))) ff_tail_copy(W, o, RO, tail);
     const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
     const size_t xesz = KIND == DS_FF_BF16_DOT ? 2 : 4;
-    const uint8_t *xb = (const uint8_t *)X->x + (size_t)r * X->kpad * xesz;
-    for (int b = 0; b < X->kpad; b += step) {
+    const uint8_t *xb = (const uint8_t *)X->x + (size_t)r * X->stride * xesz;
+    for (int b = k0; b < k1; b += step) {
         __m512i w[4];
         ff_load_w(W, o, b, RO, tail, w);
         if (KIND == DS_FF_BF16_DOT) {
 UNROLL8
             for (int i = 0; i < RR; i++) {
-                __m512i xv = _mm512_loadu_si512((const void *)(xb + ((size_t)i * X->kpad + b) * 2));
+                __m512i xv = _mm512_loadu_si512((const void *)(xb + ((size_t)i * X->stride + b) * 2));
 UNROLL8
                 for (int j = 0; j < RO; j++) acc[j][i] = DPBF16(acc[j][i], w[j], xv);
             }
@@ -398,7 +402,7 @@ UNROLL8
             }
 UNROLL8
             for (int i = 0; i < RR; i++) {
-                const float *xf = (const float *)(xb + ((size_t)i * X->kpad + b) * 4);
+                const float *xf = (const float *)(xb + ((size_t)i * X->stride + b) * 4);
                 __m512 xo = _mm512_loadu_ps(xf), xe = _mm512_loadu_ps(xf + 16);
 UNROLL8
                 for (int j = 0; j < RO; j++) {
@@ -409,11 +413,18 @@ UNROLL8
         } else {
 UNROLL8
             for (int i = 0; i < RR; i++) {
-                __m512 xv = _mm512_loadu_ps((const float *)(xb + ((size_t)i * X->kpad + b) * 4));
+                __m512 xv = _mm512_loadu_ps((const float *)(xb + ((size_t)i * X->stride + b) * 4));
 UNROLL8
                 for (int j = 0; j < RO; j++) acc[j][i] = _mm512_fmadd_ps(_mm512_castsi512_ps(w[j]), xv, acc[j][i]);
             }
         }
+    }
+    if (k1 < X->kpad) {
+UNROLL8
+        for (int i = 0; i < RR; i++)
+UNROLL8
+            for (int j = 0; j < RO; j++) _mm512_storeu_ps(part + (size_t)(i * 4 + j) * 16, acc[j][i]);
+        return;
     }
 UNROLL8
     for (int i = 0; i < RR; i++)
@@ -421,32 +432,44 @@ UNROLL8
         for (int j = 0; j < RO; j++) y[(size_t)(r + i) * ystride + o + j] = ff_reduce(acc[j][i]);
 }
 
-#define FF_ROWS_TAIL(RO, KIND, RRMAX)                                                            \
+#define FF_TILE(RO, RR) ff_tile(W, X, o, r, RO, RR, KIND, k0, k1, part + (size_t)(r - c0) * 64, y, ystride)
+#define FF_ROWS_TAIL(RO, RRMAX)                                                                  \
     switch (DS_MIN(RRMAX, r1 - r)) {                                                             \
-    case 6: ff_tile(W, X, o, r, RO, 6, KIND, y, ystride); break;                                 \
-    case 5: ff_tile(W, X, o, r, RO, 5, KIND, y, ystride); break;                                 \
-    case 4: ff_tile(W, X, o, r, RO, 4, KIND, y, ystride); break;                                 \
-    case 3: ff_tile(W, X, o, r, RO, 3, KIND, y, ystride); break;                                 \
-    case 2: ff_tile(W, X, o, r, RO, 2, KIND, y, ystride); break;                                 \
-    default: ff_tile(W, X, o, r, RO, 1, KIND, y, ystride); break;                                \
+    case 6: FF_TILE(RO, 6); break;                                                               \
+    case 5: FF_TILE(RO, 5); break;                                                               \
+    case 4: FF_TILE(RO, 4); break;                                                               \
+    case 3: FF_TILE(RO, 3); break;                                                               \
+    case 2: FF_TILE(RO, 2); break;                                                               \
+    default: FF_TILE(RO, 1); break;                                                              \
     }
 
 /* RRMAX activation rows per tile: 6 (24 accumulators + 4 weights) where a block is one vector per
- * row, 4 for BF16 via FMA (which also holds the odd and even halves of 4 weight vectors). */
+ * row, 4 for BF16 via FMA (which also holds the odd and even halves of 4 weight vectors).
+ * Several rows: inputs are walked in blocks of KB so that the 4 weight rows (16 KiB) and the
+ * tile's activation rows of one block stay in L1 while every row tile of the chunk runs against
+ * them; the partial lanes wait in `part` (the lanes' order of operations is unchanged). */
 AI void ff_rows_kind(const ds_ffw *W, const ds_ffact *X, int o0, int o1, float *y, int ystride, const int KIND) {
     const int RRMAX = KIND == DS_FF_BF16_FMA ? 4 : 6;
-    const size_t rowbytes = (size_t)X->kpad * (KIND == DS_FF_BF16_DOT ? 2 : 4);
-    const int chunk = DS_MAX(RRMAX, (int)(((size_t)512 << 10) / rowbytes) / RRMAX * RRMAX);
+    const size_t rowbytes = (size_t)X->stride * (KIND == DS_FF_BF16_DOT ? 2 : 4);
+    const int KB = X->n == 1 ? X->kpad : KIND == DS_FF_BF16_DOT ? 2048 : 1024;
+    enum { MAXCHUNK = 96 };
+    _Alignas(64) float part[MAXCHUNK * 4 * 16];
+    /* rows per chunk: their activations (<= 1 MiB) are re-read from L2 for every output tile,
+     * while each weight row streams from memory once per chunk */
+    int chunk = DS_MAX(RRMAX, (int)(((size_t)1 << 20) / rowbytes) / RRMAX * RRMAX);
+    if (KB < X->kpad) chunk = DS_MIN(chunk, MAXCHUNK);
     for (int c0 = 0; c0 < X->n; c0 += chunk) {
         const int r1 = DS_MIN(X->n, c0 + chunk);
         for (int o = o0; o < o1;) {
-            if (o + 4 <= o1) {
-                for (int r = c0; r < r1; r += RRMAX) FF_ROWS_TAIL(4, KIND, RRMAX)
-                o += 4;
-            } else {
-                for (int r = c0; r < r1; r += RRMAX) FF_ROWS_TAIL(1, KIND, RRMAX)
-                o += 1;
+            const int ro = o + 4 <= o1 ? 4 : 1;
+            for (int k0 = 0; k0 < X->kpad; k0 += KB) {
+                const int k1 = DS_MIN(X->kpad, k0 + KB);
+                for (int r = c0; r < r1; r += RRMAX) {
+                    if (ro == 4) FF_ROWS_TAIL(4, RRMAX)
+                    else FF_ROWS_TAIL(1, RRMAX)
+                }
             }
+            o += ro;
         }
     }
 }

@@ -65,10 +65,13 @@ enum { DS_FF_F32 = 0, DS_FF_BF16_FMA = 1, DS_FF_BF16_DOT = 2 };
 typedef struct ds_ffact {
     const void *x;
     int n, kpad, kind;
+    int stride;           /* elements from one row to the next: kpad + one cache line, so rows
+                             whose byte length is a multiple of 4 KiB do not all fall into the
+                             same L1 sets */
 } ds_ffact;
 /* Load-time header (+ flushed copy if needed) of a fast-tier float linear (fastfloat.c). */
 ds_ffw *ds_ff_pack(const ds_linear *L, size_t *bytes);
-/* Build X's rows from bf16 activations x[n][in] into buf (n * kpad * 4 bytes suffice). */
+/* Build X's rows from bf16 activations x[n][in] into buf (n * (kpad + 32) * 4 bytes suffice). */
 void ds_ff_prepare_act(int kind, const ds_bf16 *x, int n, int in, void *buf, ds_ffact *X);
 
 /* One kernel path.  q_panels: y[r][o] for rows r in [r0,r1) and outputs of panels [p0,p1)

@@ -176,11 +176,11 @@ static void w4_panels(const ds_packed *P, const ds_qact *X, int r0, int r1, int 
     }
 }
 
-/* Activation rows in chunks of <= 512 KiB, kept in L2 while the panels stream past (see the
+/* Activation rows in chunks of <= 256 KiB, kept in L2 while the panels stream past (see the
  * AVX-512 path). */
 static void q_panels(const ds_packed *P, const ds_qact *X, int r0, int r1, int p0, int p1, float *y,
                      int ystride) {
-    const int chunk = DS_MAX(4, (int)(((size_t)512 << 10) / (size_t)X->kpad) & ~3);
+    const int chunk = DS_MAX(4, (int)(((size_t)256 << 10) / (size_t)X->kpad) & ~3);
     for (int c0 = r0; c0 < r1; c0 += chunk) {
         const int c1 = DS_MIN(r1, c0 + chunk);
         if (P->fmt == DS_LIN_W8A8) w8_panels(P, X, c0, c1, p0, p1, y, ystride);

@@ -28,7 +28,7 @@ static ds_qact make_qact(const int8_t *q, const float *s, int n, int in, int8_t 
 TEST(emulated_avx512_integer_kernels_equal_reference) {
     static const int outs[] = {1, 15, 16, 17, 33, 64, 65, 100};
     static const int ins[] = {1, 3, 4, 5, 8, 9, 63, 64, 65, 130, 257};
-    static const int ns[] = {1, 2, 7, 8, 9, 17};
+    static const int ns[] = {1, 2, 7, 8, 9, 17, 33, 40};
     int runs = 0;
     for (int trial = 0; trial < 60; trial++) {
         ds_lin_fmt fmt = trial % 2 ? DS_LIN_W4A8 : DS_LIN_W8A8;

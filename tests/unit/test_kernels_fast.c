@@ -4,7 +4,8 @@
  * vdpbf16ps instruction itself, where this CPU has it, against the scalar reference; then every
  * SIMD path (AVX2, AVX-512 FMA, AVX-512 vdpbf16ps) against the scalar reference bit for bit on
  * row counts 1..40 with odd sizes and tails, batch / row-position / thread-count invariance, and
- * the flushed copy of a matrix that holds tiny values. */
+ * the flushed copy of a matrix that holds tiny values.  Also the quantized families on rows 1..40
+ * against the independent int64 oracle of test_kernels_util.h. */
 #include "check.h"
 #include "test_kernels_util.h"
 #include "kernels/kern_internal.h"
@@ -251,6 +252,46 @@ TEST(exact_tier_is_untouched) {
         CHECK(fabs((double)y[o] - e) <= 1e-6 * mag + 1e-30, "exact tier out %d", o);
     }
     tk_free(&t);
+}
+
+/* The quantized families too, on every path: rows 1..40 bit-identical to the independent
+ * int64 oracle, and each row of an n-row call equal to the same row run alone. */
+TEST(quantized_rows_1_to_40_every_path_and_alone) {
+    static const char *paths[] = {"reference", "avx2", "avx512-vnni"};
+    for (size_t p = 0; p < DS_ARRAY_LEN(paths); p++) {
+        if (!ds_kernels_available(paths[p])) { printf("  (%s not runnable here)\n", paths[p]); continue; }
+        ds_kernels_select(paths[p], NULL);
+        int runs = 0;
+        for (int n = 1; n <= 40; n++) {
+            ds_lin_fmt fmt = n % 2 ? DS_LIN_W4A8 : DS_LIN_W8A8;
+            int out = 17 + 16 * (n % 3) + (n % 5), in = n % 4 == 0 ? 64 : 37 + 31 * (n % 7);
+            tk_lin t = tk_make(fmt, out, in);
+            if (n % 3 == 0) ds_linear_prepare(&t.L);
+            int8_t *q = malloc((size_t)n * in);
+            float *s = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n * out), *y1 = malloc(sizeof(float) * out);
+            for (int i = 0; i < n * in; i++) q[i] = (int8_t)tk_range(-127, 127);
+            for (int r = 0; r < n; r++) s[r] = (float)tk_range(1, 1000) * 1e-3f;
+            tk_poison(y, (size_t)n * out);
+            ds_linear_forward_q(&t.L, q, s, n, y);
+            int bad = 0, alone = 0;
+            for (int r = 0; r < n; r++) {
+                for (int o = 0; o < out; o++) {
+                    float e = tk_oracle_q(&t, q + (size_t)r * in, s[r], o);
+                    bad += memcmp(&e, &y[(size_t)r * out + o], 4) != 0;
+                }
+                tk_poison(y1, out);
+                ds_linear_forward_q(&t.L, q + (size_t)r * in, s + r, 1, y1);
+                alone += memcmp(y1, y + (size_t)r * out, sizeof(float) * out) != 0;
+            }
+            CHECK(bad == 0 && alone == 0, "%s fmt %d n=%d out=%d in=%d: %d differ from the oracle, %d rows differ alone",
+                  paths[p], fmt, n, out, in, bad, alone);
+            runs++;
+            free(q); free(s); free(y); free(y1);
+            tk_free(&t);
+        }
+        printf("  %s: %d quantized linears (n = 1..40) equal the oracle, rows alone equal rows in the batch\n", paths[p], runs);
+    }
+    ds_kernels_select("auto", NULL);
 }
 
 int main(int argc, char **argv) {

@@ -140,7 +140,20 @@ TEST(every_path_equals_reference_bit_for_bit) {
                 free(x);
                 tk_free(&t);
             }
-        printf("  %s%s: %d linears (n = 1..40) bit-identical to the reference\n", k_var[v].path,
+        /* long rows (several input blocks per tile, partial lanes saved between them) and more
+         * rows than one activation chunk holds */
+        for (int f = 0; f < 2; f++) {
+            tk_lin t = fast_lin(f ? DS_LIN_F32 : DS_LIN_BF16, 9, 4133);
+            int n = 101;
+            ds_bf16 *x = malloc(sizeof(ds_bf16) * n * 4133);
+            tk_fill_bf16(x, (size_t)n * 4133, 1.f);
+            CHECK(forward_equals_reference(&t, x, n, 1) == 0, "%s dot=%d fmt %d: long rows x 101", k_var[v].path,
+                  k_var[v].dot, f);
+            free(x);
+            tk_free(&t);
+            runs++;
+        }
+        printf("  %s%s: %d linears (n = 1..40, 101) bit-identical to the reference\n", k_var[v].path,
                k_var[v].dot ? "+vdpbf16ps" : "", runs);
         ran++;
     }

@@ -42,6 +42,10 @@ int ds_kernels_allow_bf16dot(int allow) {
     return prev;
 }
 
+int ds_kernels_bf16dot_active(void) {
+    return g_ops && g_ops->ff_dot && g_bf16dot && g_bf16dot_allowed;
+}
+
 int ds_kernels_available(const char *name) {
     __builtin_cpu_init();
     if (!name || !strcmp(name, "auto") || !strcmp(name, "reference")) return 1;
@@ -123,7 +127,7 @@ static void announce(ds_lin_fmt fmt, int fast) {
     int k = fmt + (fast ? 4 : 0);
     if (atomic_exchange(&g_announced[k], 1)) return;
     ds_log(DS_LOG_INFO, "kernel %s: %s%s ENGAGED", fam[k], ds_kernels_active(),
-           fast && fmt == DS_LIN_BF16 && g_ops && g_ops->ff_dot && g_bf16dot && g_bf16dot_allowed ? " (vdpbf16ps)" : "");
+           fast && fmt == DS_LIN_BF16 && ds_kernels_bf16dot_active() ? " (vdpbf16ps)" : "");
 }
 
 uint64_t ds_kernels_weight_bytes_read(void) { return atomic_load_explicit(&g_weight_bytes, memory_order_relaxed); }
@@ -422,7 +426,7 @@ static void ff_forward(const ds_linear *L, const ds_kern_ops *o, const ds_bf16 *
     ffrun c = {.ops = o, .y = y};
     if (L->fmt == DS_LIN_BF16) {
         c.W = *ensure_ffw(L);
-        c.dot = o->ff_dot && g_bf16dot && g_bf16dot_allowed;
+        c.dot = ds_kernels_bf16dot_active();
     } else {
         c.W = (ds_ffw){.fmt = L->fmt, .out = L->out, .in = L->in, .w = L->w};
     }

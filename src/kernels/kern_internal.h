@@ -95,6 +95,8 @@ typedef struct ds_kern_ops {
 int ds_avx512_bf16dot_matches(void);
 /* Tests: allow (1) or forbid (0) vdpbf16ps where available; returns the previous setting. */
 int ds_kernels_allow_bf16dot(int allow);
+/* Whether fast-tier BF16 linears run vdpbf16ps on the active path right now. */
+int ds_kernels_bf16dot_active(void);
 
 extern const ds_kern_ops ds_kern_avx2;
 extern const ds_kern_ops ds_kern_avx512;

@@ -24,7 +24,8 @@ static void check_family(ds_lin_fmt fmt, ds_numerics tier, ds_kernel_check *c, u
     /* the fast tier must be bit-exact: integer-like comparison */
     const int exact_bits = fmt <= DS_LIN_W4A8 || tier == DS_NUMERICS_FAST;
     snprintf(c->family, sizeof c->family, "%s%s", fam[fmt], tier == DS_NUMERICS_FAST ? "-fast" : "");
-    snprintf(c->path, sizeof c->path, "%s", ds_kernels_active());
+    snprintf(c->path, sizeof c->path, "%s%s", ds_kernels_active(),
+             fmt == DS_LIN_BF16 && tier == DS_NUMERICS_FAST && ds_kernels_bf16dot_active() ? "+vdpbf16ps" : "");
     size_t wbytes = fmt == DS_LIN_W8A8 ? (size_t)out * in : fmt == DS_LIN_W4A8 ? (size_t)(out + 1) / 2 * in
                   : fmt == DS_LIN_BF16 ? 2 * (size_t)out * in : 4 * (size_t)out * in;
     uint8_t *w = ds_xmalloc(wbytes);

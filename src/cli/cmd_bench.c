@@ -158,8 +158,10 @@ static const char *fmt_name(ds_lin_fmt f) {
     return n[f];
 }
 
-/* Worst ratio to a limit seen by the table (a kernel above 100% means the limit is wrong). */
-static double g_worst_pct;
+/* Worst ratio to a limit seen by the table (a kernel above 100% means the limit is wrong), and
+ * the best read bandwidth any probe reached in this run (the x n rows' weight-stream column is
+ * judged against it: on a shared host the one-off limits line can catch a bad moment). */
+static double g_worst_pct, g_best_bw;
 static char g_worst_row[64];
 
 static void note_pct(double pct, const char *row) {
@@ -188,17 +190,19 @@ static void bench_row(const limits *lim, ds_lin_fmt f, ds_numerics tier, int out
     snprintf(name, sizeof name, "%s%s", fmt_name(f), f > DS_LIN_W4A8 ? (tier == DS_NUMERICS_FAST ? "-f" : "-x") : "");
     char row[64];
     snprintf(row, sizeof row, "%s %s", name, shape);
+    const double bw = DS_MAX(lim->read_bw, g_best_bw);
     if (n == 1) {
+        g_best_bw = DS_MAX(g_best_bw, limit);
         printf("| %-6s | %-19s | %8.3f | %6.1f | %7.1f | %5.0f%% | %7.1f |         |        |\n", name, shape, t * 1e3,
                gbs, limit, 100.0 * gbs / limit, gops);
         note_pct(100.0 * gbs / limit, row);
     } else if (f <= DS_LIN_W4A8 || tier == DS_NUMERICS_FAST) {
         printf("| %-6s | %-19s | %8.3f | %6.1f | %7.1f | %5.0f%% | %7.1f | %7.0f | %5.1f%% |\n", name, shape, t * 1e3,
-               gbs, lim->read_bw, 100.0 * gbs / lim->read_bw, gops, limit, 100.0 * gops / limit);
+               gbs, bw, 100.0 * gbs / bw, gops, limit, 100.0 * gops / limit);
         note_pct(100.0 * gops / limit, row);
     } else { /* exact tier: float64 accumulation by contract, no peak of that kind is probed */
         printf("| %-6s | %-19s | %8.3f | %6.1f | %7.1f | %5.0f%% | %7.1f |         |        |\n", name, shape, t * 1e3,
-               gbs, lim->read_bw, 100.0 * gbs / lim->read_bw, gops);
+               gbs, bw, 100.0 * gbs / bw, gops);
     }
     fflush(stdout);
     for (int i = 0; i < nc; i++) free_lin(&c[i]);
@@ -216,6 +220,7 @@ static int bench_kernels(const bench_opts *o) {
     printf("| fmt    | shape x rows        | ms/call  |  GB/s  | read BW | %% of BW |  GOP/s  |  peak   | %% peak |\n");
     printf("|--------|---------------------|----------|--------|---------|--------|---------|---------|--------|\n");
     g_worst_pct = 0;
+    g_best_bw = lim.read_bw;
     /* matrix-vector (decode) at DeepSeek-like sizes larger than L3, exact-tier float for reference */
     bench_row(&lim, DS_LIN_W4A8, DS_NUMERICS_EXACT, 8 * 2304, 5120, 1, ms); /* 8 routed w1 stacked */
     bench_row(&lim, DS_LIN_W8A8, DS_NUMERICS_EXACT, 32768, 1280, 1, ms);    /* wq_b-like */
@@ -233,7 +238,8 @@ static int bench_kernels(const bench_opts *o) {
     printf("(each row interleaves its calls one for one with samples of its limit and reports the best of each:"
            " x 1 rows: weight GB/s vs read-only passes of the same size over 512 MiB; x n rows: 2*out*in*rows ops"
            " vs int8-peak runs (W4A8/W8A8) or fp32 peak runs (-f: fast tier, vdpbf16ps or FMA), and weight GB/s vs"
-           " the read bandwidth above; -x: exact tier, float64 accumulation, no peak of its kind)\n");
+           " the best read bandwidth measured so far in this run; -x: exact tier, float64 accumulation, no peak of its"
+           " kind)\n");
     printf("highest ratio to a limit: %.0f%% (%s)%s\n", g_worst_pct, g_worst_row,
            g_worst_pct > 100.0 ? " -- ABOVE 100%: a limit probe is too weak" : "");
     return 0;

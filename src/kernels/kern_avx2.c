@@ -12,6 +12,11 @@
  * Float kernels widen bf16/f32 weights to float64 and use FMA into float64 accumulators (products
  * are exact there), 4 accumulators x 4 lanes per output row, combined in a fixed order, so each
  * row's result depends only on its own data (batch and thread invariant).
+ * Fast-tier float kernels (numerics "fast") accumulate in fp32 with FMA in the blocked order of
+ * kernels.h, bit-identical to the scalar reference and to the AVX-512 / vdpbf16ps kernels.
+ * W8A8 multi-row, revisited: every exact AVX2 form costs 4 instructions per 32 multiply-adds
+ * (VPSIGNB + VPMADDUBSW + VPMADDWD + VPADDD here; VPMOVSXBW-widened VPMADDWD + VPADDD is the same
+ * count), against 2 for W4A8, whose int16 sums cannot saturate; only VNNI removes that.
  * Every function here is compiled for AVX2 through the target pragma; the dispatcher only calls
  * them when CPUID reports AVX2 and FMA. */
 #include "kernels/kern_internal.h"

@@ -11,7 +11,9 @@
  * once (4 weight streams); matrix-matrix calls keep 2 panels x 8 activation rows = 16
  * accumulators in registers, re-reading the panel from L1/L2 for each block of 8 rows.
  * Float kernels: weights widened to float64 and FMA'd with exact float64 activations, 2 x 8 lanes
- * per output row, combined in a fixed order (batch and thread invariant).
+ * per output row, combined in a fixed order (batch and thread invariant).  Fast-tier float kernels
+ * (end of file) accumulate in fp32 in the blocked order of kernels.h, with vdpbf16ps for BF16
+ * where the CPU has it.
  *
  * The file is compiled twice: normally (AVX-512 target pragma, real intrinsics), and by the unit
  * test test_kernels_avx512_emu.c with DS_AVX512_EMULATE defined, where SIMDe supplies portable

@@ -47,6 +47,9 @@ $(OUT)/tests/%: tests/unit/%.c $(TEST_COMMON) $(OUT)/libdsflash.a
 	@echo '  TEST $@'
 	@$(CC) $(CFLAGS) -MMD -MP -MF $@.d -Itests/unit -o $@ $< $(TEST_COMMON) $(OUT)/libdsflash.a $(LDFLAGS) $(LDLIBS)
 
+# test_step_alloc counts the allocator calls the library makes during a step (link-time wrap)
+$(OUT)/tests/test_step_alloc: LDFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign,--wrap=aligned_alloc
+
 test: all
 	BUILD=$(BUILD) tests/run.sh
 

@@ -23,6 +23,12 @@ typedef struct mseq {
 
 typedef struct mback {
     ds_model *m;
+    /* step argument arrays, grown to the largest batch seen (only the engine thread steps) */
+    int cap;
+    ds_seq **seqs;
+    const int32_t **toks;
+    int *rows, *nl;
+    float **out;
 } mback;
 
 static int ops_alloc(void *ctx, ds_kv_kind kind, uint32_t *page) {
@@ -113,11 +119,18 @@ static void mb_release(void *impl, ds_kvm *km, void *seq, ds_kv_seqtab *tab) {
 
 static int mb_step(void *impl, ds_kv_pools *pools, ds_backend_item *items, int n, float *logits, ds_error *err) {
     mback *b = impl;
-    ds_seq **seqs = ds_xmalloc(sizeof(ds_seq *) * (size_t)n);
-    const int32_t **toks = ds_xmalloc(sizeof(int32_t *) * (size_t)n);
-    int *rows = ds_xmalloc(sizeof(int) * (size_t)n);
-    int *nl = ds_xmalloc(sizeof(int) * (size_t)n);
-    float **out = ds_xmalloc(sizeof(float *) * (size_t)n);
+    if (n > b->cap) {
+        b->cap = n;
+        b->seqs = ds_xrealloc(b->seqs, sizeof(ds_seq *) * (size_t)n);
+        b->toks = ds_xrealloc(b->toks, sizeof(int32_t *) * (size_t)n);
+        b->rows = ds_xrealloc(b->rows, sizeof(int) * (size_t)n);
+        b->nl = ds_xrealloc(b->nl, sizeof(int) * (size_t)n);
+        b->out = ds_xrealloc(b->out, sizeof(float *) * (size_t)n);
+    }
+    ds_seq **seqs = b->seqs;
+    const int32_t **toks = b->toks;
+    int *rows = b->rows, *nl = b->nl;
+    float **out = b->out;
     size_t off = 0;
     int V = ds_model_vocab_size(b->m);
     for (int i = 0; i < n; i++) {
@@ -132,15 +145,18 @@ static int mb_step(void *impl, ds_kv_pools *pools, ds_backend_item *items, int n
     char eb[512] = "";
     int rc = ds_batch_step(b->m, n, seqs, toks, rows, out, nl, eb, sizeof eb);
     if (rc) ds_fail(err, "E_FORWARD", "%s", eb);
-    free(seqs);
-    free(toks);
-    free(rows);
-    free(nl);
-    free(out);
     return rc;
 }
 
-static void mb_destroy(void *impl) { free(impl); }
+static void mb_destroy(void *impl) {
+    mback *b = impl;
+    free(b->seqs);
+    free(b->toks);
+    free(b->rows);
+    free(b->nl);
+    free(b->out);
+    free(b);
+}
 
 ds_backend *ds_backend_model_new(ds_model *m) {
     mback *mb = ds_xcalloc(1, sizeof *mb);

@@ -112,6 +112,9 @@ typedef struct ds_moe_groups {
     int *idx;              /* [n_rows * k] */
 } ds_moe_groups;
 int ds_moe_group_rows(const int32_t *sel, int n, int k, int n_experts, ds_moe_groups *g, ds_error *err);
+/* Same grouping into caller memory: off [n_experts + 1], idx [n * k] (no allocation; what the
+ * model's step uses).  O(n·k + n_experts). */
+int ds_moe_group_rows_into(const int32_t *sel, int n, int k, int n_experts, int *off, int *idx, ds_error *err);
 void ds_moe_groups_free(ds_moe_groups *g);
 /* Copy quantized rows src[rows[i]] (row length k) into dst[i]; scales likewise. */
 void ds_gather_rows_q(const int8_t *xq, const float *xs, int k, const int *rows, int n,

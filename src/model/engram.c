@@ -143,10 +143,10 @@ typedef struct gate_ctx {
     ds_step *st;
     const ds_engram_weights *ew;
     const float *kv;              /* [N][(HC+1)·D] fp32 values of the bf16 linear output */
+    float *o, *val;               /* [threads][D] per-thread scratch (step arena) */
 } gate_ctx;
 
 static void gate_task(void *vctx, int row, int thread) {
-    (void)thread;
     gate_ctx *g = vctx;
     ds_step *st = g->st;
     const ds_model *m = st->m;
@@ -154,10 +154,10 @@ static void gate_task(void *vctx, int row, int thread) {
     const double eps = st->c->norm_eps;
     const float *kvr = g->kv + (size_t)row * (HC + 1) * D;
     const float *value = kvr + (size_t)HC * D;
-    float *o = malloc(sizeof(float) * (size_t)D), *val = NULL;
+    float *o = g->o + (size_t)thread * D, *val = NULL;
     if (m->rotate_value) {
         /* value'_b = Bᵀ·value_b, kept fp32 */
-        val = malloc(sizeof(float) * (size_t)D);
+        val = g->val + (size_t)thread * D;
         for (int b = 0; b < D / 32; b++)
             for (int i = 0; i < 32; i++) {
                 double s = 0;
@@ -199,8 +199,6 @@ static void gate_task(void *vctx, int row, int thread) {
             xk[d] = ds_f32_to_bf16((float)(h + (double)gate * value[d]));
         }
     }
-    free(o);
-    free(val);
 }
 
 void ds_engram_layer(ds_step *st, int e) {
@@ -210,7 +208,8 @@ void ds_engram_layer(ds_step *st, int e) {
     const ds_engram_consts *ec = &m->ec;
     const int N = st->N, hd = c->engram_head_dim, ncol = ec->n_cols, D = c->dim, HC = c->hc_mult;
     const int ein = ncol * hd;
-    ds_bf16 *ev = malloc(sizeof(ds_bf16) * (size_t)N * ein);
+    ds_arena_mark mk = ds_arena_mark_get(st->arena);
+    ds_bf16 *ev = DS_ARENA_NEW(st->arena, ds_bf16, (size_t)N * ein);
     for (int r = 0; r < N; r++) {
         const ds_step_seq *sq = &st->ss[st->row_seq[r]];
         const int64_t p = st->pos[r];
@@ -226,11 +225,11 @@ void ds_engram_layer(ds_step *st, int e) {
         ds_engram_row_ids(ec, e, t, rows);
         for (int col = 0; col < ncol; col++) table_row(ew, hd, rows[col], ev + (size_t)r * ein + (size_t)col * hd);
     }
-    float *kv = malloc(sizeof(float) * (size_t)N * (HC + 1) * D);
+    float *kv = DS_ARENA_NEW(st->arena, float, (size_t)N * (HC + 1) * D);
     ds_linear_forward(&ew->wkv, ev, N, kv);
     for (size_t i = 0; i < (size_t)N * (HC + 1) * D; i++) kv[i] = ds_round_bf16(kv[i]);
-    gate_ctx g = {st, ew, kv};
+    const int T = ds_pool_threads();
+    gate_ctx g = {st, ew, kv, DS_ARENA_NEW(st->arena, float, (size_t)T * D), DS_ARENA_NEW(st->arena, float, (size_t)T * D)};
     ds_pool_run(N, gate_task, &g);
-    free(kv);
-    free(ev);
+    ds_arena_release(st->arena, mk);
 }

@@ -20,6 +20,7 @@
  * Also: the tier names round-trip through the API, and a bad name is refused. */
 #include "check.h"
 #include "dsflash.h"
+#include "model/fast_ops.h"
 #include <math.h>
 #include <stdlib.h>
 
@@ -198,6 +199,118 @@ TEST(fast_tier_greedy_64_tokens) {
           "exact %d, fast %d", same, (double)mge[same], ge[same], gf[same]);
     ds_model_free(me);
     ds_model_free(mf);
+}
+
+/* ---- the building blocks against the documented order, written out plainly (not vectorized) ---- */
+
+#define NOVEC __attribute__((optimize("no-tree-vectorize"), noinline))
+NOVEC static float ref_tree(float *l) {
+    for (int w = 16; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++) l[j] = l[j] + l[j + w];
+    return l[0];
+}
+NOVEC static float ref_dot_bb(const ds_bf16 *a, const ds_bf16 *b, int n) {
+    float l[32] = {0};
+    for (int i = 0; i < n; i++) l[i % 32] = l[i % 32] + ds_bf16_to_f32(a[i]) * ds_bf16_to_f32(b[i]);
+    return ref_tree(l);
+}
+NOVEC static float ref_dot_fb(const float *a, const ds_bf16 *b, int n) {
+    float l[32] = {0};
+    for (int i = 0; i < n; i++) l[i % 32] = l[i % 32] + a[i] * ds_bf16_to_f32(b[i]);
+    return ref_tree(l);
+}
+NOVEC static float ref_sum(const float *a, int n) {
+    float l[32] = {0};
+    for (int i = 0; i < n; i++) l[i % 32] = l[i % 32] + a[i];
+    return ref_tree(l);
+}
+static float frand(uint32_t *s) {
+    *s = *s * 1664525u + 1013904223u;
+    return (float)((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+static int same_bits(float a, float b) { return !memcmp(&a, &b, sizeof a); }
+
+TEST(fast_reductions_follow_the_documented_order) {
+    enum { NMAX = 700 };
+    ds_bf16 a[NMAX], b[NMAX];
+    float f[NMAX];
+    uint32_t s = 99;
+    for (int i = 0; i < NMAX; i++) {
+        a[i] = ds_f32_to_bf16(frand(&s) * 3.0f);
+        b[i] = ds_f32_to_bf16(frand(&s));
+        f[i] = frand(&s) * 0.37f;
+    }
+    int bad = 0;
+    for (int n = 0; n <= NMAX; n += n < 70 ? 1 : 37) {
+        bad += !same_bits(ds_fdot_bb(a, b, n), ref_dot_bb(a, b, n));
+        bad += !same_bits(ds_fdot_fb(f, b, n), ref_dot_fb(f, b, n));
+        bad += !same_bits(ds_fsum(f, n), ref_sum(f, n));
+    }
+    CHECK(bad == 0, "%d results differ from the 32-lane order", bad);
+    /* the order matters: a plain sequential fp32 sum gives other bits for some length */
+    int differs = 0;
+    for (int n = 64; n <= NMAX && !differs; n += 37) {
+        float q = 0.0f;
+        for (int i = 0; i < n; i++) q = q + f[i];
+        differs = !same_bits(q, ds_fsum(f, n));
+    }
+    CHECK(differs, "a sequential sum never differs: the check above would not see a wrong order");
+}
+
+TEST(fast_exp_accuracy_and_vector_equals_scalar) {
+    /* against libm's float64 exp (an independent oracle): within 2 ulp of the rounded value */
+    double worst = 0;
+    int nonmono = 0;
+    float prev = 0.0f;
+    for (float x = -87.0f; x < 88.0f; x += 0.00917f) {
+        float y = ds_fexp(x), r = (float)exp((double)x);
+        double ulp = (double)nextafterf(r, INFINITY) - r;
+        if (fabs((double)y - r) / ulp > worst) worst = fabs((double)y - r) / ulp;
+        nonmono += y < prev;
+        prev = y;
+    }
+    printf("  ds_fexp: max error %.2f ulp over [-87, 88), %d non-monotone steps\n", worst, nonmono);
+    CHECK(worst <= 2.0, "max error %.2f ulp", worst);
+    CHECK(ds_fexp(0.0f) == 1.0f && ds_fexp(-100.0f) == 0.0f && isfinite(ds_fexp(1000.0f)));
+    /* the vectorized loop gives the scalar routine's bits, body and tail */
+    float v[203], w[203];
+    uint32_t s = 5;
+    for (int i = 0; i < 203; i++) v[i] = w[i] = frand(&s) * 60.0f;
+    ds_fexp_sub(v, 1.25f, 203);
+    int bad = 0;
+    for (int i = 0; i < 203; i++) bad += !same_bits(v[i], ds_fexp(w[i] - 1.25f));
+    CHECK(bad == 0, "%d elements differ", bad);
+}
+
+TEST(fast_collapse_expand_rmsnorm_match_plain_code) {
+    enum { HC = 4, D = 200 };
+    ds_bf16 X[HC * D], R[HC * D], y[D], got[HC * D], want[HC * D];
+    float wv[HC], nw[D];
+    ds_hc_mix mx;
+    uint32_t s = 17;
+    for (int i = 0; i < HC * D; i++) X[i] = ds_f32_to_bf16(frand(&s) * 4.0f), R[i] = ds_f32_to_bf16(frand(&s));
+    for (int i = 0; i < D; i++) y[i] = ds_f32_to_bf16(frand(&s) * 2.0f), nw[i] = 1.0f + frand(&s) * 0.5f;
+    for (int k = 0; k < HC; k++) wv[k] = frand(&s), mx.post[k] = 1.0f + frand(&s);
+    for (int i = 0; i < HC * HC; i++) mx.comb[i] = frand(&s);
+    ds_hc_collapse_fast(X, wv, HC, D, got);
+    int bad = 0;
+    for (int d = 0; d < D; d++) {
+        float acc = 0.0f;
+        for (int k = 0; k < HC; k++) acc = acc + wv[k] * ds_bf16_to_f32(X[k * D + d]);
+        bad += got[d] != ds_f32_to_bf16(acc);
+    }
+    ds_hc_expand_fast(y, R, &mx, HC, D, got);
+    for (int j = 0; j < HC; j++)
+        for (int d = 0; d < D; d++) {
+            float acc = mx.post[j] * ds_bf16_to_f32(y[d]);
+            for (int i = 0; i < HC; i++) acc = acc + mx.comb[i * HC + j] * ds_bf16_to_f32(R[i * D + d]);
+            want[j * D + d] = ds_f32_to_bf16(acc);
+        }
+    bad += memcmp(got, want, sizeof got) != 0;
+    ds_rmsnorm_bf16_fast(y, nw, D, 1e-6, got);
+    const float rs = 1.0f / sqrtf(ref_dot_bb(y, y, D) / (float)D + 1e-6f);
+    for (int d = 0; d < D; d++) bad += got[d] != ds_f32_to_bf16(ds_bf16_to_f32(y[d]) * rs * nw[d]);
+    CHECK(bad == 0, "%d values differ from the plain fp32 evaluation", bad);
 }
 
 RUN_ALL()

@@ -139,6 +139,11 @@ TEST(fast_tier_fidelity_200_positions) {
         kl += kl_row(a, b, V);
     }
     const double rel_l2 = sqrt(sd / se), mean_kl = kl / P;
+    /* FNV-1a of the fast logits: equal on every host and vector path (compare across builds) */
+    uint64_t hsh = 1469598103934665603ull;
+    const unsigned char *bytes = (const unsigned char *)lf;
+    for (size_t i = 0; i < sizeof(float) * (size_t)P * V; i++) hsh = (hsh ^ bytes[i]) * 1099511628211ull;
+    printf("  fast-tier logits FNV-1a %016llx\n", (unsigned long long)hsh);
     printf("  fidelity (fast vs exact, %d positions, vocab %d): top-1 %d/%d = %.1f%% | decisive (margin > %.2f) %d/%d | "
            "relative L2 %.3e | mean KL %.3e | max |diff| %.3e | rows bit-identical %d\n",
            P, V, agree, P, 100.0 * agree / P, (double)DECISIVE_MARGIN, agree_dec, n_dec, rel_l2, mean_kl, maxdiff,

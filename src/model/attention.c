@@ -6,8 +6,9 @@
  * row and head and runs as pool tasks.  A row's key list is built in one fixed order — window
  * positions ascending (earlier positions from the sequence's WIN pages, this step's positions from
  * scratch), then the selected compressed entries ascending — and every reduction is float64 with
- * one rounding (docs/NUMERICS.md "attention"), so a row's output is the same whether it arrives in
- * a prefill chunk, a decode step or a batch.  Window rows of this step are persisted into WIN pages
+ * one rounding (docs/NUMERICS.md "attention"; the fast tier, ds_attn_head_fast, keeps the same key
+ * order with fp32 sums in a fixed order), so a row's output is the same whether it arrives in a
+ * prefill chunk, a decode step or a batch.  Window rows of this step are persisted into WIN pages
  * after the core has run. */
 #include "model/forward.h"
 #include "model/ops.h"

@@ -28,34 +28,92 @@ static inline ds_bf16 to_bf16(float f) {
 
 static inline float tree(float *l) { return ds_ftree(l); }
 
+/* The 32 lanes as four 8-wide vectors (GCC vector extensions: lowered to whatever the clone's ISA
+ * offers, element-wise, so the bits do not depend on it): v[q] holds lanes 8q..8q+7.  The tree of
+ * ds_ftree in vector form: l[j] += l[j+16] is v0+v2, v1+v3; l[j] += l[j+8] adds those two; the last
+ * three levels run on the remaining eight lanes in ds_ftree's order. */
+/* the helpers below pass 32-byte vectors by value; they are static and inlined, so no ABI boundary
+ * exists for the baseline clone to disagree on */
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float v8f __attribute__((vector_size(32)));
+typedef uint32_t v8u __attribute__((vector_size(32)));
+typedef uint16_t v8h __attribute__((vector_size(16)));
+
+static inline __attribute__((always_inline)) v8f load_f(const float *p) {
+    v8f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline __attribute__((always_inline)) v8f load_b(const ds_bf16 *p) {
+    v8h h;
+    memcpy(&h, p, sizeof h);
+    v8u u = __builtin_convertvector(h, v8u) << 16;
+    v8f f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static inline __attribute__((always_inline)) float vtree(v8f v0, v8f v1, v8f v2, v8f v3, float *l) {
+    const v8f s = (v0 + v2) + (v1 + v3);
+    memcpy(l, &s, sizeof s);
+    for (int j = 0; j < 4; j++) l[j] = l[j] + l[j + 4];
+    l[0] = l[0] + l[2];
+    l[1] = l[1] + l[3];
+    return l[0] + l[1];
+}
+/* Lanes of a tail (n mod 32 elements, in index order) added to the vectors lane by lane. */
+static inline __attribute__((always_inline)) float vfinish(v8f v0, v8f v1, v8f v2, v8f v3, const float *tail, int nt) {
+    float l[LANES];
+    memcpy(l, &v0, sizeof v0);
+    memcpy(l + 8, &v1, sizeof v1);
+    memcpy(l + 16, &v2, sizeof v2);
+    memcpy(l + 24, &v3, sizeof v3);
+    for (int j = 0; j < nt; j++) l[j] = l[j] + tail[j];
+    return vtree(load_f(l), load_f(l + 8), load_f(l + 16), load_f(l + 24), l);
+}
+
 DS_CLONES float ds_fdot_bb(const ds_bf16 *a, const ds_bf16 *b, int n) {
-    float l[LANES] = {0};
+    v8f v0 = {0}, v1 = {0}, v2 = {0}, v3 = {0};
     int i = 0;
-    for (; i + LANES <= n; i += LANES)
-#pragma GCC unroll 32
-        for (int j = 0; j < LANES; j++) l[j] = l[j] + ds_bf16_to_f32(a[i + j]) * ds_bf16_to_f32(b[i + j]);
-    for (int j = 0; i + j < n; j++) l[j] = l[j] + ds_bf16_to_f32(a[i + j]) * ds_bf16_to_f32(b[i + j]);
-    return tree(l);
+    for (; i + LANES <= n; i += LANES) {
+        v0 = v0 + load_b(a + i) * load_b(b + i);
+        v1 = v1 + load_b(a + i + 8) * load_b(b + i + 8);
+        v2 = v2 + load_b(a + i + 16) * load_b(b + i + 16);
+        v3 = v3 + load_b(a + i + 24) * load_b(b + i + 24);
+    }
+    float t[LANES];
+    const int nt = n - i;
+    for (int j = 0; j < nt; j++) t[j] = ds_bf16_to_f32(a[i + j]) * ds_bf16_to_f32(b[i + j]);
+    return vfinish(v0, v1, v2, v3, t, nt);
 }
 
 DS_CLONES float ds_fdot_fb(const float *a, const ds_bf16 *b, int n) {
-    float l[LANES] = {0};
+    v8f v0 = {0}, v1 = {0}, v2 = {0}, v3 = {0};
     int i = 0;
-    for (; i + LANES <= n; i += LANES)
-#pragma GCC unroll 32
-        for (int j = 0; j < LANES; j++) l[j] = l[j] + a[i + j] * ds_bf16_to_f32(b[i + j]);
-    for (int j = 0; i + j < n; j++) l[j] = l[j] + a[i + j] * ds_bf16_to_f32(b[i + j]);
-    return tree(l);
+    for (; i + LANES <= n; i += LANES) {
+        v0 = v0 + load_f(a + i) * load_b(b + i);
+        v1 = v1 + load_f(a + i + 8) * load_b(b + i + 8);
+        v2 = v2 + load_f(a + i + 16) * load_b(b + i + 16);
+        v3 = v3 + load_f(a + i + 24) * load_b(b + i + 24);
+    }
+    float t[LANES];
+    const int nt = n - i;
+    for (int j = 0; j < nt; j++) t[j] = a[i + j] * ds_bf16_to_f32(b[i + j]);
+    return vfinish(v0, v1, v2, v3, t, nt);
 }
 
 DS_CLONES float ds_fdot_ff(const float *a, const float *b, int n) {
-    float l[LANES] = {0};
+    v8f v0 = {0}, v1 = {0}, v2 = {0}, v3 = {0};
     int i = 0;
-    for (; i + LANES <= n; i += LANES)
-#pragma GCC unroll 32
-        for (int j = 0; j < LANES; j++) l[j] = l[j] + a[i + j] * b[i + j];
-    for (int j = 0; i + j < n; j++) l[j] = l[j] + a[i + j] * b[i + j];
-    return tree(l);
+    for (; i + LANES <= n; i += LANES) {
+        v0 = v0 + load_f(a + i) * load_f(b + i);
+        v1 = v1 + load_f(a + i + 8) * load_f(b + i + 8);
+        v2 = v2 + load_f(a + i + 16) * load_f(b + i + 16);
+        v3 = v3 + load_f(a + i + 24) * load_f(b + i + 24);
+    }
+    float t[LANES];
+    const int nt = n - i;
+    for (int j = 0; j < nt; j++) t[j] = a[i + j] * b[i + j];
+    return vfinish(v0, v1, v2, v3, t, nt);
 }
 
 float ds_fsum(const float *a, int n) {

@@ -26,9 +26,16 @@
 #define DS_FAST_LANES 32
 /* The fixed tree over the lanes: l[j] += l[j+16], then +8, +4, +2, +1; returns l[0]. */
 static inline float ds_ftree(float *l) {
-    for (int w = DS_FAST_LANES / 2; w >= 1; w /= 2)
-        for (int j = 0; j < w; j++) l[j] = l[j] + l[j + w];
-    return l[0];
+    /* each level written out, so the compiler keeps the halves in vector registers */
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; j++) l[j] = l[j] + l[j + 16];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) l[j] = l[j] + l[j + 8];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) l[j] = l[j] + l[j + 4];
+    l[0] = l[0] + l[2];
+    l[1] = l[1] + l[3];
+    return l[0] + l[1];
 }
 float ds_fdot_bb(const ds_bf16 *a, const ds_bf16 *b, int n);      /* Σ a·b (products exact in fp32) */
 float ds_fdot_fb(const float *a, const ds_bf16 *b, int n);        /* Σ fp32(a·b) */

@@ -1,8 +1,9 @@
 /* Fast-tier float math (see fast_ops.h for the contract and docs/NUMERICS.md "Fast tier").
  *
  * Why portable C and not intrinsics: the evaluation order is what must not change between hosts, and
- * in these loops the order is written in the source — 32 independent fp32 lanes, a fixed tree, or
- * an element-wise update — so a vectorizing compiler can only map lanes to vector elements.  The hot
+ * in these loops the order is written in the source — 32 independent fp32 lanes (held as four
+ * 8-wide GCC vector-extension values in the dot products), a fixed tree, or an element-wise update —
+ * so the compiler can only map lanes to vector elements.  The hot
  * loops are compiled as clones for AVX-512, AVX2 and baseline x86-64 (selected by the loader at
  * start-up); -ffp-contract=off forbids fused multiply-adds in all of them, and nothing here calls
  * libm except sqrtf (correctly rounded by IEEE 754), so every clone gives the same bits. */

@@ -2,6 +2,7 @@
  *
  *   bench kernels [--threads N] [--kernels PATH] [--quick]
  *   bench decode --model DIR [--threads N] [--kernels PATH] [--prompt-tokens N] [--tokens N]
+ *                [--numerics exact|fast]   (default fast: the tier that serves; docs/NUMERICS.md)
  *
  * Why ratios: an absolute GB/s means nothing on a shared 2-core VM (a concurrent build halves it),
  * so every run first measures the limits — read-only memory bandwidth, STREAM copy/triad and the
@@ -20,13 +21,14 @@
 #include <string.h>
 
 typedef struct {
-    const char *model, *kernels;
+    const char *model, *kernels, *numerics;
     int threads, prompt_tokens, tokens, quick;
 } bench_opts;
 
 static void usage(FILE *f) {
     fprintf(f, "usage: dsflash bench kernels [--threads N] [--kernels auto|avx512-vnni|avx2|reference] [--quick]\n"
-               "       dsflash bench decode --model DIR [--threads N] [--kernels PATH] [--prompt-tokens N] [--tokens N]\n");
+               "       dsflash bench decode --model DIR [--threads N] [--kernels PATH] [--prompt-tokens N] [--tokens N]\n"
+               "                    [--numerics exact|fast]\n");
 }
 
 static int parse_int(const char *opt, const char *v, int lo, int hi, int *out) {
@@ -41,12 +43,18 @@ static int parse_int(const char *opt, const char *v, int lo, int hi, int *out) {
 }
 
 static int parse(int argc, char **argv, int decode, bench_opts *o) {
-    *o = (bench_opts){.kernels = "auto", .threads = 0, .prompt_tokens = 64, .tokens = 32};
+    *o = (bench_opts){.kernels = "auto", .numerics = "fast", .threads = 0, .prompt_tokens = 64, .tokens = 32};
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--threads")) { if (parse_int(a, v, 1, 1024, &o->threads)) return -1; i++; }
         else if (!strcmp(a, "--kernels")) { if (!v) goto missing; o->kernels = v; i++; }
         else if (!strcmp(a, "--quick") && !decode) o->quick = 1;
+        else if (!strcmp(a, "--numerics") && decode) {
+            if (!v) goto missing;
+            if (ds_numerics_parse(v) < 0) { fprintf(stderr, "dsflash bench: --numerics: expected exact or fast, got '%s'\n", v); return -1; }
+            o->numerics = v;
+            i++;
+        }
         else if (!strcmp(a, "--model") && decode) { if (!v) goto missing; o->model = v; i++; }
         else if (!strcmp(a, "--prompt-tokens") && decode) { if (parse_int(a, v, 1, 65536, &o->prompt_tokens)) return -1; i++; }
         else if (!strcmp(a, "--tokens") && decode) { if (parse_int(a, v, 1, 100000, &o->tokens)) return -1; i++; }
@@ -268,7 +276,7 @@ static int cmp_double(const void *a, const void *b) {
 
 static int bench_decode(const bench_opts *o) {
     limits lim;
-    ds_load_options lo = {.kernels = o->kernels, .threads = o->threads};
+    ds_load_options lo = {.kernels = o->kernels, .threads = o->threads, .numerics = o->numerics};
     char errbuf[1024];
     double t0 = ds_now();
     ds_model *m = ds_model_load(o->model, &lo, errbuf, sizeof errbuf);
@@ -288,8 +296,8 @@ static int bench_decode(const bench_opts *o) {
         if (ds_seq_step(m, w, &t, 1, logits, 1, errbuf, sizeof errbuf)) goto step_fail;
     }
     ds_seq_free(w);
-    printf("model %s: load %.1f s, kernel path %s, repacked tiles %.1f MiB\n", o->model, t_load, ds_kernels_active(),
-           (double)ds_kernels_packed_bytes() / 1048576.0);
+    printf("model %s: load %.1f s, kernel path %s, numerics %s, repacked tiles %.1f MiB\n", o->model, t_load,
+           ds_kernels_active(), ds_model_numerics(m), (double)ds_kernels_packed_bytes() / 1048576.0);
     ds_seq *s = ds_seq_new(m);
     uint64_t mac0 = ds_kernels_macs();
     t0 = ds_now();

@@ -2,7 +2,10 @@
  * and the oracle comparison trace.
  *
  *   dsflash generate --model DIR (--prompt-ids 1,2,3 | --prompt-file F) --max-tokens N
- *                    [--chunk K] [--trace FILE] [--threads N] [--kernels NAME]
+ *                    [--chunk K] [--trace FILE] [--threads N] [--kernels NAME] [--numerics exact|fast]
+ *
+ * --numerics picks the tier of the float math (docs/NUMERICS.md): `fast` (the default, as in serve)
+ * or `exact` (bit-identical to the NumPy oracle; the oracle comparison passes it explicitly).
  *
  * The prompt is prefilled in chunks of K rows (default: one chunk), then one decode step per
  * generated token; up to N tokens are generated: the run stops after EOS unless --ignore-eos (the
@@ -32,7 +35,8 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: dsflash generate --model DIR (--prompt-ids 1,2,3 | --prompt-file F) --max-tokens N\n"
-               "                        [--chunk K] [--trace FILE] [--threads N] [--kernels NAME] [--ignore-eos]\n");
+               "                        [--chunk K] [--trace FILE] [--threads N] [--kernels NAME] [--ignore-eos]\n"
+               "                        [--numerics exact|fast]\n");
 }
 
 static int parse_int(const char *s, long long lo, long long hi, long long *out) {
@@ -108,6 +112,7 @@ static int32_t greedy_pick(const float *logits, int V, int noise_id) {
 
 int cmd_generate(int argc, char **argv) {
     const char *model_dir = NULL, *ids_arg = NULL, *prompt_file = NULL, *trace_path = NULL, *kernels = "auto";
+    const char *numerics = "fast";
     long long max_tokens = -1, chunk = 0, threads = 0;
     int ignore_eos = 0;
     for (int i = 1; i < argc; i++) {
@@ -125,6 +130,10 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--prompt-file")) prompt_file = v;
         else if (!strcmp(a, "--trace")) trace_path = v;
         else if (!strcmp(a, "--kernels")) kernels = v;
+        else if (!strcmp(a, "--numerics")) {
+            if (ds_numerics_parse(v) < 0) { fprintf(stderr, "dsflash generate: --numerics %s: expected exact or fast\n", v); usage(stderr); return 2; }
+            numerics = v;
+        }
         else if (!strcmp(a, "--max-tokens")) {
             if (parse_int(v, 1, 1 << 24, &max_tokens)) { fprintf(stderr, "dsflash generate: --max-tokens %s: expected 1..16777216\n", v); usage(stderr); return 2; }
         } else if (!strcmp(a, "--chunk")) {
@@ -199,7 +208,7 @@ int cmd_generate(int argc, char **argv) {
         }
     }
     char eb[1536];
-    ds_load_options lo = {.kernels = kernels, .threads = (int)threads};
+    ds_load_options lo = {.kernels = kernels, .threads = (int)threads, .numerics = numerics};
     double t0 = ds_now();
     m = ds_model_load(model_dir, &lo, eb, sizeof eb);
     if (!m) {
@@ -285,7 +294,7 @@ int cmd_generate(int argc, char **argv) {
         else printf("text: (not decodable: %s)\n", err.msg);
         free(text);
     }
-    printf("load: %.3f s (kernels %s)\n", t_load, ds_kernels_active());
+    printf("load: %.3f s (kernels %s, numerics %s)\n", t_load, ds_kernels_active(), ds_model_numerics(m));
     printf("prefill: %d tokens in %.3f s (%.1f tok/s, chunk %lld)\n", P, t_prefill, t_prefill > 0 ? P / t_prefill : 0.0, chunk);
     printf("decode: %d tokens in %.3f s (%.1f tok/s)\n", G - 1, t_decode, t_decode > 0 ? (G - 1) / t_decode : 0.0);
     if (trace_path && write_trace(trace_path, &tb, &processed, gen, G, all_logits, V, (int)chunk, P) < 0) rc = 3;

@@ -71,6 +71,7 @@ static flag k_flags[] = {
     {"--numa-nodes", "all", false, NULL},
     {"--http-threads", "4", false, NULL},
     {"--kernels", "auto", false, NULL},
+    {"--numerics", "fast", false, NULL},
     {"--engram-residency", "page-cache", false, NULL},
     {"--limit-mm-per-prompt", "image=0", false, NULL},
     {"--default-chat-template-kwargs", "{\"enable_thinking\":false}", false, NULL},
@@ -352,6 +353,8 @@ int cmd_serve(int argc, char **argv) {
         const char *n = k == 0 ? "--tokenizer-mode" : k == 1 ? "--reasoning-parser" : "--tool-call-parser";
         if (strcmp(fv(n), "deepseek_v41")) return bad(n, fv(n), "only deepseek_v41 is accepted (deepseek_v4 mishandled tools)");
     }
+    if (ds_numerics_parse(fv("--numerics")) < 0)
+        return bad("--numerics", fv("--numerics"), "expected exact or fast");
     if (strcmp(fv("--debug-kv-alloc-order"), "low-first") && strcmp(fv("--debug-kv-alloc-order"), "high-first"))
         return bad("--debug-kv-alloc-order", fv("--debug-kv-alloc-order"), "expected low-first or high-first");
     if (strcmp(fv("--self-check"), "full") && strcmp(fv("--self-check"), "quick"))
@@ -458,7 +461,8 @@ int cmd_serve(int argc, char **argv) {
     ds_server_set_phase(srv, "loading");
 
     /* ---- load ---- */
-    ds_load_options lo = {.kernels = fv("--kernels"), .threads = (int)threads, .full_validation = 0, .max_model_len = 0};
+    ds_load_options lo = {.kernels = fv("--kernels"), .threads = (int)threads, .full_validation = 0, .max_model_len = 0,
+                          .numerics = fv("--numerics")};
     if (fv("--max-model-len")) {
         int64_t mml;
         if (parse_i64("--max-model-len", 2, 1 << 30, &mml)) return 2;
@@ -580,6 +584,7 @@ int cmd_serve(int argc, char **argv) {
     cJSON_AddNumberToObject(echo, "max_model_len", (double)max_model_len);
     cJSON_AddStringToObject(echo, "setting", (max_seqs <= 4 && !prefix) ? "performance" : "production");
     cJSON_AddStringToObject(echo, "kernels", ds_kernels_active());
+    cJSON_AddStringToObject(echo, "numerics", ds_model_numerics(model));
     cJSON_AddNumberToObject(echo, "threads", (double)threads);
     cJSON_AddStringToObject(echo, "reduce_mode", fv("--reduce-mode"));
     cJSON_AddNumberToObject(echo, "kv_budget_bytes", (double)kv_bytes);

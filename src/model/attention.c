@@ -6,11 +6,13 @@
  * row and head and runs as pool tasks.  A row's key list is built in one fixed order — window
  * positions ascending (earlier positions from the sequence's WIN pages, this step's positions from
  * scratch), then the selected compressed entries ascending — and every reduction is float64 with
- * one rounding (docs/NUMERICS.md "attention"), so a row's output is the same whether it arrives in
- * a prefill chunk, a decode step or a batch.  Window rows of this step are persisted into WIN pages
+ * one rounding (docs/NUMERICS.md "attention"; the fast tier, ds_attn_head_fast, keeps the same key
+ * order with fp32 sums in a fixed order), so a row's output is the same whether it arrives in a
+ * prefill chunk, a decode step or a batch.  Window rows of this step are persisted into WIN pages
  * after the core has run. */
 #include "model/forward.h"
 #include "model/ops.h"
+#include "model/fast_ops.h"
 #include "base/threadpool.h"
 #include <math.h>
 #include <stdlib.h>
@@ -54,6 +56,14 @@ static void attn_task(void *vctx, int task, int thread) {
 
     const ds_bf16 *qh = st->q + ((size_t)row * H + h) * dh;
     const float sink = a->w->attn_sink[h];
+    ds_bf16 *oh = st->o + ((size_t)row * H + h) * dh;
+    const float *cs = (c->roles[a->layer].ratio > 0 ? st->cs_cmp : st->cs_swa) + (size_t)row * rd;
+    if (st->m->numerics == DS_NUMERICS_FAST) {
+        /* the fp32 accumulator lives in the float64 one's storage (dh doubles hold 2·dh floats) */
+        ds_attn_head_fast(qh, keys, nk, sink, a->scale, dh, sc, (float *)acc, oh);
+        ds_rope_apply_fast(oh, dh, rd, cs, 1);
+        return;
+    }
     float mx = sink;
     for (int i = 0; i < nk; i++) {
         float d = (float)ds_dot_bb(qh, keys[i], dh);
@@ -70,9 +80,7 @@ static void attn_task(void *vctx, int task, int thread) {
     for (int i = 0; i < nk; i++) {
         ds_axpy_bf16(acc, sc[i] / fden, keys[i], dh);
     }
-    ds_bf16 *oh = st->o + ((size_t)row * H + h) * dh;
     for (int d = 0; d < dh; d++) oh[d] = ds_f32_to_bf16((float)acc[d]);
-    const float *cs = (c->roles[a->layer].ratio > 0 ? st->cs_cmp : st->cs_swa) + (size_t)row * rd;
     ds_rope_apply(oh, dh, rd, cs, 1);
 }
 
@@ -82,7 +90,7 @@ static void norm_rows(ds_step *st, const float *lin, int N, int n, const float *
     ds_bf16 *tmp = DS_ARENA_NEW(st->arena, ds_bf16, n);
     for (int r = 0; r < N; r++) {
         ds_round_rows_bf16(lin + (size_t)r * n, (size_t)n, tmp);
-        ds_rmsnorm_bf16(tmp, w, n, st->c->norm_eps, dst + (size_t)r * n);
+        ds_rmsnorm_t(st->m->numerics, tmp, w, n, st->c->norm_eps, dst + (size_t)r * n);
     }
     ds_arena_release(st->arena, mk);
 }
@@ -130,12 +138,12 @@ void ds_attention_layer(ds_step *st, int l) {
     /* window key: kv = rmsnorm(wkv·u) with RoPE */
     norm_rows(st, fkv, N, dh, w->kv_norm, st->kv);
     const float *cs_all = role->ratio > 0 ? st->cs_cmp : st->cs_swa;
-    for (int r = 0; r < N; r++) ds_rope_apply(st->kv + (size_t)r * dh, dh, rd, cs_all + (size_t)r * rd, 0);
+    for (int r = 0; r < N; r++) ds_rope_apply_t(st->m->numerics, st->kv + (size_t)r * dh, dh, rd, cs_all + (size_t)r * rd, 0);
     /* queries: qr = rmsnorm(wq_a·u), q = wq_b·qr with RoPE on each head's tail */
     if (fkv != fq) norm_rows(st, fq, N, ql, w->q_norm, st->qr);
     ds_linear_bf16(&w->wq_b, st->qr, N, st->ftmp, st->q);
     for (int r = 0; r < N; r++)
-        for (int h = 0; h < H; h++) ds_rope_apply(st->q + ((size_t)r * H + h) * dh, dh, rd, cs_all + (size_t)r * rd, 0);
+        for (int h = 0; h < H; h++) ds_rope_apply_t(st->m->numerics, st->q + ((size_t)r * H + h) * dh, dh, rd, cs_all + (size_t)r * rd, 0);
 
     /* compressed keys: a FULL layer writes its new entries and index keys first, then the index
      * sources select; REUSE layers keep the selection of their index source (already in st->sel) */

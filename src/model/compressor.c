@@ -13,6 +13,7 @@
  * from the latent before its rotation; both rotations use the CMP table at position j·r. */
 #include "model/forward.h"
 #include "model/ops.h"
+#include "model/fast_ops.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,12 @@ static void pool_group(ds_step *st, const ds_step_seq *sq, int ssrc, int row, in
     }
     ds_arena_mark mk = ds_arena_mark_get(st->arena);
     ds_bf16 *pooled = DS_ARENA_NEW(st->arena, ds_bf16, dh);
+    if (st->m->numerics == DS_NUMERICS_FAST) {
+        ds_pool_group_fast(a, g, r, dh, pooled);
+        ds_rmsnorm_bf16_fast(pooled, norm, dh, st->c->norm_eps, lat);
+        ds_arena_release(st->arena, mk);
+        return;
+    }
     for (int ch = 0; ch < dh; ch++) {
         float mx = g[0][ch];
         for (int t = 1; t < r; t++) if (g[t][ch] > mx) mx = g[t][ch];
@@ -87,7 +94,7 @@ void ds_compressor_run(ds_step *st, int l) {
             const ds_step_seq *sq = &st->ss[i];
             for (int j = 0; j < sq->n; j++, k++) {
                 ds_round_rows_bf16(st->ftmp + (size_t)(sq->row0 + j) * dh, (size_t)dh, tmp);
-                ds_rmsnorm_bf16(tmp, w->cmp_norm, dh, c->norm_eps, lat + (size_t)k * dh);
+                ds_rmsnorm_t(st->m->numerics, tmp, w->cmp_norm, dh, c->norm_eps, lat + (size_t)k * dh);
                 em[k].seq = i;
                 em[k].j = sq->p0 + j;
             }
@@ -126,11 +133,11 @@ void ds_compressor_run(ds_step *st, int l) {
             ds_rope_cossin(&st->m->rope_cmp, em[e].j * r, cs);
             ds_bf16 *krow = ds_seq_idx_row(seq, src, em[e].j);
             ds_round_rows_bf16(ik + (size_t)e * di, (size_t)di, tmp);
-            ds_rmsnorm_bf16(tmp, w->idx_k_norm, di, c->norm_eps, krow);
-            ds_rope_apply(krow, di, rd, cs, 0);
+            ds_rmsnorm_t(st->m->numerics, tmp, w->idx_k_norm, di, c->norm_eps, krow);
+            ds_rope_apply_t(st->m->numerics, krow, di, rd, cs, 0);
             ds_bf16 *crow = ds_seq_ckv_row(seq, src, em[e].j);
             memcpy(crow, lat + (size_t)e * dh, sizeof(ds_bf16) * (size_t)dh);
-            ds_rope_apply(crow, dh, rd, cs, 0);
+            ds_rope_apply_t(st->m->numerics, crow, dh, rd, cs, 0);
         }
     }
     ds_arena_release(st->arena, mk);

@@ -9,6 +9,7 @@
  * runs as pool tasks over rows; sublayers see all rows of the batch at once. */
 #include "model/forward.h"
 #include "model/ops.h"
+#include "model/fast_ops.h"
 #include "base/threadpool.h"
 #include <math.h>
 #include <stdio.h>
@@ -30,7 +31,7 @@ static void mix_dot_task(void *vctx, int t, int thread) {
     ds_step *st = s->st;
     const int HC = st->c->hc_mult, D = st->c->dim, nmix = (2 + HC) * HC;
     const int r = t / nmix, i = t % nmix;
-    s->dots[t] = ds_hc_mix_dot(s->hp, st->X + (size_t)r * HC * D, i);
+    s->dots[t] = ds_hc_mix_dot_t(st->m->numerics, s->hp, st->X + (size_t)r * HC * D, i);
 }
 
 /* Site entry of one row: mixes from X, u = rmsnorm(collapse(X, pre_in)). */
@@ -40,10 +41,10 @@ static void site_in_task(void *vctx, int r, int thread) {
     ds_step *st = s->st;
     const int HC = st->c->hc_mult, D = st->c->dim, nmix = (2 + HC) * HC;
     const ds_bf16 *X = st->X + (size_t)r * HC * D;
-    ds_hc_mixes_from_dots(s->hp, X, s->dots + (size_t)r * nmix, &st->mix[r]);
+    ds_hc_mixes_from_dots_t(st->m->numerics, s->hp, X, s->dots + (size_t)r * nmix, &st->mix[r]);
     ds_bf16 *tmp = s->tmp + (size_t)r * D;
-    ds_hc_collapse(X, st->pre + (size_t)r * HC, HC, D, tmp);
-    ds_rmsnorm_bf16(tmp, s->norm, D, st->c->norm_eps, st->u + (size_t)r * D);
+    ds_hc_collapse_t(st->m->numerics, X, st->pre + (size_t)r * HC, HC, D, tmp);
+    ds_rmsnorm_t(st->m->numerics, tmp, s->norm, D, st->c->norm_eps, st->u + (size_t)r * D);
 }
 
 /* Site exit of one row: X = expand(y, R), and this site's pre becomes the next site's. */
@@ -52,7 +53,7 @@ static void site_out_task(void *vctx, int r, int thread) {
     site_ctx *s = vctx;
     ds_step *st = s->st;
     const int HC = st->c->hc_mult, D = st->c->dim;
-    ds_hc_expand(st->y + (size_t)r * D, st->R + (size_t)r * HC * D, &st->mix[r], HC, D, st->X + (size_t)r * HC * D);
+    ds_hc_expand_t(st->m->numerics, st->y + (size_t)r * D, st->R + (size_t)r * HC * D, &st->mix[r], HC, D, st->X + (size_t)r * HC * D);
     memcpy(st->pre + (size_t)r * HC, st->mix[r].pre, sizeof(float) * (size_t)HC);
 }
 
@@ -159,8 +160,8 @@ static void compute_logits(ds_step *st, float *const *logits, const int *n_logit
         int nl = n_logits[i];
         for (int j = 0; j < nl; j++, k++) {
             int r = sq->row0 + sq->n - nl + j;
-            ds_hc_collapse(st->X + (size_t)r * HC * D, st->pre + (size_t)r * HC, HC, D, tmp);
-            ds_rmsnorm_bf16(tmp, m->norm, D, c->norm_eps, hn + (size_t)k * D);
+            ds_hc_collapse_t(m->numerics, st->X + (size_t)r * HC * D, st->pre + (size_t)r * HC, HC, D, tmp);
+            ds_rmsnorm_t(m->numerics, tmp, m->norm, D, c->norm_eps, hn + (size_t)k * D);
             dst[k] = logits[i] + (size_t)j * V;
         }
     }

@@ -11,6 +11,7 @@
  * entry (block) index; the selection is returned ascending. */
 #include "model/forward.h"
 #include "model/ops.h"
+#include "model/fast_ops.h"
 #include "base/threadpool.h"
 #include <math.h>
 #include <stdlib.h>
@@ -50,6 +51,10 @@ static void score_range(const idx_ctx *x, int row, int64_t s0, int64_t s1, float
     const ds_seq *seq = st->ss[st->row_seq[row]].seq;
     const ds_bf16 *qi = st->qi + (size_t)row * nh * di;
     const float *w = st->iw + (size_t)row * nh;
+    if (st->m->numerics == DS_NUMERICS_FAST) {
+        for (int64_t s = s0; s < s1; s++) I[s] = ds_index_score_fast(qi, w, ds_seq_idx_row(seq, x->src, s), nh, di);
+        return;
+    }
     for (int64_t s = s0; s < s1; s++) {
         const ds_bf16 *k = ds_seq_idx_row(seq, x->src, s);
         double acc = 0;
@@ -140,7 +145,7 @@ void ds_indexer_run(ds_step *st, int l) {
      * a linear like any other (bf16 output, MODEL.md §2.0), widened and scaled in fp32 */
     ds_linear_bf16(&w->idx_wq_b, st->qr, N, st->ftmp, st->qi);
     for (int r = 0; r < N; r++)
-        for (int h = 0; h < nh; h++) ds_rope_apply(st->qi + ((size_t)r * nh + h) * di, di, rd, st->cs_cmp + (size_t)r * rd, 0);
+        for (int h = 0; h < nh; h++) ds_rope_apply_t(st->m->numerics, st->qi + ((size_t)r * nh + h) * di, di, rd, st->cs_cmp + (size_t)r * rd, 0);
     ds_linear_forward(&w->idx_wproj, st->u, N, st->ftmp);
     const float k = (float)(1.0 / sqrt((double)di * (double)nh));
     for (int r = 0; r < N; r++)

@@ -11,6 +11,9 @@
 # release format is exercised by two independent writers and readers.  While the engine build lacks
 # `mkmodel` or `generate`, that part is reported as SKIP (not counted); the self-checks still run.
 #
+# Every engine run is pinned to `--numerics exact` (generate defaults to the fast tier, which is
+# compared with the exact tier by tests/unit/test_model_fast.c, not with the oracle).
+#
 # Env: DSFLASH_BIN (engine binary), DS_TEST_TMP (scratch), BUILD.  Ends with "N passed, N failed".
 set -u
 cd "$(dirname "$0")/../.."
@@ -61,17 +64,17 @@ if "$BIN" mkmodel --help >/dev/null 2>&1 && "$BIN" generate --help >/dev/null 2>
         fail=$((fail + 1))
     fi
     if [ -f "$TMP/tiny_smooth/config.json" ]; then
-        part "$PY" tests/oracle/compare.py --bin "$BIN" --model "$TMP/tiny_smooth" --tmp "$TMP/cmp_smooth" \
+        part "$PY" tests/oracle/compare.py --bin "$BIN" --numerics exact --model "$TMP/tiny_smooth" --tmp "$TMP/cmp_smooth" \
             --prompt-lens 100,157,233,300 --chunks 1,7,16,64 --gen 64 --seed "$SEED" --mode decisive \
             --label smooth
         # the optimized kernels may sum in another order (docs/NUMERICS.md); their deviation is reported here
         # and gated by their own tests
-        part "$PY" tests/oracle/compare.py --bin "$BIN" --model "$TMP/tiny_smooth" --tmp "$TMP/cmp_auto" \
+        part "$PY" tests/oracle/compare.py --bin "$BIN" --numerics exact --model "$TMP/tiny_smooth" --tmp "$TMP/cmp_auto" \
             --prompt-lens 157 --chunks 16 --gen 64 --seed "$SEED" --mode robust --kernels auto --label smooth
     fi
     echo "--- engine vs oracle, plain random tiny fixture (robustness, agreement not gated)"
     if "$BIN" mkmodel --config tiny --seed "$SEED" --out "$TMP/tiny_plain"; then
-        part "$PY" tests/oracle/compare.py --bin "$BIN" --model "$TMP/tiny_plain" --tmp "$TMP/cmp_plain" \
+        part "$PY" tests/oracle/compare.py --bin "$BIN" --numerics exact --model "$TMP/tiny_plain" --tmp "$TMP/cmp_plain" \
             --prompt-lens 157 --chunks 1,16 --gen 64 --seed "$SEED" --mode robust --label plain
     else
         echo "FAIL mkmodel --config tiny"
@@ -79,7 +82,7 @@ if "$BIN" mkmodel --help >/dev/null 2>&1 && "$BIN" generate --help >/dev/null 2>
     fi
     echo "--- engine vs oracle on the oracle's own fixture writer (make_tiny.py: the file format from two sides)"
     if "$PY" tests/oracle/make_tiny.py --out "$TMP/tiny_py" --seed "$SEED"; then
-        part "$PY" tests/oracle/compare.py --bin "$BIN" --model "$TMP/tiny_py" --tmp "$TMP/cmp_py" \
+        part "$PY" tests/oracle/compare.py --bin "$BIN" --numerics exact --model "$TMP/tiny_py" --tmp "$TMP/cmp_py" \
             --prompt-lens 100 --chunks 16 --gen 64 --seed "$SEED" --mode robust --label make_tiny
     else
         echo "FAIL make_tiny.py"

@@ -233,6 +233,7 @@ static int run_tier(const bs_opts *o, const char *numerics, bs_limits *lim, bs_t
     if (!r.m) { fprintf(stderr, "dsflash bench serve: %s\n", r.err); return 3; }
     t->load_s = ds_now() - t0;
     r.vocab = ds_model_vocab_size(r.m);
+    if (!lim->samples) sample_limits(lim, o->quick);   /* first sample once the checkpoint loaded */
     int rc = warm_up(&r);
     if (!rc) rc = decode_sweep(&r, o, t);
     if (!rc) sample_limits(lim, o->quick);
@@ -243,6 +244,16 @@ static int run_tier(const bs_opts *o, const char *numerics, bs_limits *lim, bs_t
     return rc ? 1 : 0;
 }
 
+/* Refuse an unwritable --json before minutes of measuring, not after. */
+static int json_writable(const char *path) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (f) { fclose(f); remove(tmp); return 1; }
+    fprintf(stderr, "dsflash bench serve: --json %s: cannot write the file\n", path);
+    return 0;
+}
+
 int cmd_bench_serve(int argc, char **argv) {
     bs_opts o;
     if (argc > 2 && !strcmp(argv[2], "--help")) { usage(stdout); return 0; }
@@ -250,9 +261,9 @@ int cmd_bench_serve(int argc, char **argv) {
     ds_error err;
     if (ds_kernels_select(o.kernels, &err)) { fprintf(stderr, "dsflash bench serve: %s\n", err.msg); return 2; }
     ds_pool_init(o.threads);
+    if (o.json && !json_writable(o.json)) return 3;
     bs_limits lim = {0};
     bs_tier tiers[BS_MAX_TIERS];
-    sample_limits(&lim, o.quick);
     for (int i = 0; i < o.n_tiers; i++) {
         int rc = run_tier(&o, o.tiers[i], &lim, &tiers[i]);
         if (rc) return rc;

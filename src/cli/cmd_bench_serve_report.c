@@ -58,8 +58,8 @@ static void print_tier(const bs_tier *t, const bs_limits *lim, int *over) {
            "(%.1f MB read per token) | %.1f%% |\n", f1.tok_s, 1e3 * l1->t_median, l1->steps, f1.tok_s_wall,
            f1.roof_tok_s, l1->bytes_step / 1e6, f1.pct_roof);
     printf("| TTFT, %d-token prompt in %d-token chunks | %.2f s | | |\n", t->prompt_tokens, t->chunk, t->ttft_s);
-    printf("| prefill, %d-token chunks | %.1f tok/s, %.1f GOP/s (%.2f GMAC/token) | int8 peak %.0f GOP/s | %.1f%% |\n",
-           t->chunk, pf_tok_s, pf_gops, t->prefill_macs / t->prompt_tokens / 1e9, lim->peak, pf_pct);
+    printf("| prefill, %d-token chunks | %.1f tok/s, %.1f GOP/s (%.1f MMAC/token) | int8 peak %.0f GOP/s | %.1f%% |\n",
+           t->chunk, pf_tok_s, pf_gops, t->prefill_macs / t->prompt_tokens / 1e6, lim->peak, pf_pct);
     printf("\n| concurrency | ms/step (median) | aggregate tok/s | wall tok/s | MB read/step | batched roofline tok/s "
            "| %% of roofline | vs concurrency 1 |\n|---|---|---|---|---|---|---|---|\n");
     for (int l = 0; l < BS_N_LEVELS; l++) {

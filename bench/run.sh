@@ -5,14 +5,14 @@
 # llama.cpp beside it on a GGUF of equal bytes per token.  Every figure is a ratio to limits
 # measured in the same run with the same thread count (a concurrent job on the host changes both).
 #
-# Environment: BUILD (release), DS_BENCH_THREADS (all CPUs), DS_BENCH_MINI (checkpoint folder,
+# Environment: BUILD (release), DSFLASH_BIN (build/$BUILD/dsflash), DS_BENCH_THREADS (all CPUs), DS_BENCH_MINI (checkpoint folder,
 # default models/mini, git-ignored; built once with `dsflash mkmodel --config mini`, ~6.7 GiB),
 # DS_BENCH_NUMERICS (both), DS_BENCH_QUICK (1: bench serve --quick), DS_BENCH_LLAMACPP (0: skip
 # llama.cpp, reported as skipped).  `bench decode --model DIR` stays available on its own.
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-release}
-BIN=build/$BUILD/dsflash
+BIN=${DSFLASH_BIN:-build/$BUILD/dsflash}
 THREADS=${DS_BENCH_THREADS:-$(nproc)}
 MINI=${DS_BENCH_MINI:-models/mini}
 NUMERICS=${DS_BENCH_NUMERICS:-both}

@@ -27,6 +27,14 @@ static double pct(double achieved, double limit, const char *what, const char *p
     return p;
 }
 
+/* One decimal from 1% up; two significant digits below, so a small share never prints as 0.0%. */
+typedef struct { char s[24]; } pct_text;
+static pct_text fmt_pct(double p) {
+    pct_text t;
+    snprintf(t.s, sizeof t.s, p >= 1.0 || p <= 0.0 ? "%.1f%%" : "%.2g%%", p);
+    return t;
+}
+
 typedef struct {
     double tok_s, tok_s_wall, roof_tok_s, pct_roof, vs_conc1;
 } level_figs;
@@ -55,18 +63,18 @@ static void print_tier(const bs_tier *t, const bs_limits *lim, int *over) {
     printf("\nnumerics %s (model load %.1f s)\n", t->numerics, t->load_s);
     printf("| metric | measured | limit | %% of limit |\n|---|---|---|---|\n");
     printf("| single-stream decode | %.2f tok/s (%.1f ms/token median of %d; wall %.2f tok/s) | roofline %.2f tok/s "
-           "(%.1f MB read per token) | %.1f%% |\n", f1.tok_s, 1e3 * l1->t_median, l1->steps, f1.tok_s_wall,
-           f1.roof_tok_s, l1->bytes_step / 1e6, f1.pct_roof);
+           "(%.1f MB read per token) | %s |\n", f1.tok_s, 1e3 * l1->t_median, l1->steps, f1.tok_s_wall,
+           f1.roof_tok_s, l1->bytes_step / 1e6, fmt_pct(f1.pct_roof).s);
     printf("| TTFT, %d-token prompt in %d-token chunks | %.2f s | | |\n", t->prompt_tokens, t->chunk, t->ttft_s);
-    printf("| prefill, %d-token chunks | %.1f tok/s, %.1f GOP/s (%.1f MMAC/token) | int8 peak %.0f GOP/s | %.1f%% |\n",
-           t->chunk, pf_tok_s, pf_gops, t->prefill_macs / t->prompt_tokens / 1e6, lim->peak, pf_pct);
+    printf("| prefill, %d-token chunks | %.1f tok/s, %.1f GOP/s (%.1f MMAC/token) | int8 peak %.0f GOP/s | %s |\n",
+           t->chunk, pf_tok_s, pf_gops, t->prefill_macs / t->prompt_tokens / 1e6, lim->peak, fmt_pct(pf_pct).s);
     printf("\n| concurrency | ms/step (median) | aggregate tok/s | wall tok/s | MB read/step | batched roofline tok/s "
            "| %% of roofline | vs concurrency 1 |\n|---|---|---|---|---|---|---|---|\n");
     for (int l = 0; l < BS_N_LEVELS; l++) {
         const bs_level *lv = &t->lv[l];
         level_figs f = l ? level_figures(lv, l1, lim, t->numerics, over) : f1;
-        printf("| %d | %.1f | %.2f | %.2f | %.1f | %.2f | %.1f%% | %.2fx |\n", lv->conc, 1e3 * lv->t_median, f.tok_s,
-               f.tok_s_wall, lv->bytes_step / 1e6, f.roof_tok_s, f.pct_roof, f.vs_conc1);
+        printf("| %d | %.1f | %.2f | %.2f | %.1f | %.2f | %s | %.2fx |\n", lv->conc, 1e3 * lv->t_median, f.tok_s,
+               f.tok_s_wall, lv->bytes_step / 1e6, f.roof_tok_s, fmt_pct(f.pct_roof).s, f.vs_conc1);
     }
 }
 

@@ -13,7 +13,7 @@
 #   BENCH.json: `dsflash bench serve --json` of the same run (bytes per token, read bandwidth,
 #   prompt length and chunk); DIR: that checkpoint (its config.json gives the GGUF's shape).
 # Environment: DS_LLAMACPP_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/dsflash-bench/llamacpp),
-#   PYTHON (python3 with NumPy).
+#   PYTHON (python3 with NumPy; default: the first of python3, /usr/bin/python3 that has it).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 OURS= MODEL= THREADS=$(nproc) TOKENS=32
@@ -32,7 +32,6 @@ if [ ! -f "$OURS" ] || [ ! -f "$MODEL/config.json" ]; then
     exit 2
 fi
 CACHE=${DS_LLAMACPP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dsflash-bench/llamacpp}
-PY=${PYTHON:-python3}
 VERSION=3.22.1
 unavailable() {   # the runner prints the UNAVAILABLE line and the table with the column marked
     node "$here/llamacpp_run.mjs" --ours "$OURS" --unavailable "$1" || true
@@ -40,6 +39,14 @@ unavailable() {   # the runner prints the UNAVAILABLE line and the table with th
     exit 1
 }
 command -v node >/dev/null || unavailable "node is not installed"
+pick_python() {   # $PYTHON, else the first python3 on PATH or the system one that has NumPy
+    local p
+    for p in ${PYTHON:-} python3 /usr/bin/python3; do
+        "$p" -c 'import numpy' 2>/dev/null && { echo "$p"; return 0; }
+    done
+    return 1
+}
+PY=$(pick_python) || unavailable "no python3 with NumPy for bench/make_gguf.py (set PYTHON)"
 mkdir -p "$CACHE/gguf" || unavailable "cannot create the cache directory $CACHE"
 
 installed() {

@@ -3,6 +3,7 @@
  *   bench kernels [--threads N] [--kernels PATH] [--quick]
  *   bench decode --model DIR [--threads N] [--kernels PATH] [--prompt-tokens N] [--tokens N]
  *                [--numerics exact|fast]   (default fast: the tier that serves; docs/NUMERICS.md)
+ *   bench serve --model DIR ...   (continuous batching, TTFT, prefill: cmd_bench_serve.c)
  *
  * Why ratios: an absolute GB/s means nothing on a shared 2-core VM (a concurrent build halves it),
  * so every run first measures the limits — read-only memory bandwidth, STREAM copy/triad and the
@@ -12,6 +13,7 @@
  * roofline (bytes read per token, counted by the kernel layer, / measured bandwidth).
  * (The HTTP concurrency client of TOOLS.md §4 is a separate tool.) */
 #include "cli/commands.h"
+#include "cli/cmd_bench_serve.h"
 #include "kernels/kernels.h"
 #include "kernels/membench.h"
 #include "base/threadpool.h"
@@ -28,7 +30,8 @@ typedef struct {
 static void usage(FILE *f) {
     fprintf(f, "usage: dsflash bench kernels [--threads N] [--kernels auto|avx512-vnni|avx2|reference] [--quick]\n"
                "       dsflash bench decode --model DIR [--threads N] [--kernels PATH] [--prompt-tokens N] [--tokens N]\n"
-               "                    [--numerics exact|fast]\n");
+               "                    [--numerics exact|fast]\n"
+               "       dsflash bench serve --model DIR [--threads N] [--numerics exact|fast|both] [--quick] [--json FILE]\n");
 }
 
 static int parse_int(const char *opt, const char *v, int lo, int hi, int *out) {
@@ -344,6 +347,7 @@ done:
 
 int cmd_bench(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help")) { usage(argc < 2 ? stderr : stdout); return argc < 2 ? 2 : 0; }
+    if (!strcmp(argv[1], "serve")) return cmd_bench_serve(argc, argv);
     int decode = !strcmp(argv[1], "decode");
     if (!decode && strcmp(argv[1], "kernels")) {
         fprintf(stderr, "dsflash bench: unknown benchmark '%s'\n", argv[1]);

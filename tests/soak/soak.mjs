@@ -56,7 +56,7 @@ const WORDS = 'the of and to in is was that for on as with by at from his her an
 const HEADS = [150, 300, 450, 600].map((n, h) => Array.from({ length: n }, (_, i) => WORDS[(i * 7 + h * 13) % WORDS.length]).join(' '));
 const prompt = () => HEADS[pick(4)] + (rnd() < 0.3 ? '' : ' ' + Array.from({ length: 1 + pick(40) }, () => WORDS[pick(WORDS.length)]).join(' '));
 
-const seen = { ok: 0, stream_ok: 0, disconnect: 0, bad_4xx: 0, oversize_413: 0, tokenize_ok: 0, unexpected: [] };
+const seen = { ok: 0, stream_ok: 0, disconnect: 0, early_abort: 0, bad_4xx: 0, oversize_413: 0, tokenize_ok: 0, unexpected: [] };
 let generationAccepted = 0;   // generation requests the server was given in full and valid (ran or cancelled)
 const note = (what) => { if (seen.unexpected.length < 20) seen.unexpected.push(what); };
 
@@ -84,9 +84,10 @@ async function one(port) {
         seen.disconnect++;
     } else if (k < 0.78) {     // non-streaming, the client vanishes before the answer
         generationAccepted++;
-        await request(port, 'POST', '/v1/chat/completions', { model: MODEL, max_tokens: 48, messages: [{ role: 'user', content: prompt() }] },
+        const r = await request(port, 'POST', '/v1/chat/completions', { model: MODEL, max_tokens: 48, messages: [{ role: 'user', content: prompt() }] },
             { abortAfterMs: pick(40) });
         seen.disconnect++;
+        if (r.status === 0) seen.early_abort++;   // gone before any answer: maybe before the body was sent in full
     } else if (k < 0.90) {     // malformed
         const r = await request(port, 'POST', rnd() < 0.5 ? '/v1/completions' : '/v1/chat/completions', MALFORMED[pick(MALFORMED.length)]);
         let errOk = false;
@@ -155,6 +156,8 @@ async function main() {
     }
     const rssEnd = rssMiB(srv.pid);
     const success = sumOf(m, 'dsflash_request_success_total'), cancelled = m.get('dsflash_requests_cancelled_total') ?? NaN;
+    const genHttp = (re) => sumOf(new Map([...m].filter(([k]) => /^dsflash_http_requests_total\{endpoint="\/v1\/(chat\/)?completions"/.test(k) && re.test(k))), '');
+    const submitted = genHttp(/code="(200|5\d\d)"/);   // each request handed to the engine is counted once, 200 or 5xx
     const http4xx = sumOf(new Map([...m].filter(([k]) => /^dsflash_http_requests_total\{endpoint="\/v1\/(chat\/)?completions",code="4/.test(k))), '');
     const http413 = sumOf(new Map([...m].filter(([k]) => /code="413"/.test(k))), '');
 
@@ -177,7 +180,7 @@ async function main() {
         kv_idle: { blocks_total: m.get('dsflash_kv_cache_blocks_total'), used: m.get('dsflash_kv_cache_blocks_used'),
             evictable_prefix_cache: m.get('dsflash_kv_cache_blocks_evictable'), running: m.get('dsflash_num_requests_running'),
             waiting: m.get('dsflash_num_requests_waiting'), seconds_to_idle: idleMs / 1000 },
-        counters: { generation_requests_sent_valid: generationAccepted, server_success: success, server_cancelled: cancelled,
+        counters: { generation_requests_sent_valid: generationAccepted, server_submitted: submitted, server_success: success, server_cancelled: cancelled,
             client_completed: seen.ok + seen.stream_ok, client_4xx_malformed: seen.bad_4xx, server_generation_4xx: http4xx,
             client_413: seen.oversize_413, server_413: http413,
             prefix_cache_hits: m.get('dsflash_prefix_cache_hits_total'), prefix_cache_queries: m.get('dsflash_prefix_cache_queries_total') },
@@ -192,7 +195,9 @@ async function main() {
     check(rssEnd - rssWarm <= 32, `RSS growth after warm-up ${(rssEnd - rssWarm).toFixed(1)} MiB <= 32 MiB`);
     check(m.get('dsflash_num_requests_running') === 0 && m.get('dsflash_num_requests_waiting') === 0, 'idle: no request running or waiting');
     check(m.get('dsflash_kv_cache_blocks_used') === 0, `no leaked KV pages: ${m.get('dsflash_kv_cache_blocks_used')} blocks held at idle (the ${m.get('dsflash_kv_cache_blocks_evictable')} prefix-cache blocks are evictable, counted apart)`);
-    check(success + cancelled === generationAccepted, `server success ${success} + cancelled ${cancelled} = valid generation requests sent ${generationAccepted}`);
+    check(success + cancelled === submitted, `every submitted request ended: success ${success} + cancelled ${cancelled} = submitted ${submitted} (HTTP 200/5xx on the generation endpoints)`);
+    check(generationAccepted - submitted >= 0 && generationAccepted - submitted <= seen.early_abort,
+        `valid generation requests sent ${generationAccepted} - submitted ${submitted} = ${generationAccepted - submitted}, at most the ${seen.early_abort} clients that left before any answer`);
     check(success >= seen.ok + seen.stream_ok, `server success ${success} >= requests the clients saw complete ${seen.ok + seen.stream_ok}`);
     check(http4xx === seen.bad_4xx + seen.oversize_413, `server 4xx on generation endpoints ${http4xx} = client 4xx ${seen.bad_4xx} + 413 ${seen.oversize_413}`);
     check(exitCode === 0 && drainS <= 60, `SIGTERM: exit code ${exitCode}${exitSignal ? ' signal ' + exitSignal : ''} after ${drainS.toFixed(1)} s (want 0 within 60 s)`);

@@ -11,7 +11,7 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: dsflash verify DIR [--deep] [--samples N] [--compare OTHER_DIR] [--profile auto|v41-flash-w4a8|none]\n"
                "                      [--json-out FILE]\n"
-               "Structural checkpoint verifier (TOOLS.md §2).  Exit: 0 pass (warnings allowed), 1 a check failed,\n"
+               "Structural checkpoint verifier.  Exit: 0 pass (warnings allowed), 1 a check failed,\n"
                "2 usage, 5 DIR missing, 10 an Engram table still needs `dsflash reassemble`.\n");
 }
 

@@ -473,7 +473,7 @@ static int engram_extra_check(const struct ds_checkpoint *ck, void *ctx, ds_erro
 }
 
 static void check_loader(vctx *v) {
-    vcheck *c = vc_begin(v, "LOAD", "loader checklist (CHECKPOINT.md §15, full)");
+    vcheck *c = vc_begin(v, "LOAD", "loader checklist (every check the loader makes, full)");
     if (!v->m.cfg_ok) { vc_issue(c, VS_SKIP, "config did not load"); return; }
     ds_ckpt_opts o;
     ds_ckpt_opts_default(&o);

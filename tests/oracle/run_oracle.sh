@@ -8,8 +8,8 @@
 # greedy tokens, plus the oracle's own check that the fixture is decisive (selection margins >= 1e-3).
 # Then a plain (non-decisive) tiny fixture in robust mode: well-formed and finite,
 # greedy agreement reported; the same on a fixture written by the oracle's own make_tiny.py, so the
-# release format is exercised by two independent writers and readers.  While the engine build lacks
-# `mkmodel` or `generate`, that part is reported as SKIP (not counted); the self-checks still run.
+# release format is exercised by two independent writers and readers.  An engine binary whose
+# `mkmodel` or `generate` does not run is a failure: the comparison could not be made.
 #
 # Every engine run is pinned to `--numerics exact` (generate defaults to the fast tier, which is
 # compared with the exact tier by tests/unit/test_model_fast.c, not with the oracle).
@@ -89,7 +89,8 @@ if "$BIN" mkmodel --help >/dev/null 2>&1 && "$BIN" generate --help >/dev/null 2>
         fail=$((fail + 1))
     fi
 else
-    echo "SKIP engine vs oracle: '$BIN' has no working mkmodel/generate yet (not counted)"
+    echo "FAIL engine vs oracle: '$BIN' mkmodel --help / generate --help do not run, nothing compared"
+    fail=$((fail + 1))
 fi
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -180,7 +180,7 @@ if [ $mounted = 1 ] && [ -s "$C/log" ]; then
     check "tmpfs too small: message names the free space" grep -q "not enough free space" "$C/log"
     check "tmpfs too small: nothing left behind" grep -q "^clean=yes$" "$C/log"
 else
-    echo "skip tmpfs case: cannot mount a tmpfs here (neither root nor user namespaces)"
+    bad "full-disk case not run: cannot mount a tmpfs here (needs root or user namespaces)"
 fi
 
 # --- kill -9 mid-write, then rerun resumes --------------------------------------------------------

@@ -200,6 +200,14 @@ static int hex4(jp *p, uint32_t *v) {
 }
 
 /* Parse a string body after the opening quote into a new NUL-terminated buffer. */
+/* Append a run of raw source bytes; each run is validated on its own because the escapes between
+ * runs are ASCII (a run never splits a character) and the NUL stand-in must not meet the check. */
+static bool append_run(jp *p, ds_strbuf *b, size_t from, size_t to) {
+    if (ds_utf8_validate((const uint8_t *)p->s + from, to - from) != to - from) return false;
+    ds_strbuf_append(b, p->s + from, to - from);
+    return true;
+}
+
 static char *parse_str(jp *p) {
     ds_strbuf b = {0};
     ds_strbuf_append(&b, "", 0);
@@ -207,10 +215,14 @@ static char *parse_str(jp *p) {
     while (1) {
         if (p->i >= p->n) { ds_strbuf_free(&b); jfail(p, "unterminated string"); return NULL; }
         unsigned char c = (unsigned char)p->s[p->i];
-        if (c == '"') { ds_strbuf_append(&b, p->s + run, p->i - run); p->i++; break; }
+        if (c == '"') {
+            if (!append_run(p, &b, run, p->i)) { ds_strbuf_free(&b); jfail(p, "string is not valid UTF-8"); return NULL; }
+            p->i++;
+            break;
+        }
         if (c < 0x20) { ds_strbuf_free(&b); jfail(p, "control character in string"); return NULL; }
         if (c != '\\') { p->i++; continue; }
-        ds_strbuf_append(&b, p->s + run, p->i - run);
+        if (!append_run(p, &b, run, p->i)) { ds_strbuf_free(&b); jfail(p, "string is not valid UTF-8"); return NULL; }
         p->i++;
         if (p->i >= p->n) { ds_strbuf_free(&b); jfail(p, "unterminated escape"); return NULL; }
         char e = p->s[p->i++];
@@ -238,7 +250,7 @@ static char *parse_str(jp *p) {
             } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
                 ds_strbuf_free(&b); jfail(p, "unpaired surrogate"); return NULL;
             }
-            if (cp == 0) { ds_strbuf_free(&b); jfail(p, "\\u0000 in a string is not supported"); return NULL; }
+            if (cp == 0) { ds_strbuf_append(&b, DS_JSON_NUL, 2); break; } /* see json_canon.h */
             char u[4];
             ds_strbuf_append(&b, u, (size_t)ds_utf8_encode(cp, u));
             break;
@@ -247,7 +259,6 @@ static char *parse_str(jp *p) {
         }
         run = p->i;
     }
-    if (ds_utf8_validate((const uint8_t *)b.s, b.n) != b.n) { ds_strbuf_free(&b); jfail(p, "string is not valid UTF-8"); return NULL; }
     return b.s;
 }
 
@@ -343,6 +354,20 @@ static cJSON *parse_value(jp *p) {
     }
     p->depth--;
     return v;
+}
+
+size_t ds_json_nul_restore(char *s, size_t len) {
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] == DS_JSON_NUL[0] && i + 1 < len && s[i + 1] == DS_JSON_NUL[1]) {
+            s[o++] = 0;
+            i++;
+        } else {
+            s[o++] = s[i];
+        }
+    }
+    if (o < len) s[o] = 0;
+    return o;
 }
 
 cJSON *ds_json_parse_exact(const char *text, size_t len, ds_error *err) {

@@ -29,6 +29,11 @@ void ds_strbuf_free(ds_strbuf *b);
  * with err set (E_JSON, naming the byte offset) on malformed input.  Strings must be valid UTF-8;
  * \u escapes (surrogate pairs included) are decoded.  Free with cJSON_Delete. */
 cJSON *ds_json_parse_exact(const char *text, size_t len, ds_error *err);
+/* A `\u0000` escape cannot live in a NUL-terminated cJSON string, so the parser stores it as the
+ * two bytes C0 80 (never valid UTF-8, so never client text); whoever hands the text to the
+ * tokenizer turns them back into a NUL byte with ds_json_nul_restore (returns the new length). */
+#define DS_JSON_NUL "\xC0\x80"
+size_t ds_json_nul_restore(char *s, size_t len);
 
 /* Serialise `v` canonically.  A non-NULL `esc` applies the client-text escaping of §11.2
  * (chat.h) to every key and string value. */

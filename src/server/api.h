@@ -61,6 +61,7 @@ typedef struct ds_api_request {
     ds_tokens *more_prompts;          /* completions: prompts 2.. of a list of prompts */
     char **more_texts;                /* their texts (NULL for token-id prompts) */
     int n_more;
+    ds_json_capture prompt_ids;       /* completions: a token-id prompt taken without cJSON nodes */
 } ds_api_request;
 
 /* Choices of one request (prompts x n) are capped: each is a separate engine request. */
@@ -77,6 +78,9 @@ void ds_api_request_free(ds_api_request *r);
  * malloc'd (never NULL); 400 naming `param`[i] otherwise. */
 int ds_api_int_array(const cJSON *arr, int64_t lo, int64_t hi, const char *param, int32_t **out, size_t *n,
                      ds_api_error *err);
+
+/* The same check for ids taken by a parse capture (json_canon.h). */
+int ds_api_check_ids(const int32_t *ids, size_t n, int64_t lo, int64_t hi, const char *param, ds_api_error *err);
 
 /* The model field: required for generation, optional for /tokenize (NULL field = ok). */
 int ds_api_check_model(const cJSON *body, bool required, const ds_api_limits *lim, ds_api_error *err);

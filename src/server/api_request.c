@@ -98,6 +98,14 @@ int ds_api_int_array(const cJSON *arr, int64_t lo, int64_t hi, const char *param
     return 0;
 }
 
+int ds_api_check_ids(const int32_t *ids, size_t n, int64_t lo, int64_t hi, const char *param, ds_api_error *err) {
+    for (size_t k = 0; k < n; k++)
+        if (ids[k] < lo || ids[k] >= hi)
+            return BAD("invalid_value", param, "'%s[%zu]' must be an integer in [%lld, %lld)", param, k, (long long)lo,
+                       (long long)hi);
+    return 0;
+}
+
 static int get_num(const cJSON *b, const char *k, double lo, double hi, bool lo_open, double *out, ds_api_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(b, k);
     if (!v || cJSON_IsNull(v)) return 0;
@@ -372,6 +380,14 @@ static int parse_completion_prompt(const cJSON *b, const ds_tokenizer *tok, cons
     if (!p || cJSON_IsNull(p)) return BAD("invalid_value", "prompt", "'prompt' is required");
     bool add_special = true;
     if (get_bool(b, "add_special_tokens", &add_special, err)) return -1;
+    if (r->prompt_ids.captured) { /* a list of ids, parsed without nodes */
+        if (ds_api_check_ids(r->prompt_ids.ids, r->prompt_ids.n, 0, lim->vocab, "prompt", err)) return -1;
+        if (!r->prompt_ids.n) return BAD("invalid_value", "prompt", "'prompt' is empty");
+        r->prompt.ids = r->prompt_ids.ids;
+        r->prompt.n = r->prompt.cap = r->prompt_ids.n;
+        r->prompt_ids.ids = NULL;
+        return 0;
+    }
     bool several = cJSON_IsArray(p) && p->child && (cJSON_IsString(p->child) || cJSON_IsArray(p->child));
     if (!several) return one_prompt(p, tok, lim, add_special, &r->prompt, &r->prompt_text, err);
     int np = cJSON_GetArraySize(p);
@@ -433,7 +449,8 @@ int ds_api_parse_generation(ds_api_kind kind, const char *body, size_t len, cons
     r->skip_special = true;
     r->n = 1;
     ds_error e = {0};
-    r->body = ds_json_parse_exact(body, len, &e);
+    r->prompt_ids.key = "prompt";
+    r->body = ds_json_parse_capture(body, len, kind == DS_API_COMPLETIONS ? &r->prompt_ids : NULL, &e);
     if (!r->body) return BAD("invalid_json", NULL, "malformed JSON body: %s", e.msg);
     const cJSON *b = r->body;
     if (!cJSON_IsObject(b)) return BAD("invalid_type", NULL, "the request body must be a JSON object");
@@ -489,5 +506,6 @@ void ds_api_request_free(ds_api_request *r) {
     free(r->more_prompts);
     free(r->more_texts);
     free(r->required_tool);
+    free(r->prompt_ids.ids);
     memset(r, 0, sizeof *r);
 }

@@ -60,9 +60,9 @@ enum MHD_Result ds_http_send_cjson(struct MHD_Connection *c, ds_server *s, const
     return rc;
 }
 
-cJSON *ds_http_parse_object_body(const char *body, size_t len, ds_api_error *err) {
+cJSON *ds_http_parse_object_body(const char *body, size_t len, ds_json_capture *cap, ds_api_error *err) {
     ds_error pe = {0};
-    cJSON *b = ds_json_parse_exact(body, len, &pe);
+    cJSON *b = ds_json_parse_capture(body, len, cap, &pe);
     if (!b) {
         ds_api_fail(err, 400, "invalid_request_error", "invalid_json", NULL, "malformed JSON body: %s", pe.msg);
         return NULL;

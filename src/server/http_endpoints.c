@@ -84,7 +84,7 @@ enum MHD_Result ds_http_server_info(struct MHD_Connection *c, ds_server *s) {
 
 enum MHD_Result ds_http_tokenize(struct MHD_Connection *c, ds_server *s, const char *body, size_t len) {
     ds_api_error err = {0};
-    cJSON *b = ds_http_parse_object_body(body, len, &err);
+    cJSON *b = ds_http_parse_object_body(body, len, NULL, &err);
     enum MHD_Result rc;
     ds_tokens toks = {0};
     char *text = NULL;
@@ -123,7 +123,8 @@ done:
 
 enum MHD_Result ds_http_detokenize(struct MHD_Connection *c, ds_server *s, const char *body, size_t len) {
     ds_api_error err = {0};
-    cJSON *b = ds_http_parse_object_body(body, len, &err);
+    ds_json_capture cap = {.key = "tokens"}; /* ids straight to int32: no node per id */
+    cJSON *b = ds_http_parse_object_body(body, len, &cap, &err);
     enum MHD_Result rc;
     int32_t *ids = NULL;
     size_t n = 0;
@@ -134,7 +135,13 @@ enum MHD_Result ds_http_detokenize(struct MHD_Connection *c, ds_server *s, const
         ds_api_fail(&err, 400, "invalid_request_error", "invalid_type", "tokens", "'tokens' must be a list of token ids");
         goto fail;
     }
-    if (ds_api_int_array(t, 0, s->lim.vocab, "tokens", &ids, &n, &err)) goto fail;
+    if (cap.captured) {
+        ids = cap.ids, n = cap.n;
+        cap.ids = NULL;
+        if (ds_api_check_ids(ids, n, 0, s->lim.vocab, "tokens", &err)) goto fail;
+    } else if (ds_api_int_array(t, 0, s->lim.vocab, "tokens", &ids, &n, &err)) {
+        goto fail;
+    }
     cJSON_Delete(b); /* the tree of a large body is most of the memory: drop it before decoding */
     b = NULL;
     if (ds_http_client_gone(ds_http_conn_fd(c))) { /* nobody is waiting: skip the decode */
@@ -157,6 +164,7 @@ fail:
     rc = ds_http_send_error(c, s, "/detokenize", &err, NULL);
 done:
     free(ids);
+    free(cap.ids);
     cJSON_Delete(b);
     return rc;
 }

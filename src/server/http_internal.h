@@ -51,7 +51,7 @@ enum MHD_Result ds_http_send_cjson(struct MHD_Connection *c, ds_server *s, const
 enum MHD_Result ds_http_send_error(struct MHD_Connection *c, ds_server *s, const char *endpoint,
                                    const ds_api_error *e, const char *req_id);
 /* The body as one JSON object, or NULL with a 400 in err. */
-cJSON *ds_http_parse_object_body(const char *body, size_t len, ds_api_error *err);
+cJSON *ds_http_parse_object_body(const char *body, size_t len, ds_json_capture *cap, ds_api_error *err);
 bool ds_http_client_gone(int fd);
 int ds_http_conn_fd(struct MHD_Connection *c);
 

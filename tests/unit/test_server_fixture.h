@@ -20,6 +20,7 @@
 
 #define V 512
 #define EOS_ID 1
+#define PLACEHOLDER_ID 414 /* special added token, not masked */
 
 /* ------------------------------------------------------------------ fixture */
 
@@ -40,7 +41,8 @@ static void utf8(uint32_t cp, char *o) {
 static ds_tokenizer *make_tokenizer(void) {
     static const char *ctl[] = {"<｜User｜>", "<｜Assistant｜>", "<｜System｜>", "<think>", "</think>", "｜DSML｜",
                                 "<｜latest_reminder｜>", "<｜deepseek_image｜>", "<｜action｜>", "<｜query｜>",
-                                "<｜authority｜>", "<｜domain｜>", "<｜title｜>", "<｜read_url｜>"};
+                                "<｜authority｜>", "<｜domain｜>", "<｜title｜>", "<｜read_url｜>",
+                                "<｜place▁holder▁no▁1｜>"}; /* the last: special and samplable (skip_special tests) */
     uint32_t map[256];
     byte_chars(map);
     cJSON *root = cJSON_CreateObject(), *model = cJSON_AddObjectToObject(root, "model");
@@ -69,7 +71,7 @@ static ds_tokenizer *make_tokenizer(void) {
         cJSON *t = cJSON_CreateObject();
         cJSON_AddNumberToObject(t, "id", i < 3 ? i : ctl_base + i - 3);
         cJSON_AddStringToObject(t, "content", i < 3 ? fixed[i] : ctl[i - 3]);
-        cJSON_AddBoolToObject(t, "special", i < 3);
+        cJSON_AddBoolToObject(t, "special", i < 3 || i == 3 + (int)DS_ARRAY_LEN(ctl) - 1);
         cJSON_AddBoolToObject(t, "normalized", false);
         cJSON_AddItemToArray(added, t);
     }

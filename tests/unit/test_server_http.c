@@ -71,7 +71,7 @@ TEST(http_error_rows_of_10_6) {
             CHECK(e && cJSON_IsString(cJSON_GetObjectItem(e, "message")) && cJSON_IsString(cJSON_GetObjectItem(e, "type")),
                   "row %zu: error body shape %s", i, r.body);
         }
-        if (i == 10) CHECK(strstr(r.body, "maximum context length is 4096 tokens"), "%s", r.body);
+        if (i == 11) CHECK(strstr(r.body, "maximum context length is 4096 tokens"), "%s", r.body);
         cJSON_Delete(j);
         resp_free(&r);
     }

@@ -1,0 +1,251 @@
+/* Regression tests for the hardening defects of the HTTP front end, in process over loopback
+ * sockets (fixture: test_server_fixture.h).  Each test reproduces one defect as a hostile or
+ * careless client would meet it — long id arrays, restarts over TIME_WAIT, shutdown with
+ * requests in flight, NUL bytes, API semantics, vLLM-style request features, stalled
+ * connections — and asserts the fixed behaviour against an independent expectation: the
+ * greedy reference of the synthetic model, the tokenizer's own decode, or the HTTP rule. */
+#include "test_server_fixture.h"
+#include <errno.h>
+#include <poll.h>
+#include <time.h>
+
+/* Sanitizers slow allocation-heavy parsing by roughly an order of magnitude. */
+#if defined(__SANITIZE_ADDRESS__)
+#define SLOW 10.0
+#else
+#define SLOW 1.0
+#endif
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static http_resp post(stack *st, const char *path, const char *body) { return http(st->port, "POST", path, NULL, body); }
+
+static const char *choice_str(cJSON *j, int i, const char *key) {
+    cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), i);
+    cJSON *v = cJSON_GetObjectItem(c, key);
+    if (!v && cJSON_GetObjectItem(c, "message")) v = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "message"), key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static double usage_num(cJSON *j, const char *key) {
+    cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"), key);
+    return v ? v->valuedouble : -1;
+}
+
+/* A /detokenize body with n ids cycling over ordinary byte tokens. */
+static char *detok_body(size_t n) {
+    ds_tbuf b = {0};
+    ds_tbuf_puts(&b, "{\"tokens\":[");
+    for (size_t i = 0; i < n; i++) ds_tbuf_printf(&b, "%s%d", i ? "," : "", 3 + 'a' + (int)(i % 26));
+    ds_tbuf_puts(&b, "]}");
+    return b.s;
+}
+
+static double time_detok(stack *st, size_t n, int *status, size_t *text_len) {
+    char *body = detok_body(n);
+    double t0 = now_s();
+    http_resp r = post(st, "/detokenize", body);
+    double dt = now_s() - t0;
+    *status = r.status;
+    cJSON *j = jbody(&r);
+    cJSON *p = cJSON_GetObjectItem(j, "prompt");
+    *text_len = cJSON_IsString(p) ? strlen(p->valuestring) : 0;
+    cJSON_Delete(j);
+    resp_free(&r);
+    free(body);
+    return dt;
+}
+
+/* Defect 1: integer arrays were parsed in quadratic time (80k ids: 13-17 s). */
+TEST(hardening_1_linear_id_arrays) {
+    stack st;
+    ds_server_config over = {.max_body = 64u << 20};
+    stack_up_cfg(&st, 8, 64, 0, NULL, &over);
+    ds_server_set_ready(st.srv, "x");
+    int status;
+    size_t len;
+    double t80 = time_detok(&st, 80000, &status, &len);
+    CHECK(status == 200 && len == 80000, "80k ids: status %d, %zu chars", status, len);
+    CHECK(t80 < 1.0 * SLOW, "80k-id /detokenize took %.3f s (limit %.1f s)", t80, 1.0 * SLOW);
+    double t5m = time_detok(&st, 5000000, &status, &len);
+    CHECK(status == 200 && len == 5000000, "5M ids: status %d, %zu chars", status, len);
+    CHECK(t5m < 5.0 * SLOW, "5M-id /detokenize took %.3f s (limit %.1f s)", t5m, 5.0 * SLOW);
+    printf("  timing: 80k ids %.3f s (limit %.1f), 5M ids %.3f s (limit %.1f), ratio 5M/80k %.1f for 62.5x the ids\n", t80,
+           1.0 * SLOW, t5m, 5.0 * SLOW, t5m / t80);
+    /* the same linear walk serves prompt ids and stop_token_ids */
+    ds_tbuf b = {0};
+    ds_tbuf_puts(&b, "{\"model\":\"deepseek-v41\",\"max_tokens\":2,\"prompt\":[");
+    for (int i = 0; i < 200000; i++) ds_tbuf_printf(&b, "%s%d", i ? "," : "", 3 + 'a' + i % 26);
+    ds_tbuf_puts(&b, "]}");
+    double t0 = now_s();
+    http_resp r = post(&st, "/v1/completions", b.s);
+    double tp = now_s() - t0;
+    cJSON *j = jbody(&r);
+    CHECK(r.status == 400 && !strcmp(jerr_code(j), "context_length_exceeded"), "200k-id prompt: %d", r.status);
+    CHECK(tp < 2.0 * SLOW, "200k-id prompt rejected in %.3f s", tp);
+    cJSON_Delete(j);
+    resp_free(&r);
+    ds_tbuf_free(&b);
+    /* a 2.0-style id is an integer; 2.5 is not */
+    r = post(&st, "/detokenize", "{\"tokens\":[100.0, 101]}");
+    CHECK(r.status == 200, "integral float id: %d %s", r.status, r.body);
+    resp_free(&r);
+    r = post(&st, "/detokenize", "{\"tokens\":[100.5]}");
+    CHECK(r.status == 400, "fractional id: %d", r.status);
+    resp_free(&r);
+    /* the allocation-free capture of id arrays falls back to the general parser mid-array and
+     * gives its exact errors: compare with the tokenizer's own decode */
+    struct { const char *body; int status; const char *text; } rows[] = {
+        {"{\"tokens\":[100, 101.0, 102]}", 200, "abc"},
+        {"{\"tokens\" : [ 100 ,101 ] , \"model\":\"deepseek-v41\"}", 200, "ab"},
+        {"{\"tokens\":[]}", 200, ""},
+        {"{\"tokens\":[100, \"x\"]}", 400, NULL},
+        {"{\"tokens\":[01]}", 400, NULL},
+        {"{\"tokens\":[100,]}", 400, NULL},
+        {"{\"tokens\":[-1]}", 400, NULL},
+        {"{\"tokens\":[99999999999]}", 400, NULL},
+        {"{\"x\":{\"tokens\":[5]},\"tokens\":[100]}", 200, "a"},
+    };
+    for (size_t i = 0; i < DS_ARRAY_LEN(rows); i++) {
+        r = post(&st, "/detokenize", rows[i].body);
+        cJSON *jj = jbody(&r);
+        cJSON *p = cJSON_GetObjectItem(jj, "prompt");
+        CHECK(r.status == rows[i].status, "capture row %zu: %d %s", i, r.status, r.body);
+        if (rows[i].text) CHECK(cJSON_IsString(p) && !strcmp(p->valuestring, rows[i].text), "capture row %zu: %s", i, r.body);
+        cJSON_Delete(jj);
+        resp_free(&r);
+    }
+    stack_down(&st);
+}
+
+/* Defect 2: a restart after connections were closed by the server (TIME_WAIT) could not bind. */
+TEST(hardening_2_restart_binds_same_port) {
+    stack st;
+    stack_up(&st, 8, 64, 0, NULL);
+    ds_server_set_ready(st.srv, "x");
+    int port = st.port;
+    for (int i = 0; i < 3; i++) { /* the server closes these (Connection: close): TIME_WAIT on its side */
+        http_resp r = http(port, "GET", "/health", NULL, NULL);
+        CHECK(r.status == 200);
+        resp_free(&r);
+    }
+    int idle = connect_lo(port); /* and one still open at shutdown */
+    CHECK(idle >= 0);
+    ds_server_drain(st.srv, 0);
+    ds_server_stop(st.srv);
+    st.srv = NULL;
+    ds_server_config sc = {.host = "127.0.0.1", .port = port, .names = st.names, .n_names = 2, .root = "synthetic",
+                           .max_model_len = 4096, .max_body = 1 << 16, .max_connections = 64, .server_info_json = "{}"};
+    ds_error err = {0};
+    ds_server *again = ds_server_start(&sc, st.e, st.tok, &st.m, &err);
+    CHECK(again != NULL, "restart on port %d: %s", port, err.msg);
+    if (again) {
+        ds_server_set_ready(again, "y");
+        http_resp r = http(port, "GET", "/health", NULL, NULL);
+        CHECK(r.status == 200 && strstr(r.body, "\"y\""), "restarted server answers: %d", r.status);
+        resp_free(&r);
+        /* no port sharing: a second listener on the same port is still refused */
+        ds_server *twin = ds_server_start(&sc, st.e, st.tok, &st.m, &err);
+        CHECK(twin == NULL, "two servers on one port");
+        if (twin) ds_server_stop(twin);
+        st.srv = again;
+    }
+    close(idle);
+    stack_down(&st);
+}
+
+static void *drain_bg(void *a) {
+    ds_server_drain(a, 1.0);
+    return NULL;
+}
+
+typedef struct bgreq { int port; const char *path; char *body; http_resp r; } bgreq;
+static void *bg_post(void *a) {
+    bgreq *b = a;
+    b->r = http(b->port, "POST", b->path, NULL, b->body);
+    return NULL;
+}
+
+/* Defect 3: shutdown cut streams without finish_reason or [DONE] and left whole replies empty. */
+TEST(hardening_3_graceful_drain) {
+    stack st;
+    stack_up(&st, 8, 64, 20000, NULL); /* 20 ms per row: requests of 200 tokens outlive the drain */
+    ds_server_set_ready(st.srv, "x");
+    bgreq lng = {.port = st.port, .path = "/v1/completions", .body = cmpl_body("abc", 200, "\"stream\":true,\"ignore_eos\":true")};
+    bgreq whole = {.port = st.port, .path = "/v1/completions", .body = cmpl_body("abd", 200, "\"ignore_eos\":true")};
+    bgreq quick = {.port = st.port, .path = "/v1/completions", .body = cmpl_body("abe", 3, NULL)};
+    pthread_t t1, t2, t3;
+    pthread_create(&t1, NULL, bg_post, &lng);
+    pthread_create(&t2, NULL, bg_post, &whole);
+    pthread_create(&t3, NULL, bg_post, &quick);
+    usleep(300000);
+    double t0 = now_s();
+    int left = ds_server_drain(st.srv, 0.5);
+    double dt = now_s() - t0;
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    pthread_join(t3, NULL);
+    CHECK(left == 2, "requests running at the deadline: %d (expected the two long ones)", left);
+    CHECK(dt >= 0.45 && dt < 10, "drain took %.2f s for a 0.5 s deadline", dt);
+    /* the quick one finished normally */
+    cJSON *j = jbody(&quick.r);
+    CHECK(quick.r.status == 200 && choice_str(j, 0, "text"), "quick request: %d %s", quick.r.status, quick.r.body);
+    cJSON_Delete(j);
+    /* the whole reply is a JSON error, never empty */
+    j = jbody(&whole.r);
+    CHECK(whole.r.status == 503 && !strcmp(jerr_code(j), "shutting_down"), "whole reply at shutdown: %d %s", whole.r.status,
+          whole.r.body);
+    cJSON_Delete(j);
+    /* the stream ends with finish_reason "abort" and [DONE] */
+    bool framing;
+    char *txt = sse_text(lng.r.body, &framing, NULL);
+    CHECK(framing, "stream framing at shutdown (ends with [DONE]): %.200s", lng.r.body);
+    CHECK(strstr(lng.r.body, "\"finish_reason\":\"abort\""), "stream has finish_reason abort");
+    CHECK(strlen(txt) > 0, "tokens produced before the deadline were delivered");
+    free(txt);
+    /* the listener is closed: no new connection (a successor may bind the port) */
+    int fd = connect_lo(st.port);
+    CHECK(fd < 0, "new connections are refused once draining starts");
+    if (fd >= 0) close(fd);
+    for (int i = 0; i < 3; i++) {
+        bgreq *b = i == 0 ? &lng : i == 1 ? &whole : &quick;
+        resp_free(&b->r);
+        free(b->body);
+    }
+    stack_down(&st);
+}
+
+/* Defect 3, /health while draining, on a connection opened before the drain began. */
+TEST(hardening_3_health_503_while_draining) {
+    stack st;
+    stack_up(&st, 8, 64, 20000, NULL);
+    ds_server_set_ready(st.srv, "x");
+    bgreq lng = {.port = st.port, .path = "/v1/completions", .body = cmpl_body("abc", 100, "\"ignore_eos\":true")};
+    pthread_t t1;
+    pthread_create(&t1, NULL, bg_post, &lng);
+    usleep(200000);
+    int fd = connect_lo(st.port); /* accepted before the drain */
+    usleep(100000);
+    pthread_t td;
+    pthread_create(&td, NULL, drain_bg, st.srv);
+    usleep(200000);
+    const char *req = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    CHECK(write(fd, req, strlen(req)) > 0);
+    http_resp h;
+    read_resp(fd, &h);
+    close(fd);
+    CHECK(h.status == 503 && strstr(h.body, "shutting_down"), "/health while draining: %d %s", h.status, h.body);
+    resp_free(&h);
+    pthread_join(td, NULL);
+    pthread_join(t1, NULL);
+    CHECK(lng.r.status == 503 || lng.r.status == 200, "request during drain got a reply: %d", lng.r.status);
+    resp_free(&lng.r);
+    free(lng.body);
+    stack_down(&st);
+}
+
+RUN_ALL()

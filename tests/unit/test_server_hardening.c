@@ -5,6 +5,7 @@
  * connections — and asserts the fixed behaviour against an independent expectation: the
  * greedy reference of the synthetic model, the tokenizer's own decode, or the HTTP rule. */
 #include "test_server_fixture.h"
+#include <ctype.h>
 #include <errno.h>
 #include <poll.h>
 #include <time.h>
@@ -245,6 +246,184 @@ TEST(hardening_3_health_503_while_draining) {
     CHECK(lng.r.status == 503 || lng.r.status == 200, "request during drain got a reply: %d", lng.r.status);
     resp_free(&lng.r);
     free(lng.body);
+    stack_down(&st);
+}
+
+
+/* Raw request on a fresh connection; the reply is read to EOF. */
+static http_resp raw(int port, const char *req) {
+    http_resp r;
+    memset(&r, 0, sizeof r);
+    int fd = connect_lo(port);
+    if (fd < 0) return r;
+    if (write(fd, req, strlen(req)) < 0) {}
+    read_resp(fd, &r);
+    close(fd);
+    return r;
+}
+
+static int count_substr(const char *h, const char *needle) {
+    int n = 0;
+    for (const char *p = h; (p = strstr(p, needle)); p++) n++;
+    return n;
+}
+
+/* Defect 5: /detokenize cut its text at a NUL byte; "\u0000" in request strings was refused. */
+TEST(hardening_5_nul_bytes) {
+    stack st;
+    stack_up(&st, 8, 64, 0, NULL);
+    ds_server_set_ready(st.srv, "x");
+    /* ids of the bytes 'A', 0x00, 'B' (byte b has id 3 + b in the test vocabulary) */
+    http_resp r = post(&st, "/detokenize", "{\"tokens\":[68,3,69]}");
+    CHECK(r.status == 200 && strstr(r.body, "\"prompt\":\"A\\u0000B\""), "detokenize with NUL: %d %s", r.status, r.body);
+    resp_free(&r);
+    /* the tokenizer's own decode agrees on the length */
+    int32_t ids[3] = {68, 3, 69};
+    size_t len = 0;
+    ds_error e;
+    char *t = ds_tokenizer_decode(st.tok, ids, 3, false, &len, &e);
+    CHECK(t && len == 3 && t[1] == 0, "tokenizer decode length %zu", len);
+    free(t);
+    /* "\u0000" in a completion prompt and in a chat message is text: the NUL byte's id appears */
+    r = post(&st, "/tokenize", "{\"prompt\":\"a\\u0000b\",\"add_special_tokens\":false}");
+    CHECK(r.status == 200 && strstr(r.body, "\"tokens\":[100,3,101]"), "tokenize with NUL: %d %s", r.status, r.body);
+    resp_free(&r);
+    r = post(&st, "/tokenize", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\\u0000y\"}]}");
+    CHECK(r.status == 200 && strstr(r.body, ",123,3,124,"), "chat tokenize with NUL: %d %s", r.status, r.body);
+    resp_free(&r);
+    r = post(&st, "/v1/completions", "{\"model\":\"deepseek-v41\",\"prompt\":\"a\\u0000b\",\"max_tokens\":2}");
+    CHECK(r.status == 200, "completion with NUL in the prompt: %d %s", r.status, r.body);
+    resp_free(&r);
+    /* a raw C0 80 (overlong NUL, the parser's internal stand-in) is still invalid UTF-8 */
+    const char bad[] = "{\"prompt\":\"a\xC0\x80" "b\"}";
+    r = post(&st, "/tokenize", bad);
+    CHECK(r.status == 400, "raw C0 80 refused: %d", r.status);
+    resp_free(&r);
+    stack_down(&st);
+}
+
+/* Defect 7: API semantics. */
+TEST(hardening_7_api_semantics) {
+    stack st;
+    stack_up(&st, 8, 64, 0, "sekret");
+    ds_server_set_ready(st.srv, "x");
+    const char *auth = "Authorization: Bearer sekret\r\n";
+    char body[512];
+    /* skip_special_tokens: a special placeholder forced by logit_bias is dropped from the text
+     * (true, the default) or kept as its literal (false); logit_bias itself takes effect */
+    for (int keep = 0; keep < 2; keep++) {
+        snprintf(body, sizeof body, "{\"model\":\"deepseek-v41\",\"prompt\":\"hi\",\"max_tokens\":3,\"temperature\":0,"
+                                    "\"logit_bias\":{\"%d\":100}%s}", PLACEHOLDER_ID, keep ? ",\"skip_special_tokens\":false" : "");
+        http_resp r = http(st.port, "POST", "/v1/completions", auth, body);
+        cJSON *j = jbody(&r);
+        const char *txt = choice_str(j, 0, "text");
+        CHECK(r.status == 200 && txt && usage_num(j, "completion_tokens") == 3, "%d %s", r.status, r.body);
+        if (txt) CHECK(keep ? count_substr(txt, "<｜place▁holder▁no▁1｜>") == 3 : !strcmp(txt, ""), "skip_special=%d: '%s'", !keep, txt);
+        cJSON_Delete(j);
+        resp_free(&r);
+    }
+    /* chat honours it too */
+    snprintf(body, sizeof body, "{\"model\":\"deepseek-v41\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2,"
+                                "\"temperature\":0,\"logit_bias\":{\"%d\":100}}", PLACEHOLDER_ID);
+    http_resp r = http(st.port, "POST", "/v1/chat/completions", auth, body);
+    cJSON *j = jbody(&r);
+    CHECK(r.status == 200 && choice_str(j, 0, "content") && !strcmp(choice_str(j, 0, "content"), ""), "chat skip_special: %s", r.body);
+    cJSON_Delete(j);
+    resp_free(&r);
+    /* max_completion_tokens wins over max_tokens */
+    r = http(st.port, "POST", "/v1/chat/completions", auth,
+             "{\"model\":\"deepseek-v41\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":7,"
+             "\"max_completion_tokens\":3,\"ignore_eos\":true}");
+    j = jbody(&r);
+    CHECK(r.status == 200 && usage_num(j, "completion_tokens") == 3, "max_completion_tokens: %s", r.body);
+    cJSON_Delete(j);
+    resp_free(&r);
+    /* min_tokens: EOS forced by logit_bias cannot come before min_tokens outputs */
+    for (int mt = 0; mt <= 4; mt += 4) {
+        snprintf(body, sizeof body, "{\"model\":\"deepseek-v41\",\"prompt\":\"hi\",\"max_tokens\":10,\"logit_bias\":{\"%d\":100},"
+                                    "\"min_tokens\":%d}", EOS_ID, mt);
+        r = http(st.port, "POST", "/v1/completions", auth, body);
+        j = jbody(&r);
+        CHECK(r.status == 200 && usage_num(j, "completion_tokens") == mt + 1 && !strcmp(choice_str(j, 0, "finish_reason"), "stop"),
+              "min_tokens %d: %s", mt, r.body);
+        cJSON_Delete(j);
+        resp_free(&r);
+    }
+    r = http(st.port, "POST", "/v1/completions", auth, "{\"model\":\"deepseek-v41\",\"prompt\":\"hi\",\"max_tokens\":2,\"min_tokens\":3}");
+    CHECK(r.status == 400 && strstr(r.body, "min_tokens"), "min_tokens > max_tokens: %d", r.status);
+    resp_free(&r);
+    /* include_stop_str_in_output: the stop string stays (the reference text gives the expectation) */
+    char *ref = reference_text(&st, "hello", 16);
+    CHECK(ref && strlen(ref) >= 8, "reference text");
+    if (ref && strlen(ref) >= 8) {
+        size_t k = 1; /* two ASCII letters after the start make an unambiguous stop string */
+        while (ref[k + 1] && !(isalpha((unsigned char)ref[k]) && isalpha((unsigned char)ref[k + 1]))) k++;
+        char stop[4] = {ref[k], ref[k + 1], 0};
+        const char *at = strstr(ref, stop);
+        size_t cut = (size_t)(at - ref);
+        for (int inc = 0; inc < 2; inc++) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "model", "deepseek-v41");
+            cJSON_AddStringToObject(o, "prompt", "hello");
+            cJSON_AddNumberToObject(o, "max_tokens", 16);
+            cJSON_AddNumberToObject(o, "temperature", 0);
+            cJSON_AddStringToObject(o, "stop", stop);
+            cJSON_AddBoolToObject(o, "include_stop_str_in_output", inc);
+            char *b = cJSON_PrintUnformatted(o);
+            r = http(st.port, "POST", "/v1/completions", auth, b);
+            j = jbody(&r);
+            const char *txt = choice_str(j, 0, "text");
+            size_t want = cut + (inc ? 2 : 0);
+            CHECK(txt && strlen(txt) == want && !strncmp(txt, ref, want), "include_stop_str=%d: '%s' vs ref '%s'", inc, txt ? txt : "", ref);
+            cJSON_Delete(j);
+            resp_free(&r);
+            free(b);
+            cJSON_Delete(o);
+        }
+    }
+    free(ref);
+    /* wrong method: 405 with Allow */
+    r = http(st.port, "GET", "/v1/completions", auth, NULL);
+    CHECK(r.status == 405 && strcasestr(r.headers, "\r\nAllow: POST"), "GET /v1/completions: %d [%s]", r.status, r.headers);
+    resp_free(&r);
+    r = http(st.port, "DELETE", "/health", NULL, NULL);
+    CHECK(r.status == 405 && strcasestr(r.headers, "\r\nAllow: GET, HEAD"), "DELETE /health: %d", r.status);
+    resp_free(&r);
+    r = http(st.port, "GET", "/nowhere", NULL, NULL);
+    CHECK(r.status == 404, "unknown path stays 404: %d", r.status);
+    resp_free(&r);
+    /* HEAD /health: the status and headers, no body */
+    r = raw(st.port, "HEAD /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    CHECK(r.status == 200 && r.body_len == 0, "HEAD /health: %d body %zu", r.status, r.body_len);
+    resp_free(&r);
+    /* integral floats are integers; fractions are not */
+    r = http(st.port, "POST", "/v1/completions", auth, "{\"model\":\"deepseek-v41\",\"prompt\":\"hi\",\"max_tokens\":2.0,\"ignore_eos\":true}");
+    j = jbody(&r);
+    CHECK(r.status == 200 && usage_num(j, "completion_tokens") == 2, "max_tokens 2.0: %d %s", r.status, r.body);
+    cJSON_Delete(j);
+    resp_free(&r);
+    r = http(st.port, "POST", "/v1/completions", auth, "{\"model\":\"deepseek-v41\",\"prompt\":\"hi\",\"max_tokens\":2.5}");
+    j = jbody(&r);
+    CHECK(r.status == 400 && !strcmp(jerr_param(j), "max_tokens"), "max_tokens 2.5: %d", r.status);
+    cJSON_Delete(j);
+    resp_free(&r);
+    /* the Bearer scheme is case-insensitive; the key is not */
+    r = http(st.port, "POST", "/tokenize", "Authorization: bearer sekret\r\n", "{\"prompt\":\"x\"}");
+    CHECK(r.status == 200, "lowercase bearer: %d", r.status);
+    resp_free(&r);
+    r = http(st.port, "POST", "/tokenize", "Authorization: BEARER SEKRET\r\n", "{\"prompt\":\"x\"}");
+    CHECK(r.status == 401, "key is case-sensitive: %d", r.status);
+    resp_free(&r);
+    /* /server_info needs the key when one is set; /health, /metrics, /version stay open */
+    r = http(st.port, "GET", "/server_info", NULL, NULL);
+    CHECK(r.status == 401, "/server_info without key: %d", r.status);
+    resp_free(&r);
+    r = http(st.port, "GET", "/server_info", auth, NULL);
+    CHECK(r.status == 200, "/server_info with key: %d", r.status);
+    resp_free(&r);
+    r = http(st.port, "GET", "/version", NULL, NULL);
+    CHECK(r.status == 200 && strstr(r.body, "\"version\":\"" DS_SERVER_VERSION "\""), "/version: %d %s", r.status, r.body);
+    resp_free(&r);
     stack_down(&st);
 }
 

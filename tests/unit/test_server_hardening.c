@@ -427,4 +427,197 @@ TEST(hardening_7_api_semantics) {
     stack_down(&st);
 }
 
+/* Defect 8: request features vLLM users expect. */
+TEST(hardening_8_vllm_features) {
+    stack st;
+    stack_up(&st, 8, 64, 0, NULL);
+    ds_server_set_ready(st.srv, "x");
+    /* a list of prompts: one choice per prompt, each equal to its own greedy reference */
+    char *ra = reference_text(&st, "abc", 6), *rb = reference_text(&st, "xyz", 6);
+    http_resp r = post(&st, "/v1/completions", "{\"model\":\"deepseek-v41\",\"prompt\":[\"abc\",\"xyz\"],\"max_tokens\":6,\"temperature\":0}");
+    cJSON *j = jbody(&r);
+    CHECK(r.status == 200 && cJSON_GetArraySize(cJSON_GetObjectItem(j, "choices")) == 2, "prompt list: %d %s", r.status, r.body);
+    CHECK(choice_str(j, 0, "text") && !strcmp(choice_str(j, 0, "text"), ra), "choice 0 = reference of prompt 0");
+    CHECK(choice_str(j, 1, "text") && !strcmp(choice_str(j, 1, "text"), rb), "choice 1 = reference of prompt 1");
+    CHECK(usage_num(j, "prompt_tokens") == 8, "both prompts counted once (BOS + 3 each): %g", usage_num(j, "prompt_tokens"));
+    cJSON_Delete(j);
+    resp_free(&r);
+    /* a list of token-id lists */
+    r = post(&st, "/v1/completions", "{\"model\":\"deepseek-v41\",\"prompt\":[[0,100,101,102],[0,123,124,125]],\"max_tokens\":6,\"temperature\":0}");
+    j = jbody(&r);
+    CHECK(r.status == 200 && choice_str(j, 1, "text") && !strcmp(choice_str(j, 1, "text"), rb), "id lists: %d %s", r.status, r.body);
+    cJSON_Delete(j);
+    resp_free(&r);
+    /* echo: the prompt text, then the completion */
+    r = post(&st, "/v1/completions", "{\"model\":\"deepseek-v41\",\"prompt\":\"abc\",\"max_tokens\":6,\"temperature\":0,\"echo\":true}");
+    j = jbody(&r);
+    char want[256];
+    snprintf(want, sizeof want, "abc%s", ra);
+    CHECK(r.status == 200 && choice_str(j, 0, "text") && !strcmp(choice_str(j, 0, "text"), want), "echo: %s", r.body);
+    cJSON_Delete(j);
+    resp_free(&r);
+    r = post(&st, "/v1/completions", "{\"model\":\"deepseek-v41\",\"prompt\":\"abc\",\"max_tokens\":6,\"temperature\":0,\"echo\":true,\"stream\":true}");
+    bool framing;
+    char *txt = sse_text(r.body, &framing, NULL);
+    CHECK(framing && !strcmp(txt, want), "streamed echo: '%s'", txt);
+    free(txt);
+    resp_free(&r);
+    /* n = 3 sampled choices: indexes 0..2, each its own random stream, reproducible with a seed */
+    const char *nb = "{\"model\":\"deepseek-v41\",\"prompt\":\"abc\",\"max_tokens\":12,\"temperature\":1,\"seed\":7,\"n\":3}";
+    r = post(&st, "/v1/completions", nb);
+    http_resp r2 = post(&st, "/v1/completions", nb);
+    j = jbody(&r);
+    cJSON *j2 = jbody(&r2);
+    CHECK(r.status == 200 && cJSON_GetArraySize(cJSON_GetObjectItem(j, "choices")) == 3, "n=3: %s", r.body);
+    const char *c0 = choice_str(j, 0, "text"), *c1 = choice_str(j, 1, "text"), *c2 = choice_str(j, 2, "text");
+    CHECK(c0 && c1 && c2 && (strcmp(c0, c1) || strcmp(c1, c2)), "n=3 choices differ");
+    for (int i = 0; i < 3; i++) {
+        cJSON *ci = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), i);
+        CHECK(cJSON_GetObjectItem(ci, "index")->valueint == i, "choice %d index", i);
+        CHECK(choice_str(j2, i, "text") && choice_str(j, i, "text") && !strcmp(choice_str(j, i, "text"), choice_str(j2, i, "text")),
+              "seeded choice %d reproduces", i);
+    }
+    CHECK(usage_num(j, "prompt_tokens") == 4 && usage_num(j, "completion_tokens") >= 3, "n=3 usage: prompt once");
+    cJSON_Delete(j);
+    cJSON_Delete(j2);
+    resp_free(&r);
+    resp_free(&r2);
+    /* n = 2 streamed: chunks carry both indexes, one finish per choice, one [DONE] */
+    r = post(&st, "/v1/completions", "{\"model\":\"deepseek-v41\",\"prompt\":\"abc\",\"max_tokens\":5,\"n\":2,\"stream\":true,\"stream_options\":{\"include_usage\":true}}");
+    CHECK(strstr(r.body, "\"index\":0") && strstr(r.body, "\"index\":1"), "streamed n=2 indexes");
+    CHECK(count_substr(r.body, "\"finish_reason\":\"length\"") == 2 && count_substr(r.body, "data: [DONE]") == 1, "streamed n=2 ends");
+    CHECK(strstr(r.body, "\"completion_tokens\":10"), "streamed n=2 usage sums the choices");
+    resp_free(&r);
+    /* chat n = 2 */
+    r = post(&st, "/v1/chat/completions", "{\"model\":\"deepseek-v41\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":4,\"n\":2}");
+    j = jbody(&r);
+    CHECK(r.status == 200 && cJSON_GetArraySize(cJSON_GetObjectItem(j, "choices")) == 2, "chat n=2: %s", r.body);
+    cJSON_Delete(j);
+    resp_free(&r);
+    /* response_format json_object: accepted, and the prompt carries the response-format section */
+    r = post(&st, "/tokenize", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"json_object\"},\"return_text\":true}");
+    CHECK(r.status == 200 && strstr(r.body, "## Response Format:") && strstr(r.body, "{\\\"type\\\": \\\"json_object\\\"}"),
+          "response_format section: %d %s", r.status, r.body);
+    resp_free(&r);
+    r = post(&st, "/v1/chat/completions", "{\"model\":\"deepseek-v41\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":3,\"response_format\":{\"type\":\"json_object\"}}");
+    CHECK(r.status == 200, "response_format json_object generation: %d", r.status);
+    resp_free(&r);
+    /* tool_choice named: must name a listed tool; the reply is checked for the call */
+    const char *tools = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},{\"type\":\"function\",\"function\":{\"name\":\"g\"}}]";
+    char b[1024];
+    snprintf(b, sizeof b, "{\"model\":\"deepseek-v41\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"h\"}}}", tools);
+    r = post(&st, "/v1/chat/completions", b);
+    j = jbody(&r);
+    CHECK(r.status == 400 && !strcmp(jerr_code(j), "invalid_value") && !strcmp(jerr_param(j), "tool_choice"), "unknown named tool: %s", r.body);
+    cJSON_Delete(j);
+    resp_free(&r);
+    snprintf(b, sizeof b, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}},\"return_text\":true}", tools);
+    snprintf(b, sizeof b, "{\"model\":\"deepseek-v41\",\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}", tools);
+    r = post(&st, "/v1/chat/completions", b);
+    j = jbody(&r);
+    CHECK(r.status == 400 && !strcmp(jerr_code(j), "tool_choice_not_satisfied"), "named tool not called: %d %s", r.status, r.body);
+    cJSON_Delete(j);
+    resp_free(&r);
+    /* suffix: a clear 400 */
+    r = post(&st, "/v1/completions", "{\"model\":\"deepseek-v41\",\"prompt\":\"abc\",\"suffix\":\"z\"}");
+    CHECK(r.status == 400 && strstr(r.body, "suffix"), "suffix: %d", r.status);
+    resp_free(&r);
+    /* GET /v1/models/{id} for a served name or alias; 404 for others */
+    r = http(st.port, "GET", "/v1/models/alias-model", NULL, NULL);
+    CHECK(r.status == 200 && strstr(r.body, "\"id\":\"deepseek-v41\""), "models/alias: %d %s", r.status, r.body);
+    resp_free(&r);
+    r = http(st.port, "GET", "/v1/models/gpt-4", NULL, NULL);
+    j = jbody(&r);
+    CHECK(r.status == 404 && !strcmp(jerr_code(j), "model_not_found"), "models/unknown: %d", r.status);
+    cJSON_Delete(j);
+    resp_free(&r);
+    free(ra);
+    free(rb);
+    stack_down(&st);
+}
+
+/* Wait until the peer closes (read returns 0 or an error); seconds waited, or -1 past limit. */
+static double wait_closed(int fd, double limit) {
+    double t0 = now_s();
+    char buf[4096];
+    while (now_s() - t0 < limit) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 100) > 0) {
+            ssize_t n = read(fd, buf, sizeof buf);
+            if (n <= 0) return now_s() - t0;
+        }
+    }
+    return -1;
+}
+
+/* Defect 9: connections were never timed out, and --http-threads bounded nothing. */
+TEST(hardening_9_connection_timeouts_and_bound) {
+    stack st;
+    ds_server_config over = {.http_timeout_s = 1.0};
+    stack_up_cfg(&st, 8, 64, 0, NULL, &over);
+    ds_server_set_ready(st.srv, "x");
+    /* slow headers: one byte every 0.3 s never completes a request; closed near the 1 s deadline */
+    int fd = connect_lo(st.port);
+    const char *part = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+    CHECK(write(fd, part, strlen(part)) > 0);
+    double t0 = now_s(), closed = -1;
+    while (now_s() - t0 < 4) {
+        if (send(fd, "a", 1, MSG_NOSIGNAL) <= 0) { closed = now_s() - t0; break; }
+        double w = wait_closed(fd, 0.3);
+        if (w >= 0) { closed = now_s() - t0; break; }
+    }
+    CHECK(closed > 0.5 && closed < 2.5, "slowloris headers closed after %.2f s (timeout 1 s)", closed);
+    close(fd);
+    /* partial body: Content-Length 100, 10 bytes sent, then silence */
+    fd = connect_lo(st.port);
+    const char *pb = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"model\":";
+    CHECK(write(fd, pb, strlen(pb)) > 0);
+    double w = wait_closed(fd, 4);
+    CHECK(w > 0.5 && w < 2.5, "partial body closed after %.2f s", w);
+    close(fd);
+    /* idle keep-alive after a reply */
+    fd = connect_lo(st.port);
+    const char *hr = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+    CHECK(write(fd, hr, strlen(hr)) > 0);
+    char buf[2048];
+    usleep(100000);
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    CHECK(n > 0 && !strncmp(buf, "HTTP/1.1 200", 12), "keep-alive reply");
+    w = wait_closed(fd, 4);
+    CHECK(w > 0.5 && w < 2.5, "idle keep-alive closed after %.2f s", w);
+    close(fd);
+    /* a long generation is not cut by the timeout: the deadline covers receiving, not answering */
+    stack_down(&st);
+    stack_up_cfg(&st, 8, 64, 30000, NULL, &over);
+    ds_server_set_ready(st.srv, "x");
+    char *lb = cmpl_body("abc", 60, "\"ignore_eos\":true");
+    http_resp r = post(&st, "/v1/completions", lb);
+    cJSON *j = jbody(&r);
+    CHECK(r.status == 200 && usage_num(j, "completion_tokens") == 60, "60 tokens at 30 ms (1.8 s > timeout): %d", r.status);
+    cJSON_Delete(j);
+    resp_free(&r);
+    free(lb);
+    stack_down(&st);
+    /* --http-threads 2: two connections held, a third waits (not accepted: no thread for it) and
+     * is served as soon as one of the two closes */
+    ds_server_config two = {.http_threads = 2, .http_timeout_s = 10};
+    stack_up_cfg(&st, 8, 64, 0, NULL, &two);
+    ds_server_set_ready(st.srv, "x");
+    int a = connect_lo(st.port), b2 = connect_lo(st.port);
+    usleep(200000);
+    int c = connect_lo(st.port);
+    const char *req = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    CHECK(c >= 0 && write(c, req, strlen(req)) > 0, "third connection queued");
+    struct pollfd pc = {.fd = c, .events = POLLIN};
+    CHECK(poll(&pc, 1, 1000) == 0, "no thread serves a third connection while two are held");
+    close(a);
+    http_resp h;
+    read_resp(c, &h);
+    CHECK(h.status == 200, "third connection served once one closed: %d", h.status);
+    resp_free(&h);
+    close(c);
+    close(b2);
+    stack_down(&st);
+}
+
 RUN_ALL()

@@ -116,7 +116,8 @@ static void finish_req(ds_engine *e, ds_req *r, ds_req_end end, int status, cons
         if (end == DS_END_STOP || end == DS_END_LENGTH) ds_hist_observe(e->m, &e->m->e2e, now - r->t_arrival);
     }
     if (end == DS_END_CANCELLED)
-        ds_log(DS_LOG_INFO, "request %s cancelled: client disconnected after %lld tokens", r->id,
+        ds_log(DS_LOG_INFO, "request %s cancelled: %s after %lld tokens", r->id,
+               atomic_load(&r->cancel_shutdown) ? "shutdown drain deadline" : "client disconnected",
                (long long)(r->n_tokens - r->n_prompt));
     atomic_fetch_sub(&e->n_live, 1);
     ds_req_unref(r);

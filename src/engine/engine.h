@@ -104,6 +104,7 @@ typedef struct ds_req {
     double t_first_token, t_finish;
 
     atomic_bool cancel;
+    atomic_bool cancel_shutdown;  /* the cancel comes from the shutdown deadline (for the log line) */
     atomic_int refs;
 } ds_req;
 

@@ -155,10 +155,13 @@ enum MHD_Result ds_http_detokenize(struct MHD_Connection *c, ds_server *s, const
         ds_api_fail(&err, 400, "invalid_request_error", "invalid_value", "tokens", "%s", de.msg);
         goto fail;
     }
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddItemToObject(o, "prompt", ds_json_text(text, tlen)); /* the text may hold NUL bytes */
+    ds_strbuf js = {0}; /* written directly: length-aware (NUL bytes become \u0000), one pass over the text */
+    ds_strbuf_puts(&js, "{\"prompt\":");
+    ds_json_write_string(&js, text, tlen);
+    ds_strbuf_putc(&js, '}');
     free(text);
-    rc = ds_http_send_cjson(c, s, "/detokenize", 200, o);
+    rc = ds_http_send_text(c, s, "/detokenize", 200, "application/json", js.s, js.n, NULL, NULL);
+    ds_strbuf_free(&js);
     goto done;
 fail:
     rc = ds_http_send_error(c, s, "/detokenize", &err, NULL);

@@ -53,7 +53,10 @@ static void abort_all(gen *g) {
     g->aborted = true;
     for (int i = 0; i < g->n; i++) {
         pthread_mutex_lock(&g->r[i]->mu);
-        if (!g->r[i]->finished) g->rs[i].aborted = true;
+        if (!g->r[i]->finished) {
+            g->rs[i].aborted = true;
+            atomic_store(&g->r[i]->cancel_shutdown, true);
+        }
         pthread_mutex_unlock(&g->r[i]->mu);
     }
     cancel_all(g);

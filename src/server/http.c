@@ -237,33 +237,34 @@ static enum MHD_Result route_request(struct MHD_Connection *c, ds_server *s, con
     const route *rt = find_route(url);
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     if (rt && !(strstr(rt->allow, "GET") ? get : post)) return method_not_allowed(c, s, rt, method);
+    const char *ep = rt ? rt->path : "other"; /* metrics label: known paths only */
     if (!strcmp(url, "/health")) return ds_http_health(c, s);
     if (!strcmp(url, "/metrics")) return ds_http_metrics(c, s);
     if (!strcmp(url, "/version")) return ds_http_version(c, s);
     if (cc->too_large) {
         ds_api_fail(&err, 413, "invalid_request_error", "request_too_large", NULL,
                     "request body exceeds --max-request-body (%llu bytes)", (unsigned long long)s->cfg.max_body);
-        return ds_http_send_error(c, s, url, &err, NULL);
+        return ds_http_send_error(c, s, ep, &err, NULL);
     }
     if (rt && !authorized(s, c)) { /* every endpoint but /health, /metrics and /version */
         ds_api_fail(&err, 401, "authentication_error", "invalid_api_key", NULL, "missing or invalid API key");
-        return ds_http_send_error(c, s, url, &err, NULL);
+        return ds_http_send_error(c, s, ep, &err, NULL);
     }
     if (atomic_load(&s->draining)) {
         ds_api_fail(&err, 503, "service_unavailable", "not_ready", NULL, "the server is shutting down");
-        return ds_http_send_error(c, s, url, &err, NULL);
+        return ds_http_send_error(c, s, ep, &err, NULL);
     }
     if (!atomic_load(&s->ready)) {
         ds_api_fail(&err, 503, "service_unavailable", "not_ready", NULL, "the server is starting; see /health");
-        return ds_http_send_error(c, s, url, &err, NULL);
+        return ds_http_send_error(c, s, ep, &err, NULL);
     }
     const char *body = cc->body.s ? cc->body.s : "";
     size_t blen = cc->body.n;
     if (!strcmp(url, "/v1/models")) return ds_http_models(c, s, NULL);
     if (!strncmp(url, "/v1/models/", 11)) return ds_http_models(c, s, url + 11);
     if (!strcmp(url, "/server_info")) return ds_http_server_info(c, s);
-    if (!strcmp(url, "/v1/chat/completions")) return ds_http_generate(c, s, DS_API_CHAT, url, body, blen);
-    if (!strcmp(url, "/v1/completions")) return ds_http_generate(c, s, DS_API_COMPLETIONS, url, body, blen);
+    if (!strcmp(url, "/v1/chat/completions")) return ds_http_generate(c, s, DS_API_CHAT, ep, body, blen);
+    if (!strcmp(url, "/v1/completions")) return ds_http_generate(c, s, DS_API_COMPLETIONS, ep, body, blen);
     if (!strcmp(url, "/tokenize")) return ds_http_tokenize(c, s, body, blen);
     if (!strcmp(url, "/detokenize")) return ds_http_detokenize(c, s, body, blen);
     if (!strcmp(url, "/reset_prefix_cache") && s->cfg.dev_endpoints) {

@@ -62,15 +62,16 @@ static void abort_all(gen *g) {
     cancel_all(g);
 }
 
-/* The prompt text echoed before a completion: the string as sent, or the ids decoded. */
-static char *echo_text(ds_server *s, const ds_tokens *ids, const char *text, size_t *len) {
+/* The prompt text echoed before a completion: the string as sent, or the ids decoded (special
+ * tokens dropped when the request skips them in its output too). */
+static char *echo_text(ds_server *s, const ds_tokens *ids, const char *text, bool skip_special, size_t *len) {
     if (text) {
         char *t = ds_xstrdup(text);
         *len = ds_json_nul_restore(t, strlen(t));
         return t;
     }
     ds_error e;
-    char *t = ds_tokenizer_decode(s->tok, ids->ids, ids->n, false, len, &e);
+    char *t = ds_tokenizer_decode(s->tok, ids->ids, ids->n, skip_special, len, &e);
     if (!t) *len = 0;
     return t;
 }
@@ -93,7 +94,7 @@ static int submit_all(gen *g, ds_api_request *ar, const char *endpoint, ds_api_e
         rs->index = k;
         rs->first_of_prompt = j == 0;
         if (ar->echo) {
-            g->echo[k] = echo_text(s, pt, ptext, &rs->echo_len);
+            g->echo[k] = echo_text(s, pt, ptext, ar->skip_special, &rs->echo_len);
             rs->echo = g->echo[k];
         }
         ds_sampling_params sp = ar->sp;

@@ -456,6 +456,11 @@ TEST(hardening_8_vllm_features) {
     CHECK(r.status == 200 && choice_str(j, 0, "text") && !strcmp(choice_str(j, 0, "text"), want), "echo: %s", r.body);
     cJSON_Delete(j);
     resp_free(&r);
+    r = post(&st, "/v1/completions", "{\"model\":\"deepseek-v41\",\"prompt\":[0,100,101,102],\"max_tokens\":6,\"temperature\":0,\"echo\":true}");
+    j = jbody(&r);
+    CHECK(r.status == 200 && choice_str(j, 0, "text") && !strcmp(choice_str(j, 0, "text"), want), "echo of ids (BOS skipped): %s", r.body);
+    cJSON_Delete(j);
+    resp_free(&r);
     r = post(&st, "/v1/completions", "{\"model\":\"deepseek-v41\",\"prompt\":\"abc\",\"max_tokens\":6,\"temperature\":0,\"echo\":true,\"stream\":true}");
     bool framing;
     char *txt = sse_text(r.body, &framing, NULL);

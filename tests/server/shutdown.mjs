@@ -34,7 +34,7 @@ test('SIGTERM drains: abort + [DONE] for streams, 503 JSON for whole replies', a
     const stream = rawStream({ model: MODEL, prompt: 'a long story', max_tokens: maxTokens, ignore_eos: true, stream: true });
     const whole = post(base, '/v1/completions', { model: MODEL, prompt: 'another long story', max_tokens: maxTokens, ignore_eos: true });
     await sleep(500);
-    const quick = post(base, '/v1/completions', { model: MODEL, prompt: 'short', max_tokens: 100 });
+    const quick = post(base, '/v1/completions', { model: MODEL, prompt: 'short', max_tokens: 16 });
     await sleep(50); /* connected and submitted; it ends well within the 1 s deadline */
     process.kill(pid, 'SIGTERM');
     await sleep(200);

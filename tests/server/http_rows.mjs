@@ -100,7 +100,7 @@ test('413 body over --max-request-body', async () => {
 });
 
 test('429 when running + waiting reaches --max-pending-requests, with Retry-After', async () => {
-    const long = { model: MODEL, prompt: 'keep the queue busy', max_tokens: 3000, ignore_eos: true, stream: true };
+    const long = { model: MODEL, prompt: 'keep the queue busy', max_tokens: 4000, ignore_eos: true, stream: true };
     const started = [];
     const ctrl = [];
     for (let i = 0; i < 6; i++) {

@@ -69,7 +69,9 @@ static flag k_flags[] = {
     {"--gate-decode-steps-per-chunk", "1", false, NULL},
     {"--threads", "0", false, NULL},
     {"--numa-nodes", "all", false, NULL},
-    {"--http-threads", "4", false, NULL},
+    {"--http-threads", "1088", false, NULL},
+    {"--http-timeout", "30", false, NULL},
+    {"--shutdown-timeout", "30", false, NULL},
     {"--kernels", "auto", false, NULL},
     {"--numerics", "fast", false, NULL},
     {"--engram-residency", "page-cache", false, NULL},
@@ -333,11 +335,13 @@ int cmd_serve(int argc, char **argv) {
     }
     /* ---- values and their rules ---- */
     int64_t port, max_seqs, budget, bs, spec, prefill_seqs, gate_steps, threads, http_threads, max_pending, max_log, tp;
+    int64_t http_timeout, shutdown_timeout;
     if (parse_i64("--port", 0, 65535, &port) || parse_i64("--max-num-seqs", 1, 4096, &max_seqs) ||
         parse_i64("--max-num-batched-tokens", 1, 1 << 22, &budget) || parse_i64("--block-size", 16, 256, &bs) ||
         parse_i64("--num-speculative-tokens", 0, 5, &spec) || parse_i64("--max-prefill-seqs", 1, 4096, &prefill_seqs) ||
         parse_i64("--gate-decode-steps-per-chunk", 1, 1024, &gate_steps) || parse_i64("--threads", 0, 4096, &threads) ||
-        parse_i64("--http-threads", 1, 1024, &http_threads) || parse_i64("--max-pending-requests", 1, 1 << 20, &max_pending) ||
+        parse_i64("--http-threads", 1, 65536, &http_threads) || parse_i64("--http-timeout", 1, 3600, &http_timeout) ||
+        parse_i64("--shutdown-timeout", 0, 3600, &shutdown_timeout) || parse_i64("--max-pending-requests", 1, 1 << 20, &max_pending) ||
         parse_i64("--max-log-len", 0, 1 << 20, &max_log) || parse_i64("--tensor-parallel-size", 1, 8, &tp))
         return 2;
     if (bs & (bs - 1)) return bad("--block-size", fv("--block-size"), "must be a power of two between 16 and 256");
@@ -450,6 +454,7 @@ int cmd_serve(int argc, char **argv) {
     ds_server_config sc = {.host = fv("--host"), .port = (int)port, .api_key = api_key, .names = names, .n_names = n_names,
                            .root = model_dir, .max_model_len = 0, .max_body = max_body,
                            .http_threads = (int)http_threads, .max_connections = (int)max_pending + 64,
+                           .http_timeout_s = (double)http_timeout,
                            .dev_endpoints = find_flag("--enable-dev-endpoints")->val != NULL,
                            .default_thinking = default_thinking, .limit_images = 0, .server_info_json = "{}",
                            .log_requests = find_flag("--log-requests")->val != NULL, .max_log_len = (int)max_log};
@@ -637,7 +642,9 @@ int cmd_serve(int argc, char **argv) {
         atomic_store(&g_after_ready, true);
     }
     while (!g_stop) pause();
-    fprintf(stderr, "[serve] shutting down\n");
+    fprintf(stderr, "[serve] shutting down: draining for up to %llds\n", (long long)shutdown_timeout);
+    int left = ds_server_drain(srv, (double)shutdown_timeout);
+    fprintf(stderr, "[serve] drained (%d request(s) ended with finish_reason abort)\n", left);
     ds_server_stop(srv);
     ds_engine_destroy(eng);
     ds_backend_free(be);

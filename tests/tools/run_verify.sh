@@ -76,6 +76,17 @@ check "F1 warns, LOAD fails with E_ENGRAM_PARTS_NOT_REASSEMBLED" bash -c "grep -
 "$B" reassemble "$C/engram_int8" --quiet > /dev/null 2>&1
 "$B" verify "$C" > "$LOG" 2>&1; expect_rc "reassemble re-hashes and stamps it" 0 $? "$LOG"
 
+# --- a copied model directory (cp -r): refused with the exact command, which then works ----------
+C=$ROOT/copied; rm -rf "$C"; cp -r "$BASE" "$C"; LOG=$ROOT/copied.log
+"$B" verify "$C" > "$LOG" 2>&1; expect_rc "cp -r copy before re-stamping" 1 $? "$LOG"
+check "LOAD names the exact command with the directory" grep -qF "run \`dsflash reassemble $C\`" "$LOG"
+cmdline=$(grep -oE "run \`dsflash reassemble [^\`]*\`" "$LOG" | head -1 | sed -e 's/^run `dsflash //' -e 's/`$//')
+"$B" $cmdline > "$ROOT/copied.restamp.log" 2>&1; expect_rc "the named command (reassemble MODEL_DIR) succeeds" 0 $? "$ROOT/copied.restamp.log"
+check "it found the tables under engram_int8/" grep -q "^reassemble: all [1-9][0-9]* targets passed$" "$ROOT/copied.restamp.log"
+"$B" verify "$C" > "$LOG" 2>&1; expect_rc "the copy verifies after the named command" 0 $? "$LOG"
+"$B" reassemble "$C" --target no-such-table > "$LOG" 2>&1; expect_rc "MODEL_DIR with an unlisted --target" 5 $? "$LOG"
+check "unlisted target named" grep -q "no-such-table: not listed in any PARTS.sha256 under $C" "$LOG"
+
 # --- file-level faults -------------------------------------------------------------------------------
 fresh notok
 rm "$C/tokenizer.json"

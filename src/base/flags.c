@@ -286,7 +286,8 @@ void ds_flags_usage(const ds_flagset *fs, FILE *out) {
         if (f->alias_of) fprintf(out, "%s alias of %s", sep, f->alias_of), sep = ";";
         if (*e) fprintf(out, "%s %s", sep, e), sep = ";";
         if (f->def && f->type != DS_FLAG_SWITCH) fprintf(out, "%s default %s", sep, f->def);
-        if (f->refuse) fprintf(out, " (only the default: %s)", f->refuse);
+        if (f->refuse && f->def) fprintf(out, " (only %s: %s)", f->def, f->refuse);
+        else if (f->refuse) fprintf(out, " (refused: %s)", f->refuse);
         fputc('\n', out);
     }
 }

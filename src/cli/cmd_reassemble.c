@@ -25,6 +25,7 @@ int cmd_reassemble(int argc, char **argv) {
     const char *dir = NULL;
     const char **targets = calloc((size_t)argc, sizeof *targets);
     int nt = 0;
+    bool jobs_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = NULL;
@@ -52,6 +53,7 @@ int cmd_reassemble(int argc, char **argv) {
                 goto bad;
             }
             o.jobs = (int)j;
+            jobs_given = true;
         } else if (!strcmp(a, "--dir") || (a[0] != '-' && a[0])) {
             const char *d = val ? val : a;
             if (dir && strcmp(dir, d) != 0) {
@@ -63,6 +65,11 @@ int cmd_reassemble(int argc, char **argv) {
             fprintf(stderr, "dsflash reassemble: unknown option '%s'\n", a);
             goto bad;
         }
+    }
+    if (jobs_given && !o.check_only) {
+        /* a rebuild reads the parts in order; only --check-only hashes them in parallel */
+        fprintf(stderr, "dsflash reassemble: --jobs: applies to --check-only only (a rebuild reads the parts in order), got '%d'\n", o.jobs);
+        goto bad;
     }
     if (o.check_only && o.delete_parts) {
         fprintf(stderr, "dsflash reassemble: --check-only writes nothing; it cannot be combined with --delete-parts\n");

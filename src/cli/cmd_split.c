@@ -22,6 +22,7 @@ int cmd_split(int argc, char **argv) {
     ds_split_opts_default(&o);
     const char *file = NULL;
     char why[256];
+    bool jobs_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = NULL;
@@ -49,12 +50,17 @@ int cmd_split(int argc, char **argv) {
                 goto bad;
             }
             o.jobs = (int)j;
+            jobs_given = true;
         } else if (a[0] != '-' && a[0] && !file) {
             file = a;
         } else {
             fprintf(stderr, "dsflash split: %s '%s'\n", a[0] == '-' ? "unknown option" : "unexpected argument", a);
             goto bad;
         }
+    }
+    if (jobs_given && !o.verify) {
+        fprintf(stderr, "dsflash split: --jobs: sets how many parts are verified at a time, which --no-verify turns off\n");
+        goto bad;
     }
     if (!file) {
         fprintf(stderr, "dsflash split: FILE is required\n");

@@ -273,6 +273,8 @@ check "missing PARTS.sha256: says no subdirectory holds one" grep -q "PARTS.sha2
 check "usage printed" grep -q "^usage: dsflash reassemble" "$LOG"
 "$B" reassemble "$D" --check > "$LOG" 2>&1; expect_rc "abbreviated option is not accepted" 2 $? "$LOG"
 "$B" reassemble "$D" --jobs 0 > "$LOG" 2>&1; expect_rc "bad --jobs value" 2 $? "$LOG"
+"$B" reassemble "$D" --jobs 4 > "$LOG" 2>&1; expect_rc "--jobs without --check-only (it would be ignored)" 2 $? "$LOG"
+check "--jobs refusal says why" grep -q "^dsflash reassemble: --jobs: applies to --check-only only" "$LOG"
 "$B" reassemble "$D" --check-only --delete-parts > "$LOG" 2>&1; expect_rc "--check-only with --delete-parts" 2 $? "$LOG"
 
 # --- progress: plain periodic lines when not a terminal, one refreshed line on a terminal --------

@@ -304,13 +304,12 @@ static int need_file(vctx *v, vcheck *c, const char *rel, bool required) {
     } else if (stat(full, &st) == 0) {
         ok = 1;
     } else if (parts_next_to(full)) {
-        vc_issue(c, VS_NEED, "%s present only as split parts: NEED reassembly (dsflash reassemble %s)", rel,
-                 strchr(rel, '/') ? "engram_int8" : ".");
+        vc_issue(c, VS_NEED, "%s present only as split parts: NEED reassembly (dsflash reassemble %s)", rel, v->m.dir);
     } else if (required) {
         vc_issue(c, VS_FAIL, "%s is missing", rel);
     }
     if (ok && S_ISREG(st.st_mode) && parts_next_to(full) && !ds_reassemble_stamp_ok(full, NULL))
-        vc_issue(c, VS_WARN, "%s sits next to its split parts without a matching .verified stamp (run dsflash reassemble)", rel);
+        vc_issue(c, VS_WARN, "%s sits next to its split parts without a matching .verified stamp (run dsflash reassemble %s)", rel, v->m.dir);
     free(full);
     return ok;
 }

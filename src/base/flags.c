@@ -244,9 +244,13 @@ int ds_flags_parse(ds_flagset *fs, int argc, char **argv, int first, FILE *err) 
         if (strncmp(a, "--", 2) || !a[2]) {
             if (a[0] == '-' && a[1])
                 return usage_error(fs, err, "%s: unknown option (long options only, exact names)%s", a, "");
-            if (fs->n_positional >= fs->max_positional || fs->n_positional >= (int)DS_ARRAY_LEN(fs->positional))
-                return usage_error(fs, err, "unexpected argument '%s'%s", a,
-                                   fs->max_positional ? " (only one positional argument is accepted)" : "");
+            if (fs->n_positional >= fs->max_positional || fs->n_positional >= (int)DS_ARRAY_LEN(fs->positional)) {
+                char why[96] = "";
+                if (fs->max_positional)
+                    snprintf(why, sizeof why, " (at most %d %s)", fs->max_positional,
+                             fs->positional_name ? fs->positional_name : "positional argument");
+                return usage_error(fs, err, "unexpected argument '%s'%s", a, why);
+            }
             fs->positional[fs->n_positional++] = a;
             continue;
         }

@@ -76,7 +76,7 @@ TEST(flags_error_messages_name_flag_value_and_expectation) {
         {"--max-num-seqs", "dsflash test: --max-num-seqs needs a value"},
         {"--quick=1", "dsflash test: --quick takes no value, got '1'"},
         {"-q", "dsflash test: -q: unknown option (long options only, exact names)"},
-        {"a b", "dsflash test: unexpected argument 'b' (only one positional argument is accepted)"},
+        {"a b", "dsflash test: unexpected argument 'b' (at most 1 positional argument)"},
         {"--kv 1G --kv-bytes 2G", "dsflash test: --kv-bytes: given twice with different values ('1G', then '2G'; aliases count as the same flag)"},
         {"--name ", "dsflash test: --name needs a value"},
     };

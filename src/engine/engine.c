@@ -170,34 +170,16 @@ static bool reserve_pages(ds_engine *e, ds_req *r, int64_t a, int64_t b, uint64_
     return true;
 }
 
-/* First block whose WIN page a step ending at `end` keeps (the pages kept are those of the
- * blocks intersecting [end - window, end), the rule of kv_manager.c and of the model). */
-static int64_t first_kept_win_block(const ds_engine *e, int64_t end) {
-    int64_t lo = end - e->km.window;
-    return (lo < 0 ? 0 : lo) / e->cfg.block_size;
-}
-
 /* End of the next prefill chunk for r within `tokens_left`; returns <= a when nothing fits.
- * Non-final chunks end on a block boundary (§5), which also bounds the WIN pages a chunk needs.
- *
- * Why the final chunk may be cut at the last full block: a repeated prompt can only hit up to
- * block K-1 (K = (P-1)/bs, §7.2) when that block's tail set — the window rows just before K*bs —
- * was kept.  A step ending at P keeps only the rows near P, so when P lies more than a window past
- * K*bs those rows were never written to a page and every later lookup missed (a 1000-token prompt
- * hit nothing).  Ending one chunk exactly at K*bs writes and registers that tail; the last
- * P - K*bs (< bs) tokens follow in the next step.  This costs one extra step per prompt, only when
- * the cache is on and only when the tail would otherwise be lost. */
+ * Non-final chunks end on a block boundary (§5), which also bounds the WIN pages a chunk needs;
+ * the final one may stop at the last full block so that block's window tail is kept for the
+ * prefix cache (ds_kvm_prefill_end). */
 static int64_t plan_chunk(ds_engine *e, ds_req *r, int64_t tokens_left) {
     int64_t a = r->n_computed, cap = tokens_left;
-    int64_t bs = e->cfg.block_size;
     if (r->sp.prompt_logprobs >= 0 && r->n_plp_done < r->n_prompt)
         cap = DS_MIN(cap, (int64_t)e->cfg.prompt_logprobs_chunk);
-    if (r->n_tokens - a <= cap) {
-        int64_t kb = ((r->n_tokens - 1) / bs) * bs; /* the last block boundary a lookup may match */
-        if (e->cfg.prefix_caching && kb > a && first_kept_win_block(e, r->n_tokens) > first_kept_win_block(e, kb))
-            return kb;
-        return r->n_tokens;
-    }
+    if (r->n_tokens - a <= cap) return ds_kvm_prefill_end(&e->km, a, r->n_tokens);
+    int64_t bs = e->cfg.block_size;
     return ((a + cap) / bs) * bs;
 }
 

@@ -4,6 +4,7 @@
  * the work is in src/tools/reassemble.c.  DIR may be given positionally (the issue's form) or with
  * --dir (TOOLS.md's form); giving two different directories is a usage error. */
 #include "cli/commands.h"
+#include "base/flags.h"
 #include "tools/reassemble.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,10 +47,9 @@ int cmd_reassemble(int argc, char **argv) {
         else if (!strcmp(a, "--quiet")) o.quiet = true;
         else if (!strcmp(a, "--target")) targets[nt++] = val;
         else if (!strcmp(a, "--jobs")) {
-            char *end;
-            long j = strtol(val, &end, 10);
-            if (*end || end == val || j < 1 || j > 16) {
-                fprintf(stderr, "dsflash reassemble: --jobs %s: expected an integer 1..16 (each job holds two 64 MiB buffers)\n", val);
+            int64_t j;
+            if (ds_parse_int_range(val, 1, 16, &j)) {
+                fprintf(stderr, "dsflash reassemble: --jobs: expected an integer in [1, 16] (each job holds two 64 MiB buffers), got '%s'\n", val);
                 goto bad;
             }
             o.jobs = (int)j;

@@ -2,6 +2,7 @@
  * Option parsing only (TOOLS.md §0: long options, exact matches, usage + exit 2 on anything else);
  * the work is in src/tools/split.c. */
 #include "cli/commands.h"
+#include "base/flags.h"
 #include "tools/reassemble.h"
 #include "tools/split.h"
 #include <stdio.h>
@@ -43,10 +44,9 @@ int cmd_split(int argc, char **argv) {
                 goto bad;
             }
         } else if (!strcmp(a, "--jobs")) {
-            char *end;
-            long j = strtol(val, &end, 10);
-            if (*end || end == val || j < 1 || j > 16) {
-                fprintf(stderr, "dsflash split: --jobs %s: expected an integer 1..16 (each job holds two 64 MiB buffers)\n", val);
+            int64_t j;
+            if (ds_parse_int_range(val, 1, 16, &j)) {
+                fprintf(stderr, "dsflash split: --jobs: expected an integer in [1, 16] (each job holds two 64 MiB buffers), got '%s'\n", val);
                 goto bad;
             }
             o.jobs = (int)j;

@@ -105,6 +105,9 @@ head -c 4096 /dev/zero | tr '\0' '\377' | dd of="$C/$s" bs=4096 seek="$off" ofla
 "$B" verify "$C" --deep > "$LOG" 2>&1; expect_rc "--deep on 4 KiB of 0xFF in a BF16 weight ($tn)" 1 $? "$LOG"
 check "D1 names file, tensor and first element (500) and counts 2048" grep -q "D1    FAIL .*$s: $tn (BF16) element 500 is not finite (2048 non-finite of" "$LOG"
 "$B" verify "$C" > "$LOG" 2>&1; expect_rc "without --deep the values are not read (structure only)" 0 $? "$LOG"
+timeout 300 "$B" serve "$C" --host 127.0.0.1 --port 0 --self-check quick --kv-cache-memory 64MiB > "$LOG" 2>&1
+expect_rc "serve refuses the NaN weights at its warm-up probe" 1 $? "$LOG"
+check "serve points at the command that names the tensor" grep -qF "\`dsflash verify $C --deep\` names the file, tensor and element" "$LOG"
 fresh infscale
 s=$(shard_of "$C" layers.0.attn.wq_a.weight_scale)
 $ED set "$C/$s" layers.0.attn.wq_a.weight_scale 7 inf

@@ -1,8 +1,7 @@
 /* dsflash bench: performance measured against this host's own limits.
  *
  *   bench kernels [--threads N] [--kernels PATH] [--quick]
- *   bench decode --model DIR [--threads N] [--kernels PATH] [--prompt-tokens N] [--tokens N]
- *                [--numerics exact|fast]   (default fast: the tier that serves; docs/NUMERICS.md)
+ *   bench decode --model DIR [--threads N] [--kernels PATH] [--numerics exact|fast] [--prompt-tokens N] [--tokens N]
  *   bench serve --model DIR ...   (continuous batching, TTFT, prefill: cmd_bench_serve.c)
  *
  * Why ratios: an absolute GB/s means nothing on a shared 2-core VM (a concurrent build halves it),
@@ -16,6 +15,7 @@
 #include "cli/cmd_bench_serve.h"
 #include "kernels/kernels.h"
 #include "kernels/membench.h"
+#include "base/flags.h"
 #include "base/threadpool.h"
 #include "dsflash.h"
 #include <stdio.h>
@@ -27,47 +27,48 @@ typedef struct {
     int threads, prompt_tokens, tokens, quick;
 } bench_opts;
 
+/* One table per mode (base/flags.h); a new flag is a new row. */
+static ds_flag k_kernel_flags[] = {
+    {.name = "--threads", .type = DS_FLAG_INT, .def = "0", .lo = 0, .hi = 1024, .help = "0: every core"},
+    {.name = "--kernels", .type = DS_FLAG_ENUM, .def = "auto", .choices = "auto|avx512-vnni|avx2|reference"},
+    {.name = "--quick", .type = DS_FLAG_SWITCH, .help = "shorter timings"},
+};
+static ds_flag k_decode_flags[] = {
+    {.name = "--model", .type = DS_FLAG_STRING, .help = "checkpoint directory (required)"},
+    {.name = "--threads", .type = DS_FLAG_INT, .def = "0", .lo = 0, .hi = 1024, .help = "0: every core"},
+    {.name = "--kernels", .type = DS_FLAG_ENUM, .def = "auto", .choices = "auto|avx512-vnni|avx2|reference"},
+    {.name = "--numerics", .type = DS_FLAG_ENUM, .def = "fast", .choices = "exact|fast",
+     .help = "exact: bit-identical to the reference; fast: fp32 blocked reductions"},
+    {.name = "--prompt-tokens", .type = DS_FLAG_INT, .def = "64", .lo = 1, .hi = 65536},
+    {.name = "--tokens", .type = DS_FLAG_INT, .def = "32", .lo = 1, .hi = 100000},
+};
+
 static void usage(FILE *f) {
     fprintf(f, "usage: dsflash bench kernels [--threads N] [--kernels auto|avx512-vnni|avx2|reference] [--quick]\n"
-               "       dsflash bench decode --model DIR [--threads N] [--kernels PATH] [--prompt-tokens N] [--tokens N]\n"
-               "                    [--numerics exact|fast]\n"
-               "       dsflash bench serve --model DIR [--threads N] [--numerics exact|fast|both] [--quick] [--json FILE]\n");
+               "       dsflash bench decode --model DIR [--threads N] [--kernels PATH] [--numerics exact|fast]\n"
+               "                            [--prompt-tokens N] [--tokens N]\n"
+               "       dsflash bench serve --model DIR [--threads N] [--numerics exact|fast|both] [--quick] [--json FILE]\n"
+               "`dsflash bench MODE --help` lists a mode's flags.\n");
 }
 
-static int parse_int(const char *opt, const char *v, int lo, int hi, int *out) {
-    char *end;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || *end || x < lo || x > hi) {
-        fprintf(stderr, "dsflash bench: %s: expected an integer in [%d, %d], got '%s'\n", opt, lo, hi, v ? v : "");
-        return -1;
-    }
-    *out = (int)x;
-    return 0;
-}
-
+/* Parse a mode's flags into bench_opts; 0 ok, 1 --help, 2 usage error. */
 static int parse(int argc, char **argv, int decode, bench_opts *o) {
-    *o = (bench_opts){.kernels = "auto", .numerics = "fast", .threads = 0, .prompt_tokens = 64, .tokens = 32};
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--threads")) { if (parse_int(a, v, 1, 1024, &o->threads)) return -1; i++; }
-        else if (!strcmp(a, "--kernels")) { if (!v) goto missing; o->kernels = v; i++; }
-        else if (!strcmp(a, "--quick") && !decode) o->quick = 1;
-        else if (!strcmp(a, "--numerics") && decode) {
-            if (!v) goto missing;
-            if (ds_numerics_parse(v) < 0) { fprintf(stderr, "dsflash bench: --numerics: expected exact or fast, got '%s'\n", v); return -1; }
-            o->numerics = v;
-            i++;
-        }
-        else if (!strcmp(a, "--model") && decode) { if (!v) goto missing; o->model = v; i++; }
-        else if (!strcmp(a, "--prompt-tokens") && decode) { if (parse_int(a, v, 1, 65536, &o->prompt_tokens)) return -1; i++; }
-        else if (!strcmp(a, "--tokens") && decode) { if (parse_int(a, v, 1, 100000, &o->tokens)) return -1; i++; }
-        else { fprintf(stderr, "dsflash bench: unknown option '%s'\n", a); return -1; }
-        continue;
-    missing:
-        fprintf(stderr, "dsflash bench: %s needs a value\n", a);
-        return -1;
+    ds_flagset fs = {.cmd = decode ? "dsflash bench decode" : "dsflash bench kernels",
+                     .usage = decode ? "usage: dsflash bench decode --model DIR [flags]" : "usage: dsflash bench kernels [flags]",
+                     .flags = decode ? k_decode_flags : k_kernel_flags,
+                     .n = decode ? DS_ARRAY_LEN(k_decode_flags) : DS_ARRAY_LEN(k_kernel_flags)};
+    int rc = ds_flags_parse(&fs, argc, argv, 2, stderr);
+    if (rc) return rc;
+    *o = (bench_opts){.kernels = ds_flag_str(&fs, "--kernels"), .threads = (int)ds_flag_int(&fs, "--threads")};
+    if (!decode) {
+        o->quick = ds_flag_on(&fs, "--quick");
+        return 0;
     }
-    if (decode && !o->model) { fprintf(stderr, "dsflash bench decode: --model DIR is required\n"); return -1; }
+    o->model = ds_flag_str(&fs, "--model");
+    o->numerics = ds_flag_str(&fs, "--numerics");
+    o->prompt_tokens = (int)ds_flag_int(&fs, "--prompt-tokens");
+    o->tokens = (int)ds_flag_int(&fs, "--tokens");
+    if (!o->model) return ds_flags_fail(&fs, "--model", "required (the checkpoint directory to time)");
     return 0;
 }
 
@@ -300,7 +301,8 @@ static int bench_decode(const bench_opts *o) {
     }
     ds_seq_free(w);
     printf("model %s: load %.1f s, kernel path %s, numerics %s, repacked tiles %.1f MiB\n", o->model, t_load,
-           ds_kernels_active(), ds_model_numerics(m), (double)ds_kernels_packed_bytes() / 1048576.0);
+           ds_kernels_active(), ds_model_numerics(m),
+           (double)ds_kernels_packed_bytes() / 1048576.0);
     ds_seq *s = ds_seq_new(m);
     uint64_t mac0 = ds_kernels_macs();
     t0 = ds_now();
@@ -345,19 +347,31 @@ done:
     return rc;
 }
 
-int cmd_bench(int argc, char **argv) {
-    if (argc < 2 || !strcmp(argv[1], "--help")) { usage(argc < 2 ? stderr : stdout); return argc < 2 ? 2 : 0; }
-    if (!strcmp(argv[1], "serve")) return cmd_bench_serve(argc, argv);
-    int decode = !strcmp(argv[1], "decode");
-    if (!decode && strcmp(argv[1], "kernels")) {
-        fprintf(stderr, "dsflash bench: unknown benchmark '%s'\n", argv[1]);
-        usage(stderr);
-        return 2;
-    }
+/* Shared start of the built-in modes: flags, kernel path, thread pool. */
+static int run_mode(int argc, char **argv, int decode) {
     bench_opts o;
-    if (parse(argc, argv, decode, &o)) { usage(stderr); return 2; }
+    int rc = parse(argc, argv, decode, &o);
+    if (rc) return rc == 1 ? 0 : 2;
     ds_error err;
     if (ds_kernels_select(o.kernels, &err)) { fprintf(stderr, "dsflash bench: %s\n", err.msg); return 2; }
     ds_pool_init(o.threads);
     return decode ? bench_decode(&o) : bench_kernels(&o);
+}
+static int mode_kernels(int argc, char **argv) { return run_mode(argc, argv, 0); }
+static int mode_decode(int argc, char **argv) { return run_mode(argc, argv, 1); }
+
+/* Modes: each parses its own flags from argv[2..] (argv[1] is the mode). */
+static const struct { const char *name; int (*run)(int argc, char **argv); } k_modes[] = {
+    {"kernels", mode_kernels},
+    {"decode", mode_decode},
+    {"serve", cmd_bench_serve},
+};
+
+int cmd_bench(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help")) { usage(argc < 2 ? stderr : stdout); return argc < 2 ? 2 : 0; }
+    for (size_t i = 0; i < DS_ARRAY_LEN(k_modes); i++)
+        if (!strcmp(argv[1], k_modes[i].name)) return k_modes[i].run(argc, argv);
+    fprintf(stderr, "dsflash bench: unknown benchmark '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
 }

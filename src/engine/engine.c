@@ -172,12 +172,14 @@ static bool reserve_pages(ds_engine *e, ds_req *r, int64_t a, int64_t b, uint64_
 }
 
 /* End of the next prefill chunk for r within `tokens_left`; returns <= a when nothing fits.
- * Non-final chunks end on a block boundary (§5), which also bounds the WIN pages a chunk needs. */
+ * Non-final chunks end on a block boundary (§5), which also bounds the WIN pages a chunk needs;
+ * the final one may stop at the last full block so that block's window tail is kept for the
+ * prefix cache (ds_kvm_prefill_end). */
 static int64_t plan_chunk(ds_engine *e, ds_req *r, int64_t tokens_left) {
     int64_t a = r->n_computed, cap = tokens_left;
     if (r->sp.prompt_logprobs >= 0 && r->n_plp_done < r->n_prompt)
         cap = DS_MIN(cap, (int64_t)e->cfg.prompt_logprobs_chunk);
-    if (r->n_tokens - a <= cap) return r->n_tokens;
+    if (r->n_tokens - a <= cap) return ds_kvm_prefill_end(&e->km, a, r->n_tokens);
     int64_t bs = e->cfg.block_size;
     return ((a + cap) / bs) * bs;
 }

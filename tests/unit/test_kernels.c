@@ -330,9 +330,9 @@ TEST(bench_cli_rejects_bad_usage) {
     CHECK(ds_test_sh(out, sizeof out, "%s bench kernelz 2>&1", bin) == 2);
     CHECK(strstr(out, "unknown benchmark") != NULL, "output: %s", out);
     CHECK(ds_test_sh(out, sizeof out, "%s bench kernels --thread 2 2>&1", bin) == 2, "abbreviation refused");
-    CHECK(strstr(out, "unknown option '--thread'") != NULL, "output: %s", out);
-    CHECK(ds_test_sh(out, sizeof out, "%s bench kernels --threads 0 2>&1", bin) == 2);
-    CHECK(strstr(out, "[1, 1024]") != NULL, "output: %s", out);
+    CHECK(strstr(out, "--thread: unknown option") != NULL, "output: %s", out);
+    CHECK(ds_test_sh(out, sizeof out, "%s bench kernels --threads 5000 2>&1", bin) == 2);
+    CHECK(strstr(out, "[0, 1024]") != NULL, "output: %s", out);
     CHECK(ds_test_sh(out, sizeof out, "%s bench kernels --kernels avx9000 2>&1", bin) == 2);
     CHECK(strstr(out, "avx9000") != NULL, "output: %s", out);
     if (!ds_kernels_available("avx512-vnni")) {

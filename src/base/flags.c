@@ -47,8 +47,20 @@ int ds_parse_bytes(const char *s, uint64_t *out, char *why, size_t n) {
 int ds_parse_ids(const char *s, int64_t lo, int64_t hi, int32_t **ids, size_t *n, size_t *cap, char *why, size_t why_len) {
     static const char *sep = " \t\r\n,[]";
     const char *p = s;
+    int comma_pending = 1;   /* a comma before any item, or two commas in a row, leave an empty item */
     while (*p) {
+        if (*p == ',') {
+            if (comma_pending) {
+                snprintf(why, why_len, "empty item at offset %td: expected an integer token id in [%lld, %lld]", p - s,
+                         (long long)lo, (long long)hi);
+                return -1;
+            }
+            comma_pending = 1;
+            p++;
+            continue;
+        }
         if (strchr(sep, *p)) { p++; continue; }
+        comma_pending = 0;
         int w = 0;
         while (p[w] && !strchr(sep, p[w]) && w < 40) w++;
         char item[48];

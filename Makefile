@@ -72,6 +72,8 @@ FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_OUT)/%.o)
 # clang ignores `#pragma GCC target`: the files that use it get the same ISA as a command-line flag
 # (their code still only runs after the CPU check in dispatch.c).
 $(FUZZ_OUT)/src/kernels/kern_avx2.o:   FUZZ_ISA := -mavx2 -mfma
+# fast_ops.c passes 32-byte vectors between inlined helpers; clang refuses that without AVX
+$(FUZZ_OUT)/src/model/fast_ops.o:       FUZZ_ISA := -mavx2 -mfma
 $(FUZZ_OUT)/src/kernels/kern_avx512.o: FUZZ_ISA := -mavx2 -mfma -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16
 FUZZ_BIN     := $(FUZZ_NAMES:%=$(FUZZ_OUT)/fuzz_%)
 FUZZ_SECONDS ?= 60

@@ -10,7 +10,7 @@
 #include "model/fast_ops.h"
 #include <math.h>
 
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__clang__)   /* clang: one version (same bits) */
 #define DS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define DS_CLONES

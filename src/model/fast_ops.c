@@ -138,6 +138,7 @@ DS_CLONES void ds_faxpy_bf16(float *restrict acc, float p, const ds_bf16 *restri
 static inline float fexp_inline(float x) {
     float xc = x > 88.0f ? 88.0f : x;
     xc = xc < -87.0f ? -87.0f : xc;
+    xc = xc == xc ? xc : 0.0f;   /* NaN: keep the float->int conversion below defined; NaN is returned */
     float t = xc * 1.44269504f + 12582912.0f;
     float kf = t - 12582912.0f;
     float r = (xc - kf * 0.693359375f) - kf * -2.12194440e-4f;
@@ -149,11 +150,12 @@ static inline float fexp_inline(float x) {
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    int32_t bits = ((int32_t)kf + 127) << 23;
+    uint32_t bits = (uint32_t)((int32_t)kf + 127) << 23;
     float s;
     memcpy(&s, &bits, sizeof s);
     float y = p * s;
-    return x < -87.0f ? 0.0f : y;
+    y = x < -87.0f ? 0.0f : y;
+    return x == x ? y : x;
 }
 
 float ds_fexp(float x) { return fexp_inline(x); }

@@ -14,6 +14,9 @@
  * the text (teacher-forced: a draft is accepted while it equals the next held-out id).  Prints the
  * mean acceptance length A = tokens per step and the per-position prefix acceptance, plus decode
  * tok/s with and without speculation over the same greedy tokens (which must be identical).
+ * --trace FILE (one start) writes the greedy run for the NumPy oracle: `tokens` I32 [T] (prompt and
+ * committed tokens), `anchor_pos` I32 [S] (position of each step's anchor), `drafts` I32 [S, B],
+ * `draft_logits` F32 [S, B, V], `conf` F32 [S, B].
  *
  * Why a command of its own: these are the numbers the issue's closing note quotes (quantization
  * cost on real text, DSpark acceptance); they must come from the code that serves requests. */
@@ -21,6 +24,7 @@
 #include "dsflash.h"
 #include "engine/spec.h"
 #include "base/fsutil.h"
+#include "io/safetensors.h"
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -28,7 +32,7 @@
 #include <string.h>
 
 typedef struct eval_opts {
-    const char *model, *tokens, *numerics, *starts;
+    const char *model, *tokens, *numerics, *starts, *trace, *kernels;
     long long window, max_windows, threads, chunk, steps, K;
 } eval_opts;
 
@@ -36,7 +40,9 @@ static void usage(FILE *f) {
     fprintf(f, "usage: dsflash eval perplexity --model DIR --tokens FILE.u32 [--window 256] [--max-windows N]\n"
                "                               [--numerics exact|fast] [--threads N] [--chunk K]\n"
                "       dsflash eval acceptance --model DIR --tokens FILE.u32 [--starts 48,96,160,224] [--steps 64]\n"
-               "                               [--num-speculative-tokens 5] [--numerics exact|fast] [--threads N]\n");
+               "                               [--num-speculative-tokens 5] [--numerics exact|fast] [--threads N]\n"
+               "                               [--trace FILE (one start: the greedy run's drafts for the oracle)]\n"
+               "       (both) [--kernels auto|avx512-vnni|avx2|reference]\n");
 }
 
 static int parse_ll(const char *flag, const char *s, long long lo, long long hi, long long *out) {
@@ -61,6 +67,8 @@ static int parse_args(int argc, char **argv, eval_opts *o) {
         else if (!strcmp(a, "--tokens")) o->tokens = v;
         else if (!strcmp(a, "--numerics")) o->numerics = v;
         else if (!strcmp(a, "--starts")) o->starts = v;
+        else if (!strcmp(a, "--trace")) o->trace = v;
+        else if (!strcmp(a, "--kernels")) o->kernels = v;
         else if (!strcmp(a, "--window")) { if (parse_ll(a, v, 2, 1 << 20, &o->window)) return -1; }
         else if (!strcmp(a, "--max-windows")) { if (parse_ll(a, v, 1, 1 << 30, &o->max_windows)) return -1; }
         else if (!strcmp(a, "--threads")) { if (parse_ll(a, v, 0, 4096, &o->threads)) return -1; }
@@ -90,12 +98,14 @@ static int32_t *read_u32(const char *path, int64_t *n) {
     return ids;
 }
 
+/* −log softmax(lg)[target]: fp32 exponentials of the shifted logits (relative error ~1e-7 each,
+ * far below the 4 printed digits) summed in float64. */
 static double row_nll(const float *lg, int V, int32_t target) {
-    double mx = lg[0];
+    float mx = lg[0];
     for (int v = 1; v < V; v++) mx = lg[v] > mx ? lg[v] : mx;
     double s = 0;
-    for (int v = 0; v < V; v++) s += exp((double)lg[v] - mx);
-    return log(s) + mx - (double)lg[target];
+    for (int v = 0; v < V; v++) s += (double)expf(lg[v] - mx);
+    return log(s) + (double)mx - (double)lg[target];
 }
 
 static int run_perplexity(ds_model *m, const eval_opts *o, const int32_t *ids, int64_t n) {
@@ -174,6 +184,42 @@ static int text_steps(ds_model *m, ds_seq *s, const int32_t *ids, int64_t n, int
     return rc;
 }
 
+typedef struct trace_buf {
+    int steps;
+    int32_t *pos, *drafts;
+    float *logits, *conf;
+} trace_buf;
+
+static void trace_init(trace_buf *t, int steps, int B, int V) {
+    t->pos = ds_xcalloc((size_t)steps, sizeof(int32_t));
+    t->drafts = ds_xcalloc((size_t)steps * B, sizeof(int32_t));
+    t->logits = ds_xcalloc((size_t)steps * B * V, sizeof(float));
+    t->conf = ds_xcalloc((size_t)steps * B, sizeof(float));
+}
+
+static void trace_free(trace_buf *t) {
+    free(t->pos); free(t->drafts); free(t->logits); free(t->conf);
+}
+
+static int trace_write(const char *path, const trace_buf *t, const int32_t *prompt, int P, const int32_t *gen, int64_t ng,
+                       int B, int V) {
+    int32_t *tok = ds_xmalloc(sizeof(int32_t) * (size_t)(P + ng));
+    memcpy(tok, prompt, sizeof(int32_t) * (size_t)P);
+    memcpy(tok + P, gen, sizeof(int32_t) * (size_t)ng);
+    ds_stwriter *w = ds_stw_new();
+    int64_t s1[1] = {P + ng}, s2[1] = {t->steps}, s3[2] = {t->steps, B}, s4[3] = {t->steps, B, V};
+    ds_stw_add(w, "tokens", DS_DT_I32, 1, s1, tok, 1);
+    ds_stw_add(w, "anchor_pos", DS_DT_I32, 1, s2, t->pos, 1);
+    ds_stw_add(w, "drafts", DS_DT_I32, 2, s3, t->drafts, 1);
+    ds_stw_add(w, "draft_logits", DS_DT_F32, 3, s4, t->logits, 1);
+    ds_stw_add(w, "conf", DS_DT_F32, 2, s3, t->conf, 1);
+    ds_error err = {{0}, {0}};
+    int rc = ds_stw_finish(w, path, &err);
+    if (rc < 0) fprintf(stderr, "dsflash eval: --trace %s: %s\n", path, err.msg);
+    free(tok);
+    return rc;
+}
+
 static int run_acceptance(ds_model *m, const eval_opts *o, const int32_t *ids, int64_t n) {
     const int V = ds_model_vocab_size(m), K = (int)(o->K ? o->K : 5), steps = (int)(o->steps ? o->steps : 64);
     if (!m->draft) { fprintf(stderr, "dsflash eval: the model has no usable draft\n"); return 1; }
@@ -197,10 +243,21 @@ static int run_acceptance(ds_model *m, const eval_opts *o, const int32_t *ids, i
         if (ds_spec_prefill(m, s, ids, (int)P, 0, lg, &err) < 0) { rc = 1; ds_seq_free(s); free(gen); break; }
         int32_t anchor;
         ds_spec_accept_greedy(lg, V, masked, NULL, 0, &anchor);
+        const int B = m->draft->block;
+        trace_buf tb = {0};
+        if (o->trace) trace_init(&tb, steps, B, V);
         double t0 = ds_now();
         for (int t = 0; t < steps && !rc; t++) {
             int32_t out[DS_DRAFT_MAX_BLOCK + 1];
-            int acc = ds_spec_greedy_step(m, s, anchor, K, masked, out, NULL, &err);
+            ds_spec_trace tr = {0};
+            if (o->trace) {
+                tb.pos[t] = (int32_t)s->len;
+                tr.drafts = tb.drafts + (size_t)t * B;
+                tr.draft_logits = tb.logits + (size_t)t * B * V;
+                tr.conf = tb.conf + (size_t)t * B;
+                tb.steps = t + 1;
+            }
+            int acc = ds_spec_greedy_step(m, s, anchor, K, masked, out, &tr, &err);
             if (acc < 0) { rc = 1; break; }
             gen[ng++] = anchor;
             for (int i = 0; i < acc; i++) gen[ng++] = out[i];
@@ -209,6 +266,10 @@ static int run_acceptance(ds_model *m, const eval_opts *o, const int32_t *ids, i
         }
         t_spec += ds_now() - t0;
         tok_spec += ng;
+        if (o->trace) {
+            if (!rc && trace_write(o->trace, &tb, ids, (int)P, gen, ng, B, V) < 0) rc = 1;
+            trace_free(&tb);
+        }
         ds_seq_free(s);
         /* the same tokens without speculation: identity and the plain decode time */
         s = ds_seq_new(m);
@@ -258,7 +319,7 @@ int cmd_eval(int argc, char **argv) {
     int32_t *ids = read_u32(o.tokens, &n);
     if (!ids) return 5;
     const int acc = !strcmp(argv[1], "acceptance");
-    ds_load_options lo = {.threads = (int)o.threads, .numerics = o.numerics, .draft = acc ? 2 : 0};
+    ds_load_options lo = {.kernels = o.kernels, .threads = (int)o.threads, .numerics = o.numerics, .draft = acc ? 2 : 0};
     char eb[1024];
     ds_model *m = ds_model_load(o.model, &lo, eb, sizeof eb);
     if (!m) { fprintf(stderr, "dsflash eval: %s\n", eb); free(ids); return 1; }

@@ -91,7 +91,10 @@ int ds_spec_commit(ds_model *m, ds_seq *s, int64_t p0, int acc, const ds_bf16 *a
 }
 
 int ds_spec_greedy_step(ds_model *m, ds_seq *s, int32_t anchor, int K, const uint8_t *masked, int32_t *out,
-                        float *logits_out, ds_error *err) {
+                        const ds_spec_trace *tr, ds_error *err) {
+    static const ds_spec_trace none;
+    if (!tr) tr = &none;
+    float *logits_out = tr->verify_logits;
     const ds_draft *d = m->draft;
     const int V = m->cfg.vocab_size, W = ds_draft_aux_width(m);
     if (!d) return ds_fail(err, "E_INVALID_ARG", "speculative step: the model has no draft loaded");
@@ -99,8 +102,9 @@ int ds_spec_greedy_step(ds_model *m, ds_seq *s, int32_t anchor, int K, const uin
     int32_t rows[DS_DRAFT_MAX_BLOCK + 1], drafts[DS_DRAFT_MAX_BLOCK];
     rows[0] = anchor;
     if (K > 0) {
-        if (ds_draft_propose(m, s, anchor, NULL, NULL, drafts, NULL, NULL, err) < 0) return -1;
+        if (ds_draft_propose(m, s, anchor, NULL, NULL, drafts, tr->draft_logits, tr->conf, err) < 0) return -1;
         memcpy(rows + 1, drafts, sizeof(int32_t) * (size_t)K);
+        if (tr->drafts) memcpy(tr->drafts, drafts, sizeof(int32_t) * (size_t)d->block);
     }
     float *lg = logits_out ? logits_out : ds_amalloc(sizeof(float) * (size_t)(K + 1) * V);
     ds_bf16 *aux = ds_amalloc(sizeof(ds_bf16) * (size_t)(K + 1) * W);

@@ -38,11 +38,18 @@ int ds_spec_accept_sampled(const float *p, const float *q, int V, const int32_t 
  * the step's aux rows.  Returns 0 or -1 (err). */
 int ds_spec_commit(ds_model *m, ds_seq *s, int64_t p0, int acc, const ds_bf16 *aux, ds_error *err);
 
+/* What a step may report besides its tokens (every pointer optional). */
+typedef struct ds_spec_trace {
+    int32_t *drafts;              /* [block] every proposal of the draft pass */
+    float *draft_logits;          /* [block][V] Markov-corrected draft logits */
+    float *conf;                  /* [block] confidence logits */
+    float *verify_logits;         /* [K+1][V] target logits of the verify rows */
+} ds_spec_trace;
+
 /* One greedy speculative step of a single sequence: draft from `anchor`, verify K (<= block)
  * drafts, accept, commit.  out receives the acc + 1 committed tokens' successors: out[0..acc−1] =
- * accepted drafts, out[acc] = bonus (the next anchor).  logits_out (optional, [K+1][V]) receives
- * the verify logits.  Returns acc (>= 0) or -1 (err). */
+ * accepted drafts, out[acc] = bonus (the next anchor).  Returns acc (>= 0) or -1 (err). */
 int ds_spec_greedy_step(ds_model *m, ds_seq *s, int32_t anchor, int K, const uint8_t *masked, int32_t *out,
-                        float *logits_out, ds_error *err);
+                        const ds_spec_trace *tr, ds_error *err);
 
 #endif

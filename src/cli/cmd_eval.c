@@ -184,6 +184,14 @@ static int text_steps(ds_model *m, ds_seq *s, const int32_t *ids, int64_t n, int
     return rc;
 }
 
+/* FNV-1a over a logits row's bits: speculative and plain rows must be bit-identical. */
+static uint64_t row_hash(const float *row, int V) {
+    const uint8_t *b = (const uint8_t *)row;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < (size_t)V * sizeof(float); i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
 typedef struct trace_buf {
     int steps;
     int32_t *pos, *drafts;
@@ -227,7 +235,7 @@ static int run_acceptance(ds_model *m, const eval_opts *o, const int32_t *ids, i
     masked[m->cfg.dspark_noise_id] = 1;
     acc_stats greedy = {0}, text = {0};
     double t_spec = 0, t_plain = 0;
-    int64_t tok_spec = 0, mismatch = 0;
+    int64_t tok_spec = 0, mismatch = 0, row_mismatch = 0;
     ds_error err = {{0}, {0}};
     float *lg = ds_amalloc(sizeof(float) * (size_t)V);
     const char *sp = o->starts ? o->starts : "48,96,160,224";
@@ -239,6 +247,8 @@ static int run_acceptance(ds_model *m, const eval_opts *o, const int32_t *ids, i
         /* greedy continuation, speculative */
         ds_seq *s = ds_seq_new(m);
         int32_t *gen = ds_xmalloc(sizeof(int32_t) * (size_t)steps * (K + 1) + 8);
+        uint64_t *gh = ds_xmalloc(sizeof(uint64_t) * (size_t)steps * (K + 1) + 8);
+        float *vl = ds_amalloc(sizeof(float) * (size_t)(K + 1) * V);
         int64_t ng = 0;
         if (ds_spec_prefill(m, s, ids, (int)P, 0, lg, &err) < 0) { rc = 1; ds_seq_free(s); free(gen); break; }
         int32_t anchor;
@@ -249,7 +259,7 @@ static int run_acceptance(ds_model *m, const eval_opts *o, const int32_t *ids, i
         double t0 = ds_now();
         for (int t = 0; t < steps && !rc; t++) {
             int32_t out[DS_DRAFT_MAX_BLOCK + 1];
-            ds_spec_trace tr = {0};
+            ds_spec_trace tr = {.verify_logits = vl};
             if (o->trace) {
                 tb.pos[t] = (int32_t)s->len;
                 tr.drafts = tb.drafts + (size_t)t * B;
@@ -259,6 +269,7 @@ static int run_acceptance(ds_model *m, const eval_opts *o, const int32_t *ids, i
             }
             int acc = ds_spec_greedy_step(m, s, anchor, K, masked, out, &tr, &err);
             if (acc < 0) { rc = 1; break; }
+            for (int i = 0; i <= acc; i++) gh[ng + i] = row_hash(vl + (size_t)i * V, V);
             gen[ng++] = anchor;
             for (int i = 0; i < acc; i++) gen[ng++] = out[i];
             anchor = out[acc];
@@ -281,11 +292,14 @@ static int run_acceptance(ds_model *m, const eval_opts *o, const int32_t *ids, i
         for (int64_t i = 0; i < ng && !rc; i++) {
             if (cur != gen[i]) mismatch++;
             if (ds_seq_step(m, s, &cur, 1, lg, 1, eb, sizeof eb) < 0) { fprintf(stderr, "%s\n", eb); rc = 1; }
+            if (row_hash(lg, V) != gh[i]) row_mismatch++;
             ds_spec_accept_greedy(lg, V, masked, NULL, 0, &cur);
         }
         t_plain += ds_now() - t0;
         ds_seq_free(s);
         free(gen);
+        free(gh);
+        ds_afree(vl);
         /* teacher-forced on the text */
         s = ds_seq_new(m);
         if (!rc && (ds_spec_prefill(m, s, ids, (int)P, 0, NULL, &err) < 0 || text_steps(m, s, ids, n, P, steps, K, &text, &err) < 0))
@@ -298,9 +312,11 @@ static int run_acceptance(ds_model *m, const eval_opts *o, const int32_t *ids, i
                o->starts ? o->starts : "48,96,160,224", steps);
         acc_print("greedy", &greedy, K);
         acc_print("text", &text, K);
-        printf("decode: %lld greedy tokens, speculative %.1f tok/s, plain %.1f tok/s, speed-up %.2fx, token mismatches %lld\n",
-               (long long)tok_spec, (double)tok_spec / t_spec, (double)tok_spec / t_plain, t_plain / t_spec, (long long)mismatch);
-        if (mismatch) rc = 1;
+        printf("decode: %lld greedy tokens, speculative %.1f tok/s, plain %.1f tok/s, speed-up %.2fx\n", (long long)tok_spec,
+               (double)tok_spec / t_spec, (double)tok_spec / t_plain, t_plain / t_spec);
+        printf("identity: speculative vs plain: token mismatches %lld, logit rows not bit-identical %lld (of %lld)\n",
+               (long long)mismatch, (long long)row_mismatch, (long long)tok_spec);
+        if (mismatch || row_mismatch) rc = 1;
     }
     ds_afree(lg);
     free(masked);

@@ -1,12 +1,13 @@
 /* dsflash eval: quality measurements on real text with the C engine alone.
  *
- *   dsflash eval perplexity --model DIR --tokens FILE.u32 [--window 256] [--max-windows N]
+ *   dsflash eval perplexity --model DIR --tokens FILE.u32 [--window 256] [--max-windows N] [--window-step S]
  *                           [--numerics exact|fast] [--threads N] [--chunk K]
  *   dsflash eval acceptance --model DIR --tokens FILE.u32 [--starts 48,96,160,224] [--steps 64]
  *                           [--num-speculative-tokens 5] [--numerics exact|fast] [--threads N]
  *
  * perplexity: non-overlapping windows of `window` input ids from position 0 of each window, window
- * w reading ids[w·n .. w·n+n−1] and scoring the next id of every row (ids[w·n+1 .. w·n+n]); prints
+ * w reading ids[w·n .. w·n+n−1] and scoring the next id of every row (ids[w·n+1 .. w·n+n]) —
+ * with --window-step S only windows 0, S, 2S, … (a spread subset); prints
  * windows, scored tokens, mean NLL (float64 log-softmax of the fp32 logits) and perplexity.  This is
  * the protocol of the trained fixture's reference measurement.
  * acceptance: for every start P, the prompt ids[0..P) is prefilled, then `steps` speculative steps
@@ -33,11 +34,11 @@
 
 typedef struct eval_opts {
     const char *model, *tokens, *numerics, *starts, *trace, *kernels;
-    long long window, max_windows, threads, chunk, steps, K;
+    long long window, max_windows, window_step, threads, chunk, steps, K;
 } eval_opts;
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: dsflash eval perplexity --model DIR --tokens FILE.u32 [--window 256] [--max-windows N]\n"
+    fprintf(f, "usage: dsflash eval perplexity --model DIR --tokens FILE.u32 [--window 256] [--max-windows N] [--window-step S]\n"
                "                               [--numerics exact|fast] [--threads N] [--chunk K]\n"
                "       dsflash eval acceptance --model DIR --tokens FILE.u32 [--starts 48,96,160,224] [--steps 64]\n"
                "                               [--num-speculative-tokens 5] [--numerics exact|fast] [--threads N]\n"
@@ -71,6 +72,7 @@ static int parse_args(int argc, char **argv, eval_opts *o) {
         else if (!strcmp(a, "--kernels")) o->kernels = v;
         else if (!strcmp(a, "--window")) { if (parse_ll(a, v, 2, 1 << 20, &o->window)) return -1; }
         else if (!strcmp(a, "--max-windows")) { if (parse_ll(a, v, 1, 1 << 30, &o->max_windows)) return -1; }
+        else if (!strcmp(a, "--window-step")) { if (parse_ll(a, v, 1, 1 << 30, &o->window_step)) return -1; }
         else if (!strcmp(a, "--threads")) { if (parse_ll(a, v, 0, 4096, &o->threads)) return -1; }
         else if (!strcmp(a, "--chunk")) { if (parse_ll(a, v, 1, 1 << 20, &o->chunk)) return -1; }
         else if (!strcmp(a, "--steps")) { if (parse_ll(a, v, 1, 1 << 20, &o->steps)) return -1; }
@@ -110,7 +112,8 @@ static double row_nll(const float *lg, int V, int32_t target) {
 
 static int run_perplexity(ds_model *m, const eval_opts *o, const int32_t *ids, int64_t n) {
     const int V = ds_model_vocab_size(m), win = (int)o->window, chunk = (int)(o->chunk ? o->chunk : 64);
-    int64_t nw = (n - 1) / win;
+    const int64_t step = o->window_step ? o->window_step : 1;   /* every step-th window: a spread subset */
+    int64_t nw = ((n - 1) / win + step - 1) / step;
     if (o->max_windows && nw > o->max_windows) nw = o->max_windows;
     if (nw < 1) { fprintf(stderr, "dsflash eval: %s: expected at least %d ids, found %lld\n", o->tokens, win + 1, (long long)n); return 1; }
     float *lg = ds_amalloc(sizeof(float) * (size_t)chunk * V);
@@ -122,15 +125,15 @@ static int run_perplexity(ds_model *m, const eval_opts *o, const int32_t *ids, i
         ds_seq *s = ds_seq_new(m);
         for (int p = 0; p < win; p += chunk) {
             int k = win - p < chunk ? win - p : chunk;
-            const int32_t *in = ids + w * win + p;
+            const int32_t *in = ids + w * step * win + p;
             if (ds_seq_step(m, s, in, k, lg, k, eb, sizeof eb) < 0) { fprintf(stderr, "dsflash eval: %s\n", eb); ds_seq_free(s); return 1; }
             for (int j = 0; j < k; j++, scored++) nll += row_nll(lg + (size_t)j * V, V, in[j + 1]);
         }
         ds_seq_free(s);
     }
     double dt = ds_now() - t0;
-    printf("perplexity: numerics %s, %lld windows x %d tokens from position 0, %lld scored\n", ds_model_numerics(m),
-           (long long)nw, win, (long long)scored);
+    printf("perplexity: numerics %s, %lld windows x %d tokens from position 0 (every %lld. window), %lld scored\n",
+           ds_model_numerics(m), (long long)nw, win, (long long)step, (long long)scored);
     printf("perplexity: NLL %.4f, PPL %.2f (%.1f s, %.0f tok/s)\n", nll / (double)scored, exp(nll / (double)scored), dt,
            (double)scored / dt);
     ds_afree(lg);
@@ -228,6 +231,42 @@ static int trace_write(const char *path, const trace_buf *t, const int32_t *prom
     return rc;
 }
 
+/* Cost of one verify step (K+1 rows) against one decode step (1 row) and one draft pass, at the
+ * same context length, best of `reps` (each step is rolled back, so every repetition sees the same
+ * state). */
+static int verify_cost(ds_model *m, const int32_t *ids, int P, int K, int reps) {
+    const int V = ds_model_vocab_size(m);
+    ds_seq *s = ds_seq_new(m);
+    float *lg = ds_amalloc(sizeof(float) * (size_t)(K + 1) * V);
+    ds_error err = {{0}, {0}};
+    char eb[512];
+    int rc = ds_spec_prefill(m, s, ids, P, 0, lg, &err);
+    double best[3] = {1e30, 1e30, 1e30};
+    for (int r = 0; r < reps && !rc; r++) {
+        for (int kind = 0; kind < 2 && !rc; kind++) {
+            int n = kind ? K + 1 : 1;
+            double t0 = ds_now();
+            if (ds_seq_step(m, s, ids + P, n, lg, n, eb, sizeof eb) < 0) { fprintf(stderr, "%s\n", eb); rc = -1; }
+            double dt = ds_now() - t0;
+            if (dt < best[kind]) best[kind] = dt;
+            ds_seq_truncate(s, P);
+        }
+        int32_t d[DS_DRAFT_MAX_BLOCK];
+        double t0 = ds_now();
+        if (!rc && ds_draft_propose(m, s, ids[P], NULL, NULL, d, NULL, NULL, &err) < 0) rc = -1;
+        double dt = ds_now() - t0;
+        if (dt < best[2]) best[2] = dt;
+    }
+    if (!rc)
+        printf("cost: verify step %d rows %.2f ms, decode step 1 row %.2f ms (ratio %.2f), draft pass %.2f ms; "
+               "speculative step / plain step %.2f\n", K + 1, best[1] * 1e3, best[0] * 1e3, best[1] / best[0], best[2] * 1e3,
+               (best[1] + best[2]) / best[0]);
+    else if (err.msg[0]) fprintf(stderr, "dsflash eval: %s\n", err.msg);
+    ds_afree(lg);
+    ds_seq_free(s);
+    return rc ? 1 : 0;
+}
+
 static int run_acceptance(ds_model *m, const eval_opts *o, const int32_t *ids, int64_t n) {
     const int V = ds_model_vocab_size(m), K = (int)(o->K ? o->K : 5), steps = (int)(o->steps ? o->steps : 64);
     if (!m->draft) { fprintf(stderr, "dsflash eval: the model has no usable draft\n"); return 1; }
@@ -317,6 +356,7 @@ static int run_acceptance(ds_model *m, const eval_opts *o, const int32_t *ids, i
         printf("identity: speculative vs plain: token mismatches %lld, logit rows not bit-identical %lld (of %lld)\n",
                (long long)mismatch, (long long)row_mismatch, (long long)tok_spec);
         if (mismatch || row_mismatch) rc = 1;
+        if (!rc) rc = verify_cost(m, ids, 96, K, 10);
     }
     ds_afree(lg);
     free(masked);

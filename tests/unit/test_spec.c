@@ -46,7 +46,7 @@ typedef struct run_out {
     int n[32];
     int32_t ids[32][160];
     float lp[32][160];
-    uint64_t drafts, accepted, guard_global;
+    uint64_t drafts, accepted, guard_global, preemptions;
     int spec_enabled;
 } run_out;
 
@@ -61,6 +61,8 @@ typedef struct run_cfg {
     double temperature;
     const int32_t *text;
     int cancel_after;            /* > 0: cancel request 0 after this many tokens */
+    uint64_t kv_bytes;           /* 0: 64 MiB */
+    int max_model_len;           /* 0: 1024 */
 } run_cfg;
 
 static void run(ds_model *m, const run_cfg *c, run_out *o) {
@@ -73,8 +75,8 @@ static void run(ds_model *m, const run_cfg *c, run_out *o) {
     ec.max_num_seqs = c->seqs;
     ec.max_num_batched_tokens = 256;
     ec.block_size = 16;
-    ec.max_model_len = 1024;
-    ec.kv_budget_bytes = 64u << 20;
+    ec.max_model_len = c->max_model_len ? c->max_model_len : 1024;
+    ec.kv_budget_bytes = c->kv_bytes ? c->kv_bytes : 64u << 20;
     ec.spec_tokens = c->spec;
     ec.spec_guard = c->guard;
     ec.fingerprint = "spec-test";
@@ -138,6 +140,7 @@ static void run(ds_model *m, const run_cfg *c, run_out *o) {
     o->drafts = atomic_load(&mt.spec_drafts);
     o->accepted = atomic_load(&mt.spec_accepted);
     o->guard_global = atomic_load(&mt.spec_guard_global);
+    o->preemptions = atomic_load(&mt.preemptions);
     ds_engine_destroy(e);
     ds_metrics_destroy(&mt);
     ds_backend_free(be);
@@ -192,6 +195,36 @@ TEST(spec_greedy_identity_random_tiny) {
     const char *d = ds_test_tiny_fixture();
     CHECK(d != NULL, "tiny fixture");
     if (d) greedy_identity(d, NULL, "random tiny");
+}
+
+/* Preemption under a tight KV budget (recompute, prefix hits on re-admission) with speculation on. */
+TEST(spec_greedy_identity_under_preemption) {
+    const char *d = ds_test_tiny_fixture();
+    CHECK(d != NULL, "tiny fixture");
+    if (!d) return;
+    ds_model *plain = load(d, 0), *spec = load(d, 2);
+    if (!plain || !spec) return;
+    static run_out off, on;
+    run_cfg c = {.spec = 0, .seqs = 8, .n_req = 8, .prompt_len = 60, .max_tokens = 80, .guard = DS_SPEC_GUARD_ON,
+                 .max_model_len = 256};
+    ds_kv_layout lay;
+    ds_kv_layout_init(&lay, &spec->cfg, 16);
+    ds_kv_budget plan;
+    ds_error err = {0};
+    /* the fixed per-request pages of a speculative engine, plus 24 blocks: 8 requests of ~9 blocks
+     * each cannot all stay resident */
+    ds_kv_budget_plan(&plan, &lay, 1u << 30, spec->cfg.window + DS_MAX_ROLLBACK, 5, 8, 1, 256, &err);
+    c.kv_bytes = 8 * plan.fixed_per_request + plan.win_transient_pages * lay.page_bytes[DS_KV_WIN] +
+                 24 * (lay.page_bytes[DS_KV_CKV] + lay.page_bytes[DS_KV_IDX]);
+    run(plain, &c, &off);
+    c.spec = 5;
+    run(spec, &c, &on);
+    same_outputs(&c, &off, &on, "random tiny under preemption");
+    printf("  preemption: %llu preemptions, %llu verify steps\n", (unsigned long long)on.preemptions, (unsigned long long)on.drafts);
+    CHECK(on.preemptions > 0 && on.drafts > 0, "expected preemptions (%llu) and verify steps (%llu)",
+          (unsigned long long)on.preemptions, (unsigned long long)on.drafts);
+    ds_model_free(plain);
+    ds_model_free(spec);
 }
 
 TEST(spec_greedy_identity_trained) {

@@ -220,8 +220,6 @@ int ds_draft_commit(ds_model *m, ds_seq *s, const ds_bf16 *aux, int64_t p0, int 
                        (long long)s->len, (long long)p0, (long long)(p0 + n - 1));
     const int64_t bs = s->pools->lay.bs, end = p0 + n;
     const int64_t first = max64(p0, end - m->cfg.window);   /* older rows would be released at once */
-    if (first < s->shared_len && p0 < s->drf_hi)
-        return ds_fail(err, "E_INVALID_ARG", "draft commit: position %lld lies in the adopted prefix", (long long)first);
     if (alloc_pages(s, keep_from(s, end) / bs, (end + bs - 1) / bs, err) < 0) return -1;
     const int W = ds_draft_aux_width(m);
     write_rows(m, s, aux + (size_t)(first - p0) * W, first, (int)(end - first));

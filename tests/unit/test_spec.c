@@ -63,6 +63,7 @@ typedef struct run_cfg {
     int cancel_after;            /* > 0: cancel request 0 after this many tokens */
     uint64_t kv_bytes;           /* 0: 64 MiB */
     int max_model_len;           /* 0: 1024 */
+    const char *sched;           /* --spec-tokens-per-batch-size or NULL */
 } run_cfg;
 
 static void run(ds_model *m, const run_cfg *c, run_out *o) {
@@ -80,6 +81,10 @@ static void run(ds_model *m, const run_cfg *c, run_out *o) {
     ec.spec_tokens = c->spec;
     ec.spec_guard = c->guard;
     ec.fingerprint = "spec-test";
+    if (c->sched) {
+        ds_error se = {0};
+        CHECK(ds_spec_schedule_parse(&ec, c->sched, &se) == 0, "%s", se.msg);
+    }
     ds_metrics mt;
     ds_metrics_init(&mt);
     ds_error err = {0};
@@ -385,6 +390,42 @@ TEST(spec_broken_draft_fires_global_guard) {
     free(me);
     free(mh);
     free(text);
+}
+
+TEST(spec_schedule_parse) {
+    ds_engine_config c;
+    ds_engine_config_defaults(&c);
+    c.max_num_seqs = 32;
+    c.spec_tokens = 5;
+    ds_error err = {0};
+    CHECK(ds_spec_schedule_parse(&c, "1-4:5,5-16:3,17-32:0", &err) == 0, "%s", err.msg);
+    CHECK(c.n_spec_sched == 3 && c.spec_sched[1].lo == 5 && c.spec_sched[1].hi == 16 && c.spec_sched[1].k == 3);
+    CHECK(ds_spec_schedule_parse(&c, "1-4:5,4-32:3", &err) < 0 && strstr(err.msg, "overlaps"), "%s", err.msg);
+    CHECK(ds_spec_schedule_parse(&c, "1-4:5,6-32:3", &err) < 0 && strstr(err.msg, "5 uncovered"), "%s", err.msg);
+    CHECK(ds_spec_schedule_parse(&c, "1-32:6", &err) < 0 && strstr(err.msg, "K <= --num-speculative-tokens 5"), "%s", err.msg);
+    CHECK(ds_spec_schedule_parse(&c, "1-32", &err) < 0 && strstr(err.msg, "lo-hi:K"), "%s", err.msg);
+    CHECK(ds_spec_schedule_parse(&c, "1-32:2;", &err) < 0, "trailing junk accepted");
+}
+
+/* The schedule decides K per step from the number of decoding requests: with "1-1:0,2-8:5" a
+ * lone request never verifies, a batch of 8 does. */
+TEST(spec_schedule_applies) {
+    const char *d = ds_test_tiny_fixture();
+    CHECK(d != NULL, "tiny fixture");
+    if (!d) return;
+    ds_model *m = load(d, 2);
+    if (!m) return;
+    static run_out o;
+    run_cfg c = {.spec = 5, .seqs = 8, .n_req = 8, .prompt_len = 30, .max_tokens = 16, .guard = DS_SPEC_GUARD_ON,
+                 .sched = "1-1:0,2-8:5"};
+    run(m, &c, &o);
+    CHECK(o.drafts > 0, "batch of 8 under \"2-8:5\": no verify step");
+    c.seqs = 1;
+    c.n_req = 1;
+    c.sched = "1-1:0";
+    run(m, &c, &o);
+    CHECK(o.drafts == 0, "single request under \"1-1:0\": %llu verify steps", (unsigned long long)o.drafts);
+    ds_model_free(m);
 }
 
 RUN_ALL()

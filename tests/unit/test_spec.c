@@ -34,8 +34,10 @@ static const char *trained_fixture(void) {
     return state == 1 ? dir : NULL;
 }
 
+static const char *g_numerics = "exact";
+
 static ds_model *load(const char *dir, int draft) {
-    ds_load_options lo = {.kernels = "auto", .draft = draft};
+    ds_load_options lo = {.kernels = "auto", .draft = draft, .numerics = g_numerics};
     char eb[1024];
     ds_model *m = ds_model_load(dir, &lo, eb, sizeof eb);
     CHECK(m != NULL, "load %s: %s", dir, eb);
@@ -205,6 +207,15 @@ TEST(spec_greedy_identity_random_tiny) {
     const char *d = ds_test_tiny_fixture();
     CHECK(d != NULL, "tiny fixture");
     if (d) greedy_identity(d, NULL, "random tiny");
+}
+
+/* The fast tier (fp32 draft attention, fast trunk kernels) keeps the identity: both runs use it. */
+TEST(spec_greedy_identity_fast_tier) {
+    const char *d = ds_test_tiny_fixture();
+    CHECK(d != NULL, "tiny fixture");
+    g_numerics = "fast";
+    if (d) greedy_identity(d, NULL, "random tiny, fast tier");
+    g_numerics = "exact";
 }
 
 /* Preemption under a tight KV budget (recompute, prefix hits on re-admission) with speculation on. */

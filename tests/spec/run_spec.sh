@@ -9,6 +9,8 @@
 #    and logit rows bit-identical to plain decoding (the command exits 1 otherwise), and the draft
 #    must actually be accepted: mean acceptance length A > 1.5 on the model's own greedy
 #    continuation (reference 2.22), A >= 1 on the held-out text.
+# 3b. The NumPy oracle's draft (tests/oracle/draft.py) on the trained release: every draft pass of
+#    a speculative run — proposals, draft logits, confidences — bit-identical (compare_draft.py).
 # 4. The same identity on a random tiny model (mkmodel tiny: random draft, almost nothing accepted).
 # 5. A rotated release without its un-rotated draft vocabulary: loading with the draft required
 #    fails with E_DRAFT_VOCAB_MISSING (CHECKPOINT.md §11).
@@ -58,6 +60,15 @@ ag=$(sed -n 's/^acceptance greedy *: steps [0-9]*, A \([0-9.]*\),.*/\1/p' "$TMP/
 at=$(sed -n 's/^acceptance text *: steps [0-9]*, A \([0-9.]*\),.*/\1/p' "$TMP/acc.log")
 check "trained: A > 1.5 on the greedy continuation (found ${ag:-none})" "$PY" -c "import sys; sys.exit(0 if float('${ag:-0}') > 1.5 else 1)"
 check "trained: A >= 1 on held-out text (found ${at:-none})" "$PY" -c "import sys; sys.exit(0 if float('${at:-0}') >= 1.0 else 1)"
+
+# ---- 3b. the oracle's draft passes on the trained release
+if "$PY" tests/oracle/compare_draft.py --bin "$BIN" --model "$TMP/tt_w4a8" --tmp "$TMP/draft_oracle" --prompt-len 48 --steps 12 \
+    --label trained > "$TMP/draft_oracle.log" 2>&1; then
+    ok "trained: every draft pass equals the NumPy oracle's (proposals, draft logits, confidences)"
+else
+    ko "trained: draft vs oracle: $(grep -E 'FAIL|Error|error' "$TMP/draft_oracle.log" | head -3)"
+fi
+grep -E 'draft passes' "$TMP/draft_oracle.log" | sed 's/^/  /'
 
 # ---- 4. identity on a random tiny model
 if "$BIN" mkmodel --config tiny --seed 3 --no-split --out "$TMP/tiny" --quiet > "$TMP/mk.log" 2>&1; then

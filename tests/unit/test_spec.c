@@ -298,11 +298,14 @@ TEST(spec_rejection_sampling_matches_target) {
     printf("  chi-square %.2f (critical 20.52 at 0.001, df 5); acceptance counts %d %d %d %d\n", chi, acc_n[0], acc_n[1],
            acc_n[2], acc_n[3]);
     CHECK(chi < 20.52, "first-token distribution differs from p_0: chi-square %.2f", chi);
-    /* the draft's own q as the target: everything is accepted */
+    /* the draft's own q as the target (plus a bonus row): everything is accepted */
+    float pq[(K + 1) * V6];
+    memcpy(pq, q, sizeof q);
+    memcpy(pq + K * V6, p + K * V6, sizeof(float) * V6);
     int all = 0;
     for (int s = 0; s < 2000; s++) {
         int32_t d[K] = {1, 0, 2}, bonus;
-        all += ds_spec_accept_sampled(q, q, V6, d, K, lcg_u, &g, &bonus) == K;
+        all += ds_spec_accept_sampled(pq, q, V6, d, K, lcg_u, &g, &bonus) == K;
     }
     CHECK(all == 2000, "p == q must accept every draft, accepted all in %d of 2000", all);
 }

@@ -57,11 +57,22 @@ int serve_spec_configure(serve_spec *sp, const ds_model *m, ds_engine_config *ec
         ec->spec_tokens = 0;
         return 0;
     }
+    if (ec->max_num_batched_tokens < ec->max_num_seqs * (1 + sp->S)) {
+        /* §12: the budget must hold a verify row set of every request.  An explicit S is refused;
+         * the default S leaves speculation off, said in the echo and in a WARN line */
+        if (sp->S_given)
+            return ds_fail(err, "E_USAGE", "--max-num-batched-tokens %d: expected >= --max-num-seqs x (1 + --num-speculative-tokens) "
+                           "= %d", ec->max_num_batched_tokens, ec->max_num_seqs * (1 + sp->S));
+        snprintf(sp->echo, sizeof sp->echo, "OFF (--max-num-batched-tokens %d < --max-num-seqs %d x (1 + %d))",
+                 ec->max_num_batched_tokens, ec->max_num_seqs, sp->S);
+        ds_log(DS_LOG_WARN, "speculative decoding off: --max-num-batched-tokens %d is below --max-num-seqs x (1 + S) = %d",
+               ec->max_num_batched_tokens, ec->max_num_seqs * (1 + sp->S));
+        ec->spec_tokens = 0;
+        sp->S = 0;
+        return 0;
+    }
     ec->spec_tokens = sp->S;
     if (sp->sched && ds_spec_schedule_parse(ec, sp->sched, err) < 0) return -1;
-    if (ec->max_num_batched_tokens < ec->max_num_seqs * (1 + sp->S))
-        return ds_fail(err, "E_USAGE", "--max-num-batched-tokens %d: expected >= --max-num-seqs x (1 + S) = %d", ec->max_num_batched_tokens,
-                       ec->max_num_seqs * (1 + sp->S));
     snprintf(sp->echo, sizeof sp->echo, "ON (S %d, draft %s, guard %s%s%s)", sp->S, m->draft->trained ? "trained" : "declared random",
              sp->guard == DS_SPEC_GUARD_ON ? "on" : sp->guard == DS_SPEC_GUARD_WARN ? "warn" : "off",
              sp->sched ? ", schedule " : "", sp->sched ? sp->sched : "");

@@ -60,7 +60,8 @@ typedef struct ds_backend {
      * propose: one draft pass for the anchor at the sequence's length (all earlier positions
      * committed); pick chooses row i's proposal from its draft logits (NULL: greedy). */
     int spec_block;
-    bool spec_trained;         /* the checkpoint declares a trained draft (start-up probe applies) */
+    bool spec_trained;
+    bool spec_active;          /* set by the engine: the draft context is kept only while it speculates */         /* the checkpoint declares a trained draft (start-up probe applies) */
     int (*propose)(void *impl, void *seq, int32_t anchor, int32_t (*pick)(void *ctx, int row, float *logits), void *pick_ctx,
                    int32_t *drafts, ds_error *err);
 } ds_backend;

@@ -26,7 +26,11 @@ typedef struct mseq {
 
 typedef struct mback {
     ds_model *m;
+    const struct ds_backend *be;   /* its own interface (spec_active) */
 } mback;
+
+/* The draft context (aux features, rings in DRAFT pages) is kept only while the engine speculates. */
+static bool drafting(const mback *b) { return b->m->draft && b->be && b->be->spec_active; }
 
 static int ops_alloc(void *ctx, ds_kv_kind kind, uint32_t *page) {
     mseq *q = ctx;
@@ -89,7 +93,7 @@ static void mb_needed(void *impl, ds_kvm *km, void *seq, const ds_kv_seqtab *tab
     uint32_t c[DS_KV_KINDS];
     ds_seq_pages_needed(q->s, (int)(b - a), c);
     mback *mb = impl;
-    if (mb->m->draft) c[DS_KV_DRAFT] = ds_draft_pages_needed(q->s, b);
+    if (drafting(mb)) c[DS_KV_DRAFT] = ds_draft_pages_needed(q->s, b);
     for (int k = 0; k < DS_KV_KINDS; k++) need[k] = c[k];
 }
 
@@ -101,7 +105,7 @@ static void mb_after(void *impl, ds_kvm *km, void *seq, ds_kv_seqtab *tab, const
     ds_seq *s = q->s;
     mback *mb = impl;
     if (L < s->len) ds_seq_truncate(s, L);   /* rejected verify rows (§6.3: only the length moves) */
-    if (mb->m->draft && q->aux_n > 0 && L > q->aux_p0) {
+    if (drafting(mb) && q->aux_n > 0 && L > q->aux_p0) {
         /* the draft context follows the committed rows; an allocation failure only leaves the
          * rings short, which stops drafting for this sequence (ds_draft_propose refuses) */
         ds_error e2 = {{0}, {0}};
@@ -136,7 +140,7 @@ static int mb_step(void *impl, ds_kv_pools *pools, ds_backend_item *items, int n
     int *nl = ds_xmalloc(sizeof(int) * (size_t)n);
     float **out = ds_xmalloc(sizeof(float *) * (size_t)n);
     size_t off = 0;
-    int V = ds_model_vocab_size(b->m), W = ds_draft_aux_width(b->m);
+    int V = ds_model_vocab_size(b->m), W = drafting(b) ? ds_draft_aux_width(b->m) : 0;
     ds_bf16 **aux = W ? ds_xcalloc((size_t)n, sizeof(ds_bf16 *)) : NULL;
     for (int i = 0; i < n; i++) {
         mseq *q = items[i].seq;
@@ -184,6 +188,7 @@ ds_backend *ds_backend_model_new(ds_model *m) {
     mback *mb = ds_xcalloc(1, sizeof *mb);
     mb->m = m;
     ds_backend *b = ds_xcalloc(1, sizeof *b);
+    mb->be = b;
     b->name = "model";
     b->impl = mb;
     b->vocab = ds_model_vocab_size(m);

@@ -38,6 +38,7 @@ static double uniform(const ds_req *r, int64_t index, int tag) {
 
 void ds_spec_engine_init(ds_engine *e) {
     e->spec_on = e->cfg.spec_tokens > 0 && e->be->propose && e->be->spec_block > 0;
+    e->be->spec_active = e->spec_on;
     atomic_store(&e->g_spec_enabled, e->spec_on ? 1 : 0);
     if (e->spec_on) e->spec_p = ds_xmalloc(sizeof(float) * (size_t)(e->be->spec_block + 1) * (size_t)e->be->vocab);
     e->spec_last_log = e->spec_last_warn = ds_now();

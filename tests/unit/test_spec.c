@@ -176,7 +176,10 @@ static void greedy_identity(const char *dir, const int32_t *text, const char *wh
         const int seqs = conc[ci];
         run_cfg c = {.spec = 0, .seqs = seqs, .n_req = full ? 32 : 8, .prompt_len = 40, .max_tokens = full ? 256 : 48,
                      .guard = DS_SPEC_GUARD_ON, .text = text, .max_model_len = 512};
-        run(plain, &c, &off);
+        /* the reference run: the plain model, or (concurrency 8) the draft-loaded model with S = 0,
+         * which must then behave as a model without draft (no DRAFT pages in its budget) */
+        run(ci == 0 ? plain : spec, &c, &off);
+        CHECK(off.drafts == 0, "S = 0 ran verify steps");
         c.spec = 5;
         run(spec, &c, &on);
         char w[128];

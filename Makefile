@@ -22,12 +22,17 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(OUT)/%.o)
 TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(OUT)/tests/%)
 TEST_COMMON := $(filter-out $(TEST_SRC),$(wildcard tests/unit/*.c))
+# fuzz/fuzz_<name>.c: one libFuzzer target per parser.  Each is also linked with fuzz/replay_main.c
+# by the normal compiler into $(OUT)/fuzz/replay_<name>, which `make test` runs over the seed corpus
+# and the saved crash inputs (tests/fuzz/run_replay.sh).
+FUZZ_NAMES  := $(patsubst fuzz/fuzz_%.c,%,$(sort $(wildcard fuzz/fuzz_*.c)))
+FUZZ_REPLAY := $(FUZZ_NAMES:%=$(OUT)/fuzz/replay_%)
 
-.PHONY: all test bench clean lib tests
+.PHONY: all test bench clean lib tests fuzz fuzz-build soak
 all: $(OUT)/dsflash tests
 
 lib: $(OUT)/libdsflash.a
-tests: $(TEST_BIN)
+tests: $(TEST_BIN) $(FUZZ_REPLAY)
 
 $(OUT)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -47,6 +52,56 @@ $(OUT)/tests/%: tests/unit/%.c $(TEST_COMMON) $(OUT)/libdsflash.a
 	@echo '  TEST $@'
 	@$(CC) $(CFLAGS) -MMD -MP -MF $@.d -Itests/unit -o $@ $< $(TEST_COMMON) $(OUT)/libdsflash.a $(LDFLAGS) $(LDLIBS)
 
+# test_step_alloc counts the allocator calls the library makes during a step (link-time wrap)
+$(OUT)/tests/test_step_alloc: LDFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign,--wrap=aligned_alloc
+
+$(OUT)/fuzz/replay_%: fuzz/fuzz_%.c fuzz/harness.c fuzz/replay_main.c fuzz/fuzz.h $(OUT)/libdsflash.a
+	@mkdir -p $(dir $@)
+	@echo '  FUZZ $@'
+	@$(CC) $(CFLAGS) -Ifuzz -o $@ $< fuzz/harness.c fuzz/replay_main.c $(OUT)/libdsflash.a $(LDFLAGS) $(LDLIBS)
+
+# libFuzzer builds: the library again with clang, instrumented for coverage, ASan and UBSan, into
+# build/fuzz/ (independent of BUILD).  -Werror stays with the gcc builds, which are the warning gate;
+# clang's extra warnings on code it only instruments here must not stop a fuzz run.
+FUZZ_CC     ?= clang
+FUZZ_OUT    := build/fuzz
+FUZZ_CFLAGS := $(CSTD) -Wall -Wextra -Wno-unused-parameter -ffp-contract=off -O1 -g -fno-omit-frame-pointer \
+               -fsanitize=address,undefined -fno-sanitize-recover=undefined -pthread -fopenmp-simd \
+               -Iinclude -Isrc -Ifuzz $(PKG_CFLAGS)
+FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_OUT)/%.o)
+# clang ignores `#pragma GCC target`: the files that use it get the same ISA as a command-line flag
+# (their code still only runs after the CPU check in dispatch.c).
+$(FUZZ_OUT)/src/kernels/kern_avx2.o:   FUZZ_ISA := -mavx2 -mfma
+# fast_ops.c passes 32-byte vectors between inlined helpers; clang refuses that without AVX
+$(FUZZ_OUT)/src/model/fast_ops.o:       FUZZ_ISA := -mavx2 -mfma
+$(FUZZ_OUT)/src/kernels/kern_avx512.o: FUZZ_ISA := -mavx2 -mfma -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16
+FUZZ_BIN     := $(FUZZ_NAMES:%=$(FUZZ_OUT)/fuzz_%)
+FUZZ_SECONDS ?= 60
+
+$(FUZZ_OUT)/%.o: %.c
+	@mkdir -p $(dir $@)
+	@echo '  CLANG $<'
+	@$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_ISA) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+
+$(FUZZ_OUT)/libdsflash.a: $(FUZZ_LIB_OBJ)
+	@rm -f $@
+	@ar rcs $@ $^
+
+$(FUZZ_OUT)/fuzz_%: fuzz/fuzz_%.c fuzz/harness.c fuzz/fuzz.h $(FUZZ_OUT)/libdsflash.a
+	@echo '  FUZZ $@'
+	@$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< fuzz/harness.c $(FUZZ_OUT)/libdsflash.a $(PKG_LIBS) -lm -pthread
+
+fuzz-build: $(FUZZ_BIN)
+
+# `make fuzz` (FUZZ_SECONDS per target, default 60): prints executions and crashes per target;
+# fails if any target crashed.  Needs the release tokenizer data (scripts/install-deps.sh).
+fuzz: fuzz-build
+	FUZZ_SECONDS=$(FUZZ_SECONDS) fuzz/run.sh $(FUZZ_NAMES)
+
+# `make soak` (SOAK_SECONDS, default 1800): mixed load on a live tiny-model server (tests/soak/).
+soak: $(OUT)/dsflash
+	BUILD=$(BUILD) SOAK_SECONDS=$${SOAK_SECONDS:-1800} tests/soak/soak.sh
+
 test: all
 	BUILD=$(BUILD) tests/run.sh
 
@@ -56,4 +111,4 @@ bench: all
 clean:
 	rm -rf build
 
--include $(LIB_OBJ:.o=.d) $(OUT)/src/cli/main.d $(TEST_BIN:=.d)
+-include $(LIB_OBJ:.o=.d) $(OUT)/src/cli/main.d $(TEST_BIN:=.d) $(FUZZ_LIB_OBJ:.o=.d)

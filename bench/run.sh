@@ -1,33 +1,52 @@
 #!/usr/bin/env bash
-# `make bench`: the kernel table against this host's limits, then single-stream decode of the
-# mini checkpoint against its weight-bytes roofline.  Every figure is a ratio to limits measured
-# in the same run with the same thread count (a concurrent job on the host changes both).
+# `make bench`: the kernel table against this host's limits, then the serving table of the mini
+# checkpoint (`dsflash bench serve`: single-stream and batched decode against their rooflines,
+# TTFT of a 2,048-token prompt, prefill against the int8 peak, both numerics tiers), then
+# llama.cpp beside it on a GGUF of equal bytes per token.  Every figure is a ratio to limits
+# measured in the same run with the same thread count (a concurrent job on the host changes both).
 #
-# Environment: BUILD (release), DS_BENCH_THREADS (all CPUs), DS_BENCH_MINI (checkpoint folder,
-# default build/bench/mini; built once with `dsflash mkmodel --config mini`, ~6.7 GiB),
-# DS_BENCH_TOKENS (decode tokens, 32), DS_BENCH_PROMPT (prompt tokens, 64).
+# Environment: BUILD (release), DSFLASH_BIN (build/$BUILD/dsflash), DS_BENCH_THREADS (all CPUs), DS_BENCH_MINI (checkpoint folder,
+# default models/mini, git-ignored; built once with `dsflash mkmodel --config mini`, ~6.7 GiB),
+# DS_BENCH_NUMERICS (both), DS_BENCH_QUICK (1: bench serve --quick), DS_BENCH_LLAMACPP (0: skip
+# llama.cpp, reported as skipped).  `bench decode --model DIR` stays available on its own.
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-release}
-BIN=build/$BUILD/dsflash
+BIN=${DSFLASH_BIN:-build/$BUILD/dsflash}
 THREADS=${DS_BENCH_THREADS:-$(nproc)}
-MINI=${DS_BENCH_MINI:-build/bench/mini}
-TOKENS=${DS_BENCH_TOKENS:-32}
-PROMPT=${DS_BENCH_PROMPT:-64}
+MINI=${DS_BENCH_MINI:-models/mini}
+NUMERICS=${DS_BENCH_NUMERICS:-both}
+OUT=build/bench
 rc=0
+mkdir -p "$OUT"
 
 echo "== dsflash bench kernels (threads $THREADS)"
 "$BIN" bench kernels --threads "$THREADS" || rc=1
 
 echo
-echo "== dsflash bench decode (mini checkpoint, threads $THREADS)"
+echo "== dsflash bench serve (mini checkpoint $MINI, threads $THREADS, numerics $NUMERICS)"
 if [ ! -f "$MINI/config.json" ]; then
     echo "building the mini checkpoint in $MINI (once)"
     mkdir -p "$(dirname "$MINI")"
     if ! "$BIN" mkmodel --config mini --out "$MINI" --threads "$THREADS" --quiet; then
-        echo "bench: mkmodel --config mini failed; decode benchmark not run"
+        echo "bench: mkmodel --config mini failed; serving benchmark not run"
         exit 1
     fi
 fi
-"$BIN" bench decode --model "$MINI" --threads "$THREADS" --tokens "$TOKENS" --prompt-tokens "$PROMPT" || rc=1
+quick=()
+[ "${DS_BENCH_QUICK:-0}" = 1 ] && quick=(--quick)
+rm -f "$OUT/serve.json"
+if ! "$BIN" bench serve --model "$MINI" --threads "$THREADS" --numerics "$NUMERICS" "${quick[@]}" \
+        --json "$OUT/serve.json"; then
+    echo "bench: bench serve failed; llama.cpp comparison not run"
+    exit 1
+fi
+
+echo
+echo "== llama.cpp beside dsflash (threads $THREADS)"
+if [ "${DS_BENCH_LLAMACPP:-1}" = 0 ]; then
+    echo "llama.cpp: skipped (DS_BENCH_LLAMACPP=0)"
+else
+    bench/llamacpp_bench.sh --ours "$OUT/serve.json" --model "$MINI" --threads "$THREADS" || rc=1
+fi
 exit $rc

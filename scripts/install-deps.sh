@@ -7,7 +7,8 @@ SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
 DEBS=(build-essential pkg-config libcjson-dev libssl-dev libutf8proc-dev libmicrohttpd-dev
       python3 python3-numpy curl ca-certificates
-      libsimde-dev)  # libsimde-dev: portable AVX-512 intrinsics, so tests check the AVX-512 kernels on any CPU
+      libsimde-dev   # portable AVX-512 intrinsics, so tests check the AVX-512 kernels on any CPU
+      clang libclang-rt-dev)   # libFuzzer + ASan/UBSan runtimes for `make fuzz` (fuzz/); the build stays gcc
 missing=()
 for p in "${DEBS[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p"); done
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then missing+=(nodejs npm); fi

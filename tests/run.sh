@@ -31,9 +31,12 @@ run_suite() {
     fi
     rm -f "$log"
 }
-for t in build/$BUILD/tests/test_*; do
-    [ -x "$t" ] || continue
-    run_suite "$(basename "$t")" "$t"
+# one program per tests/unit/test_*.c: a missing program (a failed build) is a failed suite, not
+# a suite that silently does not run
+for src in tests/unit/test_*.c; do
+    name=$(basename "$src" .c); t=build/$BUILD/tests/$name
+    if [ -x "$t" ]; then run_suite "$name" "$t"
+    else echo "=== $name"; echo "  ($t is not built: counted as 1 failure)"; total_fail=$((total_fail + 1)); failed_suites+=("$name"); fi
 done
 for s in tests/*/run_*.sh; do
     [ -f "$s" ] || continue

@@ -7,6 +7,7 @@
  * id list, 2 usage, 3 I/O error, 5 input missing (TOOLS.md §0). */
 #define _GNU_SOURCE
 #include "cli/commands.h"
+#include "base/flags.h"
 #include "base/common.h"
 #include "base/fsutil.h"
 #include "tokenizer/tokenizer.h"
@@ -28,24 +29,14 @@ static void usage(FILE *f) {
         "  --lines          batch mode: each input line is one id list; prints one JSON string per line\n");
 }
 
-/* Parse "1 2 3", "1,2,3" or "[1, 2, 3]" into ids; -1 with a message naming the offending token. */
+/* Parse "1 2 3", "1,2,3" or "[1, 2, 3]" into ids (the shared base/flags.h rules); -1 with a message
+ * naming the offending item and its offset.  Any 32-bit id is passed on: the decoder names ids
+ * outside the vocabulary. */
 static int parse_ids(const char *s, ds_tokens *ids) {
-    const char *p = s;
-    while (*p) {
-        if (strchr(" \t\r\n,[]", *p)) { p++; continue; }
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v < -2147483648L || v > 2147483647L || (*end && !strchr(" \t\r\n,[]", *end))) {
-            int n = 0;
-            while (p[n] && !strchr(" \t\r\n,[]", p[n]) && n < 40) n++;
-            fprintf(stderr, "dsflash detokenize: \"%.*s\" at offset %td is not an integer token id\n", n, p, p - s);
-            return -1;
-        }
-        ds_tokens_push(ids, (int32_t)v);
-        p = end;
-    }
-    return 0;
+    char why[160];
+    if (ds_parse_ids(s, INT32_MIN, INT32_MAX, &ids->ids, &ids->n, &ids->cap, why, sizeof why) == 0) return 0;
+    fprintf(stderr, "dsflash detokenize: %s\n", why);
+    return -1;
 }
 
 static int read_all_stdin(char **data) {

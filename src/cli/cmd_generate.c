@@ -2,7 +2,7 @@
  * and the oracle comparison trace.
  *
  *   dsflash generate --model DIR (--prompt-ids 1,2,3 | --prompt-file F) --max-tokens N
- *                    [--chunk K] [--trace FILE] [--threads N] [--kernels NAME]
+ *                    [--chunk K] [--trace FILE] [--threads N] [--kernels NAME] [--numerics exact|fast]
  *
  * The prompt is prefilled in chunks of K rows (default: one chunk), then one decode step per
  * generated token; up to N tokens are generated: the run stops after EOS unless --ignore-eos (the
@@ -23,6 +23,7 @@
 #include "model/model.h"
 #include "io/safetensors.h"
 #include "tokenizer/tokenizer.h"
+#include "base/flags.h"
 #include "base/fsutil.h"
 #include <errno.h>
 #include <stdio.h>
@@ -30,34 +31,24 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: dsflash generate --model DIR (--prompt-ids 1,2,3 | --prompt-file F) --max-tokens N\n"
-               "                        [--chunk K] [--trace FILE] [--threads N] [--kernels NAME] [--ignore-eos]\n");
-}
+#define GENERATE_USAGE                                                                                        \
+    "usage: dsflash generate --model DIR (--prompt-ids 1,2,3 | --prompt-file F) --max-tokens N\n"                    \
+    "                        [--chunk K] [--trace FILE] [--threads N] [--kernels NAME] [--numerics exact|fast] [--ignore-eos]"
 
-static int parse_int(const char *s, long long lo, long long hi, long long *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_ids(const char *s, ds_tokens *out) {
-    const char *p = s;
-    while (*p) {
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (errno || end == p || v < 0 || v > INT32_MAX) return -1;
-        ds_tokens_push(out, (int32_t)v);
-        p = end;
-        if (*p == ',') p++;
-        else if (*p) return -1;
-    }
-    return out->n ? 0 : -1;
-}
+/* One row per flag (base/flags.h). */
+static ds_flag k_flags[] = {
+    {.name = "--model", .type = DS_FLAG_STRING, .help = "checkpoint directory (required)"},
+    {.name = "--prompt-ids", .type = DS_FLAG_STRING, .help = "token ids: 1,2,3"},
+    {.name = "--prompt-file", .type = DS_FLAG_STRING, .help = "UTF-8 text encoded with DIR/tokenizer.json"},
+    {.name = "--max-tokens", .type = DS_FLAG_INT, .lo = 1, .hi = 1 << 24, .help = "tokens to generate (required)"},
+    {.name = "--chunk", .type = DS_FLAG_INT, .lo = 1, .hi = 1 << 24, .help = "prefill chunk rows (default: the whole prompt)"},
+    {.name = "--trace", .type = DS_FLAG_STRING, .help = "safetensors trace for the oracle"},
+    {.name = "--threads", .type = DS_FLAG_INT, .def = "0", .lo = 0, .hi = 4096, .help = "0: every core"},
+    {.name = "--kernels", .type = DS_FLAG_ENUM, .def = "auto", .choices = "auto|avx512-vnni|avx2|reference"},
+    {.name = "--numerics", .type = DS_FLAG_ENUM, .def = "fast", .choices = "exact|fast",
+     .help = "exact: bit-identical to the reference; fast: fp32 blocked reductions"},
+    {.name = "--ignore-eos", .type = DS_FLAG_SWITCH, .help = "generate --max-tokens even after EOS"},
+};
 
 /* Trace collection: hidden states of every processed row, per layer. */
 typedef struct trace_buf {
@@ -107,47 +98,29 @@ static int32_t greedy_pick(const float *logits, int V, int noise_id) {
 }
 
 int cmd_generate(int argc, char **argv) {
-    const char *model_dir = NULL, *ids_arg = NULL, *prompt_file = NULL, *trace_path = NULL, *kernels = "auto";
-    long long max_tokens = -1, chunk = 0, threads = 0;
-    int ignore_eos = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help")) { usage(stdout); return 0; }
-        if (!strcmp(a, "--ignore-eos")) { ignore_eos = 1; continue; }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "dsflash generate: %s: %s\n", a, a[0] == '-' ? "missing value or unknown option" : "unexpected argument");
-            usage(stderr);
-            return 2;
-        }
-        const char *v = argv[++i];
-        if (!strcmp(a, "--model")) model_dir = v;
-        else if (!strcmp(a, "--prompt-ids")) ids_arg = v;
-        else if (!strcmp(a, "--prompt-file")) prompt_file = v;
-        else if (!strcmp(a, "--trace")) trace_path = v;
-        else if (!strcmp(a, "--kernels")) kernels = v;
-        else if (!strcmp(a, "--max-tokens")) {
-            if (parse_int(v, 1, 1 << 24, &max_tokens)) { fprintf(stderr, "dsflash generate: --max-tokens %s: expected 1..16777216\n", v); usage(stderr); return 2; }
-        } else if (!strcmp(a, "--chunk")) {
-            if (parse_int(v, 1, 1 << 24, &chunk)) { fprintf(stderr, "dsflash generate: --chunk %s: expected 1..16777216\n", v); usage(stderr); return 2; }
-        } else if (!strcmp(a, "--threads")) {
-            if (parse_int(v, 0, 4096, &threads)) { fprintf(stderr, "dsflash generate: --threads %s: expected 0..4096\n", v); usage(stderr); return 2; }
-        } else {
-            fprintf(stderr, "dsflash generate: unknown option %s\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
+    ds_flagset fs = {.cmd = "dsflash generate", .usage = GENERATE_USAGE, .flags = k_flags, .n = DS_ARRAY_LEN(k_flags)};
+    int prc = ds_flags_parse(&fs, argc, argv, 1, stderr);
+    if (prc) return prc == 1 ? 0 : 2;
+    const char *model_dir = ds_flag_str(&fs, "--model"), *ids_arg = ds_flag_str(&fs, "--prompt-ids");
+    const char *prompt_file = ds_flag_str(&fs, "--prompt-file"), *trace_path = ds_flag_str(&fs, "--trace");
+    long long max_tokens = ds_flag_given(&fs, "--max-tokens") ? ds_flag_int(&fs, "--max-tokens") : -1;
+    long long chunk = ds_flag_int(&fs, "--chunk"), threads = ds_flag_int(&fs, "--threads");
+    int ignore_eos = ds_flag_on(&fs, "--ignore-eos");
     if (!model_dir || max_tokens < 0 || (!ids_arg == !prompt_file)) {
         fprintf(stderr, "dsflash generate: --model, --max-tokens and exactly one of --prompt-ids / --prompt-file are required\n");
-        usage(stderr);
+        ds_flags_usage(&fs, stderr);
         return 2;
     }
     ds_tokens prompt = {0};
-    if (ids_arg && parse_ids(ids_arg, &prompt)) {
-        fprintf(stderr, "dsflash generate: --prompt-ids %s: expected comma-separated non-negative ids\n", ids_arg);
-        usage(stderr);
-        ds_tokens_free(&prompt);
-        return 2;
+    if (ids_arg) {
+        char why[160];
+        if (ds_parse_ids(ids_arg, 0, INT32_MAX, &prompt.ids, &prompt.n, &prompt.cap, why, sizeof why) || prompt.n == 0) {
+            fprintf(stderr, "dsflash generate: --prompt-ids: %s, got '%s'\n",
+                    prompt.n || strpbrk(ids_arg, "0123456789") ? why : "expected at least one token id", ids_arg);
+            ds_flags_usage(&fs, stderr);
+            ds_tokens_free(&prompt);
+            return 2;
+        }
     }
     if (trace_path) {
         /* fail before the run, not after it, when the trace cannot be written */
@@ -199,7 +172,8 @@ int cmd_generate(int argc, char **argv) {
         }
     }
     char eb[1536];
-    ds_load_options lo = {.kernels = kernels, .threads = (int)threads};
+    ds_load_options lo = {.kernels = ds_flag_str(&fs, "--kernels"), .threads = (int)threads,
+                          .numerics = ds_flag_str(&fs, "--numerics")};
     double t0 = ds_now();
     m = ds_model_load(model_dir, &lo, eb, sizeof eb);
     if (!m) {
@@ -285,7 +259,7 @@ int cmd_generate(int argc, char **argv) {
         else printf("text: (not decodable: %s)\n", err.msg);
         free(text);
     }
-    printf("load: %.3f s (kernels %s)\n", t_load, ds_kernels_active());
+    printf("load: %.3f s (kernels %s, numerics %s)\n", t_load, ds_kernels_active(), ds_model_numerics(m));
     printf("prefill: %d tokens in %.3f s (%.1f tok/s, chunk %lld)\n", P, t_prefill, t_prefill > 0 ? P / t_prefill : 0.0, chunk);
     printf("decode: %d tokens in %.3f s (%.1f tok/s)\n", G - 1, t_decode, t_decode > 0 ? (G - 1) / t_decode : 0.0);
     if (trace_path && write_trace(trace_path, &tb, &processed, gen, G, all_logits, V, (int)chunk, P) < 0) rc = 3;

@@ -4,6 +4,7 @@
  * the work is in src/tools/reassemble.c.  DIR may be given positionally (the issue's form) or with
  * --dir (TOOLS.md's form); giving two different directories is a usage error. */
 #include "cli/commands.h"
+#include "base/flags.h"
 #include "tools/reassemble.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@ int cmd_reassemble(int argc, char **argv) {
     const char *dir = NULL;
     const char **targets = calloc((size_t)argc, sizeof *targets);
     int nt = 0;
+    bool jobs_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = NULL;
@@ -45,13 +47,13 @@ int cmd_reassemble(int argc, char **argv) {
         else if (!strcmp(a, "--quiet")) o.quiet = true;
         else if (!strcmp(a, "--target")) targets[nt++] = val;
         else if (!strcmp(a, "--jobs")) {
-            char *end;
-            long j = strtol(val, &end, 10);
-            if (*end || end == val || j < 1 || j > 16) {
-                fprintf(stderr, "dsflash reassemble: --jobs %s: expected an integer 1..16 (each job holds two 64 MiB buffers)\n", val);
+            int64_t j;
+            if (ds_parse_int_range(val, 1, 16, &j)) {
+                fprintf(stderr, "dsflash reassemble: --jobs: expected an integer in [1, 16] (each job holds two 64 MiB buffers), got '%s'\n", val);
                 goto bad;
             }
             o.jobs = (int)j;
+            jobs_given = true;
         } else if (!strcmp(a, "--dir") || (a[0] != '-' && a[0])) {
             const char *d = val ? val : a;
             if (dir && strcmp(dir, d) != 0) {
@@ -63,6 +65,11 @@ int cmd_reassemble(int argc, char **argv) {
             fprintf(stderr, "dsflash reassemble: unknown option '%s'\n", a);
             goto bad;
         }
+    }
+    if (jobs_given && !o.check_only) {
+        /* a rebuild reads the parts in order; only --check-only hashes them in parallel */
+        fprintf(stderr, "dsflash reassemble: --jobs: applies to --check-only only (a rebuild reads the parts in order), got '%d'\n", o.jobs);
+        goto bad;
     }
     if (o.check_only && o.delete_parts) {
         fprintf(stderr, "dsflash reassemble: --check-only writes nothing; it cannot be combined with --delete-parts\n");

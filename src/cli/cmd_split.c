@@ -2,6 +2,7 @@
  * Option parsing only (TOOLS.md §0: long options, exact matches, usage + exit 2 on anything else);
  * the work is in src/tools/split.c. */
 #include "cli/commands.h"
+#include "base/flags.h"
 #include "tools/reassemble.h"
 #include "tools/split.h"
 #include <stdio.h>
@@ -22,6 +23,7 @@ int cmd_split(int argc, char **argv) {
     ds_split_opts_default(&o);
     const char *file = NULL;
     char why[256];
+    bool jobs_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = NULL;
@@ -42,19 +44,23 @@ int cmd_split(int argc, char **argv) {
                 goto bad;
             }
         } else if (!strcmp(a, "--jobs")) {
-            char *end;
-            long j = strtol(val, &end, 10);
-            if (*end || end == val || j < 1 || j > 16) {
-                fprintf(stderr, "dsflash split: --jobs %s: expected an integer 1..16 (each job holds two 64 MiB buffers)\n", val);
+            int64_t j;
+            if (ds_parse_int_range(val, 1, 16, &j)) {
+                fprintf(stderr, "dsflash split: --jobs: expected an integer in [1, 16] (each job holds two 64 MiB buffers), got '%s'\n", val);
                 goto bad;
             }
             o.jobs = (int)j;
+            jobs_given = true;
         } else if (a[0] != '-' && a[0] && !file) {
             file = a;
         } else {
             fprintf(stderr, "dsflash split: %s '%s'\n", a[0] == '-' ? "unknown option" : "unexpected argument", a);
             goto bad;
         }
+    }
+    if (jobs_given && !o.verify) {
+        fprintf(stderr, "dsflash split: --jobs: sets how many parts are verified at a time, which --no-verify turns off\n");
+        goto bad;
     }
     if (!file) {
         fprintf(stderr, "dsflash split: FILE is required\n");

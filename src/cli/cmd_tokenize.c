@@ -6,6 +6,7 @@
  * (invalid UTF-8, a chat request the encoder rejects), 2 usage, 3 I/O error, 5 input missing. */
 #define _GNU_SOURCE
 #include "cli/commands.h"
+#include "base/flags.h"
 #include "base/common.h"
 #include "base/fsutil.h"
 #include "tokenizer/tokenizer.h"
@@ -110,10 +111,9 @@ static int render_chat(const ds_tokenizer *tok, const char *data, size_t len, co
 }
 
 static int parse_int_arg(const char *opt, const char *v, int *out) {
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (!*v || *end || x < 0 || x > 16777216) {
-        fprintf(stderr, "dsflash tokenize: %s %s: expected an integer in [0, 16777216]\n", opt, v);
+    int64_t x;
+    if (ds_parse_int_range(v, 0, 16777216, &x)) {
+        fprintf(stderr, "dsflash tokenize: %s: expected an integer in [0, 16777216], got '%s'\n", opt, v);
         return -1;
     }
     *out = (int)x;

@@ -3,6 +3,7 @@
  * Option parsing only (TOOLS.md §0: long options, exact matches, usage + exit 2 on anything else);
  * the checks are in src/tools/verify*.c. */
 #include "cli/commands.h"
+#include "base/flags.h"
 #include "tools/verify.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +12,7 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: dsflash verify DIR [--deep] [--samples N] [--compare OTHER_DIR] [--profile auto|v41-flash-w4a8|none]\n"
                "                      [--json-out FILE]\n"
-               "Structural checkpoint verifier (TOOLS.md §2).  Exit: 0 pass (warnings allowed), 1 a check failed,\n"
+               "Structural checkpoint verifier.  Exit: 0 pass (warnings allowed), 1 a check failed,\n"
                "2 usage, 5 DIR missing, 10 an Engram table still needs `dsflash reassemble`.\n");
 }
 
@@ -35,9 +36,11 @@ int cmd_verify(int argc, char **argv) {
         else if (!strcmp(a, "--compare")) o.compare_dir = val;
         else if (!strcmp(a, "--json-out")) o.json_out = val;
         else if (!strcmp(a, "--samples")) {
-            char *end;
-            long n = strtol(val, &end, 10);
-            if (*end || end == val || n < 1 || n > 1000000) { fprintf(stderr, "dsflash verify: --samples %s: expected 1..1000000\n", val); goto bad; }
+            int64_t n;
+            if (ds_parse_int_range(val, 1, 1000000, &n)) {
+                fprintf(stderr, "dsflash verify: --samples: expected an integer in [1, 1000000], got '%s'\n", val);
+                goto bad;
+            }
             o.samples = (int)n;
         } else if (!strcmp(a, "--profile")) {
             if (!strcmp(val, "auto")) o.profile = DS_PROFILE_AUTO;

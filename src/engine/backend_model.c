@@ -27,6 +27,13 @@ typedef struct mseq {
 typedef struct mback {
     ds_model *m;
     const struct ds_backend *be;   /* its own interface (spec_active) */
+    /* step argument arrays, grown to the largest batch seen (only the engine thread steps) */
+    int cap;
+    ds_seq **seqs;
+    const int32_t **toks;
+    int *rows, *nl;
+    float **out;
+    ds_bf16 **auxp;                /* draft features of each item (while drafting) */
 } mback;
 
 /* The draft context (aux features, rings in DRAFT pages) is kept only while the engine speculates. */
@@ -134,14 +141,22 @@ static void mb_release(void *impl, ds_kvm *km, void *seq, ds_kv_seqtab *tab) {
 
 static int mb_step(void *impl, ds_kv_pools *pools, ds_backend_item *items, int n, float *logits, ds_error *err) {
     mback *b = impl;
-    ds_seq **seqs = ds_xmalloc(sizeof(ds_seq *) * (size_t)n);
-    const int32_t **toks = ds_xmalloc(sizeof(int32_t *) * (size_t)n);
-    int *rows = ds_xmalloc(sizeof(int) * (size_t)n);
-    int *nl = ds_xmalloc(sizeof(int) * (size_t)n);
-    float **out = ds_xmalloc(sizeof(float *) * (size_t)n);
+    if (n > b->cap) {
+        b->cap = n;
+        b->seqs = ds_xrealloc(b->seqs, sizeof(ds_seq *) * (size_t)n);
+        b->toks = ds_xrealloc(b->toks, sizeof(int32_t *) * (size_t)n);
+        b->rows = ds_xrealloc(b->rows, sizeof(int) * (size_t)n);
+        b->nl = ds_xrealloc(b->nl, sizeof(int) * (size_t)n);
+        b->out = ds_xrealloc(b->out, sizeof(float *) * (size_t)n);
+        b->auxp = ds_xrealloc(b->auxp, sizeof(ds_bf16 *) * (size_t)n);
+    }
+    ds_seq **seqs = b->seqs;
+    const int32_t **toks = b->toks;
+    int *rows = b->rows, *nl = b->nl;
+    float **out = b->out;
     size_t off = 0;
     int V = ds_model_vocab_size(b->m), W = drafting(b) ? ds_draft_aux_width(b->m) : 0;
-    ds_bf16 **aux = W ? ds_xcalloc((size_t)n, sizeof(ds_bf16 *)) : NULL;
+    ds_bf16 **aux = W ? b->auxp : NULL;
     for (int i = 0; i < n; i++) {
         mseq *q = items[i].seq;
         if (aux) { /* every row's features: which of them become committed is known after sampling */
@@ -166,16 +181,19 @@ static int mb_step(void *impl, ds_kv_pools *pools, ds_backend_item *items, int n
     if (rc) ds_fail(err, "E_FORWARD", "%s", eb);
     if (rc && aux)
         for (int i = 0; i < n; i++) ((mseq *)items[i].seq)->aux_n = 0;
-    free(aux);
-    free(seqs);
-    free(toks);
-    free(rows);
-    free(nl);
-    free(out);
     return rc;
 }
 
-static void mb_destroy(void *impl) { free(impl); }
+static void mb_destroy(void *impl) {
+    mback *b = impl;
+    free(b->seqs);
+    free(b->toks);
+    free(b->rows);
+    free(b->nl);
+    free(b->out);
+    free(b->auxp);
+    free(b);
+}
 
 static int mb_propose(void *impl, void *seq, int32_t anchor, int32_t (*pick)(void *ctx, int row, float *logits), void *pick_ctx,
                       int32_t *drafts, ds_error *err) {

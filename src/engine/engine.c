@@ -116,7 +116,8 @@ static void finish_req(ds_engine *e, ds_req *r, ds_req_end end, int status, cons
         if (end == DS_END_STOP || end == DS_END_LENGTH) ds_hist_observe(e->m, &e->m->e2e, now - r->t_arrival);
     }
     if (end == DS_END_CANCELLED)
-        ds_log(DS_LOG_INFO, "request %s cancelled: client disconnected after %lld tokens", r->id,
+        ds_log(DS_LOG_INFO, "request %s cancelled: %s after %lld tokens", r->id,
+               atomic_load(&r->cancel_shutdown) ? "shutdown drain deadline" : "client disconnected",
                (long long)(r->n_tokens - r->n_prompt));
     atomic_fetch_sub(&e->n_live, 1);
     ds_req_unref(r);
@@ -172,12 +173,14 @@ static bool reserve_pages(ds_engine *e, ds_req *r, int64_t a, int64_t b, uint64_
 }
 
 /* End of the next prefill chunk for r within `tokens_left`; returns <= a when nothing fits.
- * Non-final chunks end on a block boundary (§5), which also bounds the WIN pages a chunk needs. */
+ * Non-final chunks end on a block boundary (§5), which also bounds the WIN pages a chunk needs;
+ * the final one may stop at the last full block so that block's window tail is kept for the
+ * prefix cache (ds_kvm_prefill_end). */
 static int64_t plan_chunk(ds_engine *e, ds_req *r, int64_t tokens_left) {
     int64_t a = r->n_computed, cap = tokens_left;
     if (r->sp.prompt_logprobs >= 0 && r->n_plp_done < r->n_prompt)
         cap = DS_MIN(cap, (int64_t)e->cfg.prompt_logprobs_chunk);
-    if (r->n_tokens - a <= cap) return r->n_tokens;
+    if (r->n_tokens - a <= cap) return ds_kvm_prefill_end(&e->km, a, r->n_tokens);
     int64_t bs = e->cfg.block_size;
     return ((a + cap) / bs) * bs;
 }
@@ -348,11 +351,14 @@ static void commit_token(ds_engine *e, ds_req *r, const ds_sample_result *res) {
         if (r->sp.stop_ids[i] == tok) end = DS_END_STOP;
     ds_tbuf piece = {0};
     if (end == DS_END_NONE && r->detok) {
-        bool drop = r->skip_special && (tok == e->be->bos_id || tok == e->be->eos_id || tok == e->be->pad_id);
+        bool drop = r->skip_special && (tok == e->be->bos_id || tok == e->be->eos_id || tok == e->be->pad_id ||
+                                        (e->detok.is_special && e->detok.is_special(e->detok.ctx, tok)));
         if (!drop) {
             size_t len = 0;
             const char *t = e->detok.push(r->detok, tok, &len);
-            if (ds_stop_push(&r->stopm, t ? t : "", t ? len : 0, &piece)) end = DS_END_STOP;
+            if (n_gen < r->sp.min_tokens) { /* min_tokens: no stop string ends the request yet */
+                if (t && len) ds_tbuf_append(&piece, t, len);
+            } else if (ds_stop_push(&r->stopm, t ? t : "", t ? len : 0, &piece)) end = DS_END_STOP;
         }
     }
     if (end == DS_END_NONE && n_gen >= r->sp.max_tokens) end = DS_END_LENGTH;
@@ -761,6 +767,8 @@ int ds_engine_submit(ds_engine *e, ds_req *r) {
     }
     if (r->want_text && e->has_detok) r->detok = e->detok.open(e->detok.ctx);
     ds_stop_init(&r->stopm, (const char *const *)r->sp.stop, r->sp.n_stop);
+    r->stopm.keep_match = r->sp.include_stop_str;
+    r->sp.eos_id = r->sp.ignore_eos ? -1 : e->be->eos_id;
     vec_push(&e->inbox, &e->n_inbox, &e->cap_inbox, r);
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);

@@ -60,6 +60,8 @@ typedef struct ds_detok_ops {
     const char *(*push)(void *st, int32_t id, size_t *len);
     const char *(*flush)(void *st, size_t *len);
     void (*close)(void *st);
+    /* optional: true for ids that skip_special drops besides BOS/EOS/PAD (tokenizer "special" flag) */
+    bool (*is_special)(void *ctx, int32_t id);
 } ds_detok_ops;
 
 typedef enum { DS_REQ_WAITING = 0, DS_REQ_PREFILL, DS_REQ_DECODE, DS_REQ_DONE } ds_req_state;
@@ -73,7 +75,7 @@ typedef struct ds_req {
     ds_sampling_params sp;
     int64_t seed;                 /* effective seed */
     char *cache_salt;
-    bool skip_special;            /* drop BOS/EOS/PAD from text (completions default) */
+    bool skip_special;            /* drop BOS/EOS/PAD and other special ids from text */
     bool want_text;               /* run the detokenizer */
     bool exclude_metrics;         /* self-check traffic */
     double t_arrival;
@@ -121,6 +123,7 @@ typedef struct ds_req {
     double t_first_token, t_finish;
 
     atomic_bool cancel;
+    atomic_bool cancel_shutdown;  /* the cancel comes from the shutdown deadline (for the log line) */
     atomic_int refs;
 } ds_req;
 

@@ -235,6 +235,15 @@ int ds_kvm_prepare(ds_kvm *km, ds_kv_seqtab *t, int64_t a, int64_t b) {
     return 0;
 }
 
+int64_t ds_kvm_prefill_end(const ds_kvm *km, int64_t a, int64_t n) {
+    int64_t kb = ((n - 1) / km->bs) * km->bs; /* the last block boundary a lookup may match */
+    if (!km->prefix_caching || kb <= a) return n;
+    int64_t lo_n, lo_k, hi;
+    persist_range(km, n, &lo_n, &hi);
+    persist_range(km, kb, &lo_k, &hi);
+    return lo_n > lo_k ? kb : n;   /* a step ending at n would drop block K-1's tail set */
+}
+
 void ds_kvm_after_step(ds_kvm *km, ds_kv_seqtab *t, const int32_t *tokens, int64_t L, const char *salt) {
     /* window retention: keep blocks intersecting [L-W, L] */
     int64_t keep_lo = L - km->window;

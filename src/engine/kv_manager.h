@@ -91,6 +91,12 @@ void ds_kvm_page_unref(ds_kvm *km, ds_kv_kind kind, uint32_t page);
 void ds_kvm_pages_needed(const ds_kvm *km, const ds_kv_seqtab *t, int64_t a, int64_t b, uint64_t need[DS_KV_KINDS]);
 /* Allocate them.  Returns 0, or -1 when a pool ran dry (what was obtained stays in the table). */
 int ds_kvm_prepare(ds_kvm *km, ds_kv_seqtab *t, int64_t a, int64_t b);
+/* End of a prompt's final prefill chunk [a, n): n, or the last full block boundary K*bs
+ * (K = (n-1)/bs) when the cache is on and a step ending at n would not keep the window tail of
+ * block K-1.  Why: a repeated prompt can only hit K blocks (§7.2) if that tail set was kept, and
+ * a step keeps only the window rows near its end — a 1000-token prompt used to hit nothing.  The
+ * last n - K*bs (< bs) tokens then take one more step. */
+int64_t ds_kvm_prefill_end(const ds_kvm *km, int64_t a, int64_t n);
 /* After a step that left L computed positions: drop WIN pages that left the window, and offer
  * newly full blocks (ids in `tokens`) to the prefix cache. */
 void ds_kvm_after_step(ds_kvm *km, ds_kv_seqtab *t, const int32_t *tokens, int64_t L, const char *salt);

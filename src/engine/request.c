@@ -37,6 +37,7 @@ ds_req *ds_req_new(const char *id, const int32_t *prompt, int64_t n, const ds_sa
     ds_kvm_seqtab_init(&r->tab);
     atomic_init(&r->refs, 1);
     atomic_init(&r->cancel, false);
+    atomic_init(&r->cancel_shutdown, false);
     return r;
 }
 

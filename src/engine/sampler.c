@@ -28,6 +28,7 @@ void ds_sampling_defaults(ds_sampling_params *p) {
     p->logprobs = -1;
     p->prompt_logprobs = -1;
     p->max_tokens = 16;
+    p->eos_id = -1;
 }
 
 void ds_sampling_free(ds_sampling_params *p) {
@@ -296,7 +297,7 @@ int ds_sample_row(const float *logits, int vocab, const ds_token_mask *mask, con
                   int64_t seed, int64_t output_index, const ds_sample_history *hist, ds_sampler_scratch *s,
                   ds_sample_result *res) {
     memset(res, 0, sizeof *res);
-    if (plain_greedy(p)) {
+    if (plain_greedy(p) && output_index >= p->min_tokens) {
         int32_t best = -1;
         float bv = -INFINITY;
         bool finite = true;
@@ -324,6 +325,11 @@ int ds_sample_row(const float *logits, int vocab, const ds_token_mask *mask, con
     for (int b = 0; b < p->n_bias; b++) {
         int32_t id = p->bias_ids[b];
         if (id >= 0 && id < vocab && z[id] != -INFINITY) z[id] += p->bias_vals[b];
+    }
+    if (output_index < p->min_tokens) { /* min_tokens: whatever would end the request is not drawn yet */
+        if (p->eos_id >= 0 && p->eos_id < vocab) z[p->eos_id] = -INFINITY;
+        for (int i = 0; i < p->n_stop_ids; i++)
+            if (p->stop_ids[i] >= 0 && p->stop_ids[i] < vocab) z[p->stop_ids[i]] = -INFINITY;
     }
     apply_penalties(p, hist, s, z);
 

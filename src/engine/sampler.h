@@ -39,6 +39,9 @@ typedef struct ds_sampling_params {
     int n_stop;
     char *stop[DS_MAX_STOP_STRINGS]; /* owned */
     int64_t max_tokens;          /* >= 1 */
+    int64_t min_tokens;          /* EOS (eos_id) and stop_ids are never sampled before this many outputs */
+    int32_t eos_id;              /* set by the engine at submit for min_tokens; -1 = none */
+    bool include_stop_str;       /* a matched stop string stays in the released text */
 } ds_sampling_params;
 
 void ds_sampling_defaults(ds_sampling_params *p);

@@ -36,18 +36,19 @@ int ds_stop_push(ds_stop_matcher *m, const char *text, size_t len, ds_tbuf *out)
     const char *s = m->pending.s;
     size_t n = m->pending.n;
     /* earliest complete match; on equal starts any match ends generation the same way */
-    size_t best = SIZE_MAX;
+    size_t best = SIZE_MAX, best_len = 0;
     for (int i = 0; i < m->n; i++) {
         size_t L = m->lens[i];
         if (!L || L > n) continue;
         for (size_t at = 0; at + L <= n && at < best; at++)
             if (s[at] == m->stops[i][0] && !memcmp(s + at, m->stops[i], L)) {
                 best = at;
+                best_len = L;
                 break;
             }
     }
     if (best != SIZE_MAX) {
-        release(m, best, out);
+        release(m, m->keep_match ? best + best_len : best, out);
         m->pending.n = 0;
         m->pending.s[0] = 0;
         m->stopped = true;

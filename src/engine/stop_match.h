@@ -18,6 +18,7 @@ typedef struct ds_stop_matcher {
     size_t *lens;
     ds_tbuf pending;
     bool stopped;
+    bool keep_match;            /* include_stop_str_in_output: the matched stop string is released too */
 } ds_stop_matcher;
 
 void ds_stop_init(ds_stop_matcher *m, const char *const *stops, int n);

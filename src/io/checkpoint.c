@@ -197,8 +197,8 @@ static int open_target(ck_state *s, ck_files *fs, const char *rel, const char *t
     int parts = count_parts(full);
     if (!ds_file_exists(full)) {
         if (parts)
-            ds_io_fail(err, "E_ENGRAM_PARTS_NOT_REASSEMBLED", full, tensor, "expected the reassembled file, found only %d split part(s); run `dsflash reassemble`",
-                       parts);
+            ds_io_fail(err, "E_ENGRAM_PARTS_NOT_REASSEMBLED", full, tensor, "expected the reassembled file, found only %d split part(s); run `dsflash reassemble %s`",
+                       parts, c->dir);
         else
             ds_io_fail(err, what ? "E_MISSING_FILE" : "E_INDEX_TARGET_MISSING", what ? full : s->index_path, what ? NULL : tensor,
                        "expected %s %s to exist, found no such file", what ? what : "weight_map target", rel);
@@ -206,7 +206,8 @@ static int open_target(ck_state *s, ck_files *fs, const char *rel, const char *t
     }
     if (parts && !stamp_matches(full)) {
         ds_io_fail(err, "E_ENGRAM_PARTS_NOT_REASSEMBLED", full, tensor,
-                   "expected a verified reassembly (matching %s.verified stamp) next to its %d split part(s), found none; run `dsflash reassemble`", rel, parts);
+                   "expected a verified reassembly (matching %s.verified stamp) next to its %d split part(s), found none; run `dsflash reassemble %s` (a copied directory needs this once: "
+                   "a stamp vouches for one file)", rel, parts, c->dir);
         goto out;
     }
     ds_stfile *f;

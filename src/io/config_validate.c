@@ -119,7 +119,7 @@ int ds_config_validate(ds_config *c, const char *path, ds_error *err) {
         /* Appendix A: the 64-bit bounded draw needs B - 1 >= 2^32, B = ((2^63 - 1) div V_c) div 2. */
         int64_t B = (INT64_MAX / c->engram_classes) / 2;
         if (B - 1 < ((int64_t)1 << 32))
-            return ds_io_fail(err, "E_CONFIG", path, "engram_compressed_vocab_size", "rule 5 (Appendix A bound): expected B - 1 >= 2^32, found B = %" PRId64 " for V_c = %d",
+            return ds_io_fail(err, "E_CONFIG", path, "engram_compressed_vocab_size", "rule 5 (Engram multiplier bound): expected B - 1 >= 2^32, found B = %" PRId64 " for V_c = %d",
                               B, c->engram_classes);
         if (c->has_engram_multipliers && (c->n_mult_layers != c->n_engram || c->n_mult_per_layer != c->engram_max_ngram))
             return ds_io_fail(err, "E_CONFIG", path, "engram_hash_multipliers", "rule 5: expected %d lists of %d integers, found %d lists of %d", c->n_engram,

@@ -19,7 +19,7 @@
 static const ds_kern_ops *g_ops;      /* NULL = scalar reference */
 static int g_resolved;
 static char g_reason[160] = "not selected yet";
-static atomic_int g_announced[4];     /* per ds_lin_fmt */
+static atomic_int g_announced[8];     /* per ds_lin_fmt, then the fast-tier float families */
 static atomic_int g_announced_q;
 static _Atomic uint64_t g_weight_bytes;
 static _Atomic uint64_t g_macs;
@@ -32,6 +32,20 @@ static int cpu_avx512vnni(void) {
            __builtin_cpu_supports("avx512vnni");
 }
 
+static int cpu_avx512bf16(void) { return cpu_avx512vnni() && __builtin_cpu_supports("avx512bf16"); }
+static int g_bf16dot_allowed = 1;
+static int g_bf16dot;                 /* vdpbf16ps in use for fast BF16 linears */
+
+int ds_kernels_allow_bf16dot(int allow) {
+    int prev = g_bf16dot_allowed;
+    g_bf16dot_allowed = allow;
+    return prev;
+}
+
+int ds_kernels_bf16dot_active(void) {
+    return g_ops && g_ops->ff_dot && g_bf16dot && g_bf16dot_allowed;
+}
+
 int ds_kernels_available(const char *name) {
     __builtin_cpu_init();
     if (!name || !strcmp(name, "auto") || !strcmp(name, "reference")) return 1;
@@ -41,7 +55,7 @@ int ds_kernels_available(const char *name) {
 }
 
 static void reset_announcements(void) {
-    for (int i = 0; i < 4; i++) atomic_store(&g_announced[i], 0);
+    for (int i = 0; i < 8; i++) atomic_store(&g_announced[i], 0);
     atomic_store(&g_announced_q, 0);
 }
 
@@ -76,6 +90,14 @@ int ds_kernels_select(const char *name, ds_error *err) {
         return ds_fail(err, "E_KERNELS",
                        "--kernels %s: unknown kernel path (expected auto, avx512-vnni, avx2 or reference)", name);
     }
+    g_bf16dot = 0;
+    if (g_ops == &ds_kern_avx512 && cpu_avx512bf16()) {
+        g_bf16dot = ds_avx512_bf16dot_matches();
+        size_t len = strlen(g_reason);
+        snprintf(g_reason + len, sizeof g_reason - len, "%s",
+                 g_bf16dot ? "; fast bf16 via vdpbf16ps (avx512-bf16, rounding probe matches)"
+                           : "; avx512-bf16 present but vdpbf16ps rounds unlike the fast order: fast bf16 via FMA");
+    }
     g_resolved = 1;
     reset_announcements();
     ds_log(DS_LOG_INFO, "kernels: %s selected (%s)", ds_kernels_active(), g_reason);
@@ -100,10 +122,12 @@ int ds_numerics_parse(const char *name) {
 }
 const char *ds_numerics_name(ds_numerics n) { return n == DS_NUMERICS_FAST ? "fast" : "exact"; }
 
-static void announce(ds_lin_fmt fmt) {
-    static const char *fam[] = {"w8a8", "w4a8", "bf16", "f32"};
-    if (atomic_exchange(&g_announced[fmt], 1)) return;
-    ds_log(DS_LOG_INFO, "kernel %s: %s ENGAGED", fam[fmt], ds_kernels_active());
+static void announce(ds_lin_fmt fmt, int fast) {
+    static const char *fam[] = {"w8a8", "w4a8", "bf16", "f32", "", "", "bf16-fast", "f32-fast"};
+    int k = fmt + (fast ? 4 : 0);
+    if (atomic_exchange(&g_announced[k], 1)) return;
+    ds_log(DS_LOG_INFO, "kernel %s: %s%s ENGAGED", fam[k], ds_kernels_active(),
+           fast && fmt == DS_LIN_BF16 && ds_kernels_bf16dot_active() ? " (vdpbf16ps)" : "");
 }
 
 uint64_t ds_kernels_weight_bytes_read(void) { return atomic_load_explicit(&g_weight_bytes, memory_order_relaxed); }
@@ -171,11 +195,29 @@ static ds_packed *ensure_packed(const ds_linear *L) {
     return expected;
 }
 
+/* Fast-tier BF16: the load-time scan (fastfloat.c), published the same way as the tiles. */
+static const ds_ffw *ensure_ffw(const ds_linear *L) {
+    ds_ffw *W = __atomic_load_n((ds_ffw *const *)&L->packed, __ATOMIC_ACQUIRE);
+    if (W) return W;
+    size_t bytes = 0;
+    ds_ffw *mine = ds_ff_pack(L, &bytes), *expected = NULL;
+    ds_linear *Lw = (ds_linear *)L;
+    if (__atomic_compare_exchange_n((ds_ffw **)&Lw->packed, &expected, mine, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE)) {
+        Lw->packed_bytes = bytes;
+        Lw->packed_kind = DS_PACK_KIND_FF;
+        atomic_fetch_add(&g_packed_bytes, bytes);
+        return mine;
+    }
+    ds_afree(mine);
+    return expected;
+}
+
 size_t ds_linear_prepare(ds_linear *L) {
-    if (L->fmt != DS_LIN_W8A8 && L->fmt != DS_LIN_W4A8) return 0;
     if (!ops()) return 0; /* the reference path reads the published layout */
     if (L->packed) return L->packed_bytes;
-    ensure_packed(L);
+    if (L->fmt == DS_LIN_BF16 && L->numerics == DS_NUMERICS_FAST) ensure_ffw(L);
+    else if (L->fmt == DS_LIN_W8A8 || L->fmt == DS_LIN_W4A8) ensure_packed(L);
     return L->packed_bytes;
 }
 
@@ -257,7 +299,7 @@ void ds_linear_forward_q_many(const ds_linear_job *jobs, int n_jobs) {
         atomic_fetch_add_explicit(&g_weight_bytes, weight_bytes(L), memory_order_relaxed);
         atomic_fetch_add_explicit(&g_macs, (uint64_t)L->out * (uint64_t)L->in * (uint64_t)DS_MAX(jobs[j].n, 0),
                                   memory_order_relaxed);
-        announce(L->fmt);
+        announce(L->fmt, 0);
         if (o) {
             size_t kpad = (size_t)((L->in + 63) & ~63);
             if (L->in % 64) qbytes += kpad * (size_t)jobs[j].n;
@@ -361,6 +403,45 @@ static void f_task(void *vctx, int t, int thread) {
     else ds_ref_linear_f_rows(c->L, c->x, c->n, o0, o1, c->y);
 }
 
+/* ---- fast-tier float forward ---- */
+
+typedef struct {
+    const ds_kern_ops *ops;
+    ds_ffw W;
+    ds_ffact X;
+    int dot, per;
+    float *y;
+} ffrun;
+
+static void ff_task(void *vctx, int t, int thread) {
+    (void)thread;
+    ffrun *c = vctx;
+    int o0 = t * c->per, o1 = DS_MIN(c->W.out, o0 + c->per);
+    if (o0 >= o1) return;
+    if (c->dot) c->ops->ff_dot(&c->W, &c->X, o0, o1, c->y, c->W.out);
+    else c->ops->ff_rows(&c->W, &c->X, o0, o1, c->y, c->W.out);
+}
+
+static void ff_forward(const ds_linear *L, const ds_kern_ops *o, const ds_bf16 *x, int n, float *y) {
+    ffrun c = {.ops = o, .y = y};
+    if (L->fmt == DS_LIN_BF16) {
+        c.W = *ensure_ffw(L);
+        c.dot = ds_kernels_bf16dot_active();
+    } else {
+        c.W = (ds_ffw){.fmt = L->fmt, .out = L->out, .in = L->in, .w = L->w};
+    }
+    int kind = L->fmt == DS_LIN_F32 ? DS_FF_F32 : c.dot ? DS_FF_BF16_DOT : DS_FF_BF16_FMA;
+    void *buf = scratch(SLOT_XD, sizeof(float) * (size_t)n * (size_t)(((L->in + 31) & ~31) + 32));
+    ds_ff_prepare_act(kind, x, n, L->in, buf, &c.X);
+    int threads = ds_pool_threads();
+    double work = (double)L->out * L->in * n;
+    int tasks = (threads <= 1 || work < 32768.0) ? 1 : DS_MIN(L->out, 4 * threads);
+    c.per = (L->out + tasks - 1) / tasks;
+    c.per = (c.per + 3) & ~3; /* whole 4-output tiles; results do not depend on it */
+    tasks = (L->out + c.per - 1) / c.per;
+    ds_pool_run(tasks, ff_task, &c);
+}
+
 void ds_linear_forward(const ds_linear *L, const ds_bf16 *x, int n, float *y) {
     if (n <= 0) return;
     if (L->fmt == DS_LIN_W8A8 || L->fmt == DS_LIN_W4A8) {
@@ -373,7 +454,12 @@ void ds_linear_forward(const ds_linear *L, const ds_bf16 *x, int n, float *y) {
     const ds_kern_ops *o = ops();
     atomic_fetch_add_explicit(&g_weight_bytes, weight_bytes(L), memory_order_relaxed);
     atomic_fetch_add_explicit(&g_macs, (uint64_t)L->out * (uint64_t)L->in * (uint64_t)n, memory_order_relaxed);
-    announce(L->fmt);
+    int fast = L->numerics == DS_NUMERICS_FAST;
+    announce(L->fmt, fast);
+    if (fast && o) {
+        ff_forward(L, o, x, n, y);
+        return;
+    }
     frun c = {L, o, x, NULL, 0, n, 1, y};
     if (o) { /* exact float64 copy of the activations, shared by every output row */
         c.xstride = (L->in + 15) & ~15;

@@ -12,6 +12,11 @@
  * Float kernels widen bf16/f32 weights to float64 and use FMA into float64 accumulators (products
  * are exact there), 4 accumulators x 4 lanes per output row, combined in a fixed order, so each
  * row's result depends only on its own data (batch and thread invariant).
+ * Fast-tier float kernels (numerics "fast") accumulate in fp32 with FMA in the blocked order of
+ * kernels.h, bit-identical to the scalar reference and to the AVX-512 / vdpbf16ps kernels.
+ * W8A8 multi-row, revisited: every exact AVX2 form costs 4 instructions per 32 multiply-adds
+ * (VPSIGNB + VPMADDUBSW + VPMADDWD + VPADDD here; VPMOVSXBW-widened VPMADDWD + VPADDD is the same
+ * count), against 2 for W4A8, whose int16 sums cannot saturate; only VNNI removes that.
  * Every function here is compiled for AVX2 through the target pragma; the dispatcher only calls
  * them when CPUID reports AVX2 and FMA. */
 #include "kernels/kern_internal.h"
@@ -176,10 +181,16 @@ static void w4_panels(const ds_packed *P, const ds_qact *X, int r0, int r1, int 
     }
 }
 
+/* Activation rows in chunks of <= 256 KiB, kept in L2 while the panels stream past (see the
+ * AVX-512 path). */
 static void q_panels(const ds_packed *P, const ds_qact *X, int r0, int r1, int p0, int p1, float *y,
                      int ystride) {
-    if (P->fmt == DS_LIN_W8A8) w8_panels(P, X, r0, r1, p0, p1, y, ystride);
-    else w4_panels(P, X, r0, r1, p0, p1, y, ystride);
+    const int chunk = DS_MAX(4, (int)(((size_t)256 << 10) / (size_t)X->kpad) & ~3);
+    for (int c0 = r0; c0 < r1; c0 += chunk) {
+        const int c1 = DS_MIN(r1, c0 + chunk);
+        if (P->fmt == DS_LIN_W8A8) w8_panels(P, X, c0, c1, p0, p1, y, ystride);
+        else w4_panels(P, X, c0, c1, p0, p1, y, ystride);
+    }
 }
 
 /* ---- float linears: float64 accumulation ---- */
@@ -322,6 +333,116 @@ static void f_rows(const ds_linear *L, const double *xd, int xstride, int n, int
     else f_rows_fmt(L, 0, xd, xstride, n, o0, o1, y);
 }
 
+/* ---- fast tier float linears: fp32, the blocked order of kernels.h ----
+ * Each of the 16 lanes of the order is split over two ymm registers (lanes 0-7, 8-15).  BF16
+ * blocks are 32 inputs: the low 16 bf16 of a block feed lanes 0-7, the high 16 lanes 8-15; within
+ * a 32-bit word the high half (element 2j+1) is taken by an AND with 0xffff0000 and the low half
+ * (element 2j) by a 16-bit left shift, odd first, as vdpbf16ps does.  Tiles are RO output rows x
+ * RR activation rows (2 x 2 here: 8 accumulators plus the weight halves fit 16 registers; 4 x 1
+ * for matrix-vector calls, whose activation operands come straight from memory). */
+
+AI float ff_reduce(__m256 lo, __m256 hi) {
+    __m256 h = _mm256_add_ps(lo, hi);
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    __m128 d = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    return _mm_cvtss_f32(_mm_add_ss(d, _mm_movehdup_ps(d)));
+}
+
+static void ff_tail_copy(const ds_ffw *W, int o, int RO, uint8_t *tail) {
+    const size_t esz = W->fmt == DS_LIN_BF16 ? 2 : 4, rowb = (size_t)W->in * esz;
+    const int full = W->fmt == DS_LIN_BF16 ? (W->in & ~31) : (W->in & ~15);
+    memset(tail, 0, 64 * 4);
+    for (int j = 0; j < RO; j++)
+        memcpy(tail + 64 * j, (const uint8_t *)W->w + (size_t)(o + j) * rowb + (size_t)full * esz,
+               (size_t)(W->in - full) * esz);
+}
+
+/* BF16 == 1: blocks of 32 bf16, activations in the odd/even fp32 layout; else blocks of 16 fp32. */
+AI void ff_tile(const ds_ffw *W, const ds_ffact *X, int o, int r, const int RO, const int RR, const int BF16,
+                float *y, int ystride) {
+    __m256 acc[4][2][2];
+#pragma GCC unroll 4
+    for (int j = 0; j < RO; j++)
+#pragma GCC unroll 2
+        for (int i = 0; i < RR; i++) acc[j][i][0] = acc[j][i][1] = _mm256_setzero_ps();
+    _Alignas(64) uint8_t tail[64 * 4];
+    const int step = BF16 ? 32 : 16, full = W->in & ~(step - 1);
+    if (W->in % step) ff_tail_copy(W, o, RO, tail);
+    const size_t esz = BF16 ? 2 : 4, rowb = (size_t)W->in * esz;
+    const uint8_t *wbase = (const uint8_t *)W->w + (size_t)o * rowb;
+    const float *xb = (const float *)X->x + (size_t)r * X->stride;
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+    for (int b = 0; b < X->kpad; b += step) {
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256 w0[4], w1[4]; /* BF16: odd / even halves; F32: w0 only */
+#pragma GCC unroll 4
+            for (int j = 0; j < RO; j++) {
+                const uint8_t *src = b < full ? wbase + (size_t)j * rowb + (size_t)b * esz + 32 * h
+                                              : tail + 64 * j + 32 * h;
+                if (h == 0 && b < full) _mm_prefetch((const char *)(src + 1024), _MM_HINT_T0);
+                __m256i v = _mm256_loadu_si256((const __m256i *)src);
+                if (BF16) {
+                    w0[j] = _mm256_castsi256_ps(_mm256_and_si256(v, hi));
+                    w1[j] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+                } else {
+                    w0[j] = _mm256_castsi256_ps(v);
+                }
+            }
+#pragma GCC unroll 2
+            for (int i = 0; i < RR; i++) {
+                const float *xr = xb + (size_t)i * X->stride + b;
+                if (BF16) {
+                    __m256 xo = _mm256_loadu_ps(xr + 8 * h), xe = _mm256_loadu_ps(xr + 16 + 8 * h);
+#pragma GCC unroll 4
+                    for (int j = 0; j < RO; j++) {
+                        acc[j][i][h] = _mm256_fmadd_ps(w0[j], xo, acc[j][i][h]);
+                        acc[j][i][h] = _mm256_fmadd_ps(w1[j], xe, acc[j][i][h]);
+                    }
+                } else {
+                    __m256 xv = _mm256_loadu_ps(xr + 8 * h);
+#pragma GCC unroll 4
+                    for (int j = 0; j < RO; j++) acc[j][i][h] = _mm256_fmadd_ps(w0[j], xv, acc[j][i][h]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < RR; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < RO; j++) y[(size_t)(r + i) * ystride + o + j] = ff_reduce(acc[j][i][0], acc[j][i][1]);
+}
+
+/* Activation rows in chunks of <= 512 KiB (kept in L2 while the weight rows stream past). */
+AI void ff_rows_fmt(const ds_ffw *W, const ds_ffact *X, int o0, int o1, float *y, int ystride, const int BF16) {
+    const int chunk = DS_MAX(2, (int)(((size_t)512 << 10) / ((size_t)X->stride * 4)) & ~1);
+    for (int c0 = 0; c0 < X->n; c0 += chunk) {
+        const int r1 = DS_MIN(X->n, c0 + chunk);
+        if (r1 - c0 == 1) { /* matrix-vector: four weight streams */
+            int o = o0;
+            for (; o + 4 <= o1; o += 4) ff_tile(W, X, o, c0, 4, 1, BF16, y, ystride);
+            for (; o < o1; o++) ff_tile(W, X, o, c0, 1, 1, BF16, y, ystride);
+            continue;
+        }
+        int o = o0;
+        for (; o + 2 <= o1; o += 2) {
+            int r = c0;
+            for (; r + 2 <= r1; r += 2) ff_tile(W, X, o, r, 2, 2, BF16, y, ystride);
+            if (r < r1) ff_tile(W, X, o, r, 2, 1, BF16, y, ystride);
+        }
+        for (; o < o1; o++) {
+            int r = c0;
+            for (; r + 2 <= r1; r += 2) ff_tile(W, X, o, r, 1, 2, BF16, y, ystride);
+            if (r < r1) ff_tile(W, X, o, r, 1, 1, BF16, y, ystride);
+        }
+    }
+}
+
+static void ff_rows(const ds_ffw *W, const ds_ffact *X, int o0, int o1, float *y, int ystride) {
+    if (X->kind == DS_FF_F32) ff_rows_fmt(W, X, o0, o1, y, ystride, 0);
+    else ff_rows_fmt(W, X, o0, o1, y, ystride, 1);
+}
+
 /* ---- activation quantization (bit-exact with the scalar reference: IEEE division and
  * round-to-nearest-even are the same operations in vector form) ---- */
 
@@ -374,4 +495,6 @@ const ds_kern_ops ds_kern_avx2 = {
     .q_panels = q_panels,
     .f_rows = f_rows,
     .quantize_row = ds_avx2_quantize_row,
+    .ff_rows = ff_rows,
+    .ff_dot = NULL,
 };

@@ -11,13 +11,16 @@
  * once (4 weight streams); matrix-matrix calls keep 2 panels x 8 activation rows = 16
  * accumulators in registers, re-reading the panel from L1/L2 for each block of 8 rows.
  * Float kernels: weights widened to float64 and FMA'd with exact float64 activations, 2 x 8 lanes
- * per output row, combined in a fixed order (batch and thread invariant).
+ * per output row, combined in a fixed order (batch and thread invariant).  Fast-tier float kernels
+ * (end of file) accumulate in fp32 in the blocked order of kernels.h, with vdpbf16ps for BF16
+ * where the CPU has it.
  *
  * The file is compiled twice: normally (AVX-512 target pragma, real intrinsics), and by the unit
  * test test_kernels_avx512_emu.c with DS_AVX512_EMULATE defined, where SIMDe supplies portable
  * implementations of the same intrinsics, so hosts without AVX-512 still check this code's
  * arithmetic bit for bit against the reference. */
 #include "kernels/kern_internal.h"
+#include <math.h>
 #include <string.h>
 
 #ifdef DS_AVX512_EMULATE
@@ -53,13 +56,27 @@ static inline simde__m512d emu_cvtps_pd(simde__m256 a) {
     for (int i = 0; i < 8; i++) d[i] = f[i]; /* exact widening */
     return simde_mm512_loadu_pd(d);
 }
+/* SIMDe's portable fmadd rounds the product first; VFMADD rounds once, which the fast tier's
+ * bit-exact contract depends on. */
+static inline simde__m512 emu_fmadd_ps(simde__m512 a, simde__m512 b, simde__m512 c) {
+    float fa[16], fb[16], fc[16];
+    simde_mm512_storeu_ps(fa, a);
+    simde_mm512_storeu_ps(fb, b);
+    simde_mm512_storeu_ps(fc, c);
+    for (int i = 0; i < 16; i++) fc[i] = fmaf(fa[i], fb[i], fc[i]);
+    return simde_mm512_loadu_ps(fc);
+}
+#undef _mm512_fmadd_ps
+#define _mm512_fmadd_ps emu_fmadd_ps
 #define _mm512_cvtps_pd emu_cvtps_pd
 #define _mm512_cvtepi32_ps emu_cvtepi32_ps
 #define _mm512_mask_storeu_ps emu_mask_storeu_ps
 #define _mm512_cvtepu16_epi32 emu_cvtepu16_epi32
 #else
 #pragma GCC push_options
-#pragma GCC target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
+/* avx512bf16 is reached only through the vdpbf16ps intrinsic of ff_dot (the compiler never emits
+ * it on its own), and ff_dot runs only when CPUID reports it. */
+#pragma GCC target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16")
 #include <immintrin.h>
 #define DS_AVX512_OPS ds_kern_avx512
 #define DS_QUANTIZE_ROW ds_avx2_quantize_row
@@ -207,10 +224,17 @@ static void w4_panels(const ds_packed *P, const ds_qact *X, int r0, int r1, int 
     }
 }
 
+/* Activation rows in chunks of <= 256 KiB: a chunk stays in L2 while every panel of the range
+ * streams past it (without this, a 512-row prefill chunk re-read 2.5 MiB of activations from L3
+ * for every panel pair: 22-35% of the int8 peak instead of 55-70% at 32 rows). */
 static void q_panels(const ds_packed *P, const ds_qact *X, int r0, int r1, int p0, int p1, float *y,
                      int ystride) {
-    if (P->fmt == DS_LIN_W8A8) w8_panels(P, X, r0, r1, p0, p1, y, ystride);
-    else w4_panels(P, X, r0, r1, p0, p1, y, ystride);
+    const int chunk = DS_MAX(8, (int)(((size_t)256 << 10) / (size_t)X->kpad) & ~7);
+    for (int c0 = r0; c0 < r1; c0 += chunk) {
+        const int c1 = DS_MIN(r1, c0 + chunk);
+        if (P->fmt == DS_LIN_W8A8) w8_panels(P, X, c0, c1, p0, p1, y, ystride);
+        else w4_panels(P, X, c0, c1, p0, p1, y, ystride);
+    }
 }
 
 /* ---- float linears: float64 accumulation ---- */
@@ -277,7 +301,221 @@ static void f_rows(const ds_linear *L, const double *xd, int xstride, int n, int
     }
 }
 
+/* ---- fast tier float linears: fp32, the blocked order of kernels.h ----
+ * Micro-tiles of RO output rows x RR activation rows: each 64-byte weight load (one block of one
+ * row) feeds RR accumulators, and activation rows are taken in chunks of <= 512 KiB so they stay
+ * in L2 while every weight row of the range streams past them once per chunk (once per call up
+ * to 64 rows of 4096).  BF16 runs either vdpbf16ps (DOT: one instruction per block, the pair
+ * order built in) or two FMAs per block on the odd / even halves of each 32-bit word (the bf16 of
+ * element 2j+1 is the high half of word j, so AND with 0xffff0000 gives it as fp32 and a 16-bit
+ * left shift gives element 2j).  All paths do the same IEEE operations in the same order. */
 #ifndef DS_AVX512_EMULATE
+#define DPBF16(acc, w, x) _mm512_dpbf16_ps((acc), (__m512bh)(w), (__m512bh)(x))
+#else
+/* SIMDe's dpbf16 takes the pair in the other order and keeps subnormals; this is the instruction
+ * as documented: per lane, odd product then even, one rounding each, inputs DAZ, results FTZ. */
+static inline float emu_daz(float v) { return fabsf(v) < 0x1p-126f ? 0.f * v : v; }
+static inline simde__m512 emu_dpbf16(simde__m512 acc, simde__m512i w, simde__m512i x) {
+    float a[16];
+    uint16_t wh[32], xh[32];
+    simde_mm512_storeu_ps(a, acc);
+    simde_mm512_storeu_si512(wh, w);
+    simde_mm512_storeu_si512(xh, x);
+    for (int j = 0; j < 16; j++)
+        for (int e = 1; e >= 0; e--) {
+            uint32_t wb = (uint32_t)wh[2 * j + e] << 16, xb = (uint32_t)xh[2 * j + e] << 16;
+            float wf, xf;
+            memcpy(&wf, &wb, 4);
+            memcpy(&xf, &xb, 4);
+            a[j] = emu_daz(fmaf(emu_daz(wf), emu_daz(xf), emu_daz(a[j])));
+        }
+    return simde_mm512_loadu_ps(a);
+}
+#define DPBF16(acc, w, x) emu_dpbf16((acc), (w), (x))
+#endif
+
+AI float ff_reduce(__m512 a) {
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    __m128 d = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    return _mm_cvtss_f32(_mm_add_ss(d, _mm_movehdup_ps(d)));
+}
+
+/* One block of weights of RO rows: direct loads, or the zero-padded copy of the tail block. */
+AI void ff_load_w(const ds_ffw *W, int o, int b, const int RO, const uint8_t *tail, __m512i w[4]) {
+    const size_t esz = W->fmt == DS_LIN_BF16 ? 2 : 4, rowb = (size_t)W->in * esz;
+    const uint8_t *base = (const uint8_t *)W->w + (size_t)o * rowb + (size_t)b * esz;
+    const int full = W->fmt == DS_LIN_BF16 ? (W->in & ~31) : (W->in & ~15);
+UNROLL8
+    for (int j = 0; j < RO; j++) {
+        if (b < full) {
+            _mm_prefetch((const char *)(base + (size_t)j * rowb + 1024), _MM_HINT_T0);
+            w[j] = _mm512_loadu_si512((const void *)(base + (size_t)j * rowb));
+        } else {
+            w[j] = _mm512_loadu_si512((const void *)(tail + 64 * j));
+        }
+    }
+}
+
+/* Copy the partial last block of RO weight rows, zero padded (64 bytes per row). */
+static void ff_tail_copy(const ds_ffw *W, int o, int RO, uint8_t *tail) {
+    const size_t esz = W->fmt == DS_LIN_BF16 ? 2 : 4, rowb = (size_t)W->in * esz;
+    const int full = W->fmt == DS_LIN_BF16 ? (W->in & ~31) : (W->in & ~15);
+    memset(tail, 0, 64 * 4);
+    for (int j = 0; j < RO; j++)
+        memcpy(tail + 64 * j, (const uint8_t *)W->w + (size_t)(o + j) * rowb + (size_t)full * esz,
+               (size_t)(W->in - full) * esz);
+}
+
+/* KIND: DS_FF_F32, DS_FF_BF16_FMA or DS_FF_BF16_DOT (compile-time in each instance). */
+/* Inputs [k0, k1) of the tile.  Accumulators start at zero when k0 == 0, else from `part` (the
+ * lanes saved by the previous input block: saving and reloading a lane changes no bit), and are
+ * reduced into y when k1 == kpad, else saved to `part` ([RR][4] vectors of 16 lanes). */
+AI void ff_tile(const ds_ffw *W, const ds_ffact *X, int o, int r, const int RO, const int RR, const int KIND,
+                int k0, int k1, float *part, float *y, int ystride) {
+    __m512 acc[4][6];
+UNROLL8
+    for (int j = 0; j < RO; j++)
+UNROLL8
+        for (int i = 0; i < RR; i++)
+            acc[j][i] = k0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(part + (size_t)(i * 4 + j) * 16);
+    _Alignas(64) uint8_t tail[64 * 4];
+    const int step = KIND == DS_FF_F32 ? 16 : 32;
+    if (W->in % step && k1 > (W->in & ~(step - 1))) ff_tail_copy(W, o, RO, tail);
+    const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+    const size_t xesz = KIND == DS_FF_BF16_DOT ? 2 : 4;
+    const uint8_t *xb = (const uint8_t *)X->x + (size_t)r * X->stride * xesz;
+    for (int b = k0; b < k1; b += step) {
+        __m512i w[4];
+        ff_load_w(W, o, b, RO, tail, w);
+        if (KIND == DS_FF_BF16_DOT) {
+UNROLL8
+            for (int i = 0; i < RR; i++) {
+                __m512i xv = _mm512_loadu_si512((const void *)(xb + ((size_t)i * X->stride + b) * 2));
+UNROLL8
+                for (int j = 0; j < RO; j++) acc[j][i] = DPBF16(acc[j][i], w[j], xv);
+            }
+        } else if (KIND == DS_FF_BF16_FMA) {
+            __m512 wo[4], we[4];
+UNROLL8
+            for (int j = 0; j < RO; j++) {
+                wo[j] = _mm512_castsi512_ps(_mm512_and_si512(w[j], hi));
+                we[j] = _mm512_castsi512_ps(_mm512_slli_epi32(w[j], 16));
+            }
+UNROLL8
+            for (int i = 0; i < RR; i++) {
+                const float *xf = (const float *)(xb + ((size_t)i * X->stride + b) * 4);
+                __m512 xo = _mm512_loadu_ps(xf), xe = _mm512_loadu_ps(xf + 16);
+UNROLL8
+                for (int j = 0; j < RO; j++) {
+                    acc[j][i] = _mm512_fmadd_ps(wo[j], xo, acc[j][i]);
+                    acc[j][i] = _mm512_fmadd_ps(we[j], xe, acc[j][i]);
+                }
+            }
+        } else {
+UNROLL8
+            for (int i = 0; i < RR; i++) {
+                __m512 xv = _mm512_loadu_ps((const float *)(xb + ((size_t)i * X->stride + b) * 4));
+UNROLL8
+                for (int j = 0; j < RO; j++) acc[j][i] = _mm512_fmadd_ps(_mm512_castsi512_ps(w[j]), xv, acc[j][i]);
+            }
+        }
+    }
+    if (k1 < X->kpad) {
+UNROLL8
+        for (int i = 0; i < RR; i++)
+UNROLL8
+            for (int j = 0; j < RO; j++) _mm512_storeu_ps(part + (size_t)(i * 4 + j) * 16, acc[j][i]);
+        return;
+    }
+UNROLL8
+    for (int i = 0; i < RR; i++)
+UNROLL8
+        for (int j = 0; j < RO; j++) y[(size_t)(r + i) * ystride + o + j] = ff_reduce(acc[j][i]);
+}
+
+#define FF_TILE(RO, RR) ff_tile(W, X, o, r, RO, RR, KIND, k0, k1, part + (size_t)(r - c0) * 64, y, ystride)
+#define FF_ROWS_TAIL(RO, RRMAX)                                                                  \
+    switch (DS_MIN(RRMAX, r1 - r)) {                                                             \
+    case 6: FF_TILE(RO, 6); break;                                                               \
+    case 5: FF_TILE(RO, 5); break;                                                               \
+    case 4: FF_TILE(RO, 4); break;                                                               \
+    case 3: FF_TILE(RO, 3); break;                                                               \
+    case 2: FF_TILE(RO, 2); break;                                                               \
+    default: FF_TILE(RO, 1); break;                                                              \
+    }
+
+/* RRMAX activation rows per tile: 6 (24 accumulators + 4 weights) where a block is one vector per
+ * row, 4 for BF16 via FMA (which also holds the odd and even halves of 4 weight vectors).
+ * Several rows: inputs are walked in blocks of KB so that the 4 weight rows (16 KiB) and the
+ * tile's activation rows of one block stay in L1 while every row tile of the chunk runs against
+ * them; the partial lanes wait in `part` (the lanes' order of operations is unchanged). */
+AI void ff_rows_kind(const ds_ffw *W, const ds_ffact *X, int o0, int o1, float *y, int ystride, const int KIND) {
+    const int RRMAX = KIND == DS_FF_BF16_FMA ? 4 : 6;
+    const size_t rowbytes = (size_t)X->stride * (KIND == DS_FF_BF16_DOT ? 2 : 4);
+    const int KB = X->n == 1 ? X->kpad : KIND == DS_FF_BF16_DOT ? 2048 : 1024;
+    enum { MAXCHUNK = 96 };
+    _Alignas(64) float part[MAXCHUNK * 4 * 16];
+    /* rows per chunk: their activations (<= 1 MiB) are re-read from L2 for every output tile,
+     * while each weight row streams from memory once per chunk */
+    int chunk = DS_MAX(RRMAX, (int)(((size_t)1 << 20) / rowbytes) / RRMAX * RRMAX);
+    if (KB < X->kpad) chunk = DS_MIN(chunk, MAXCHUNK);
+    for (int c0 = 0; c0 < X->n; c0 += chunk) {
+        const int r1 = DS_MIN(X->n, c0 + chunk);
+        for (int o = o0; o < o1;) {
+            const int ro = o + 4 <= o1 ? 4 : 1;
+            for (int k0 = 0; k0 < X->kpad; k0 += KB) {
+                const int k1 = DS_MIN(X->kpad, k0 + KB);
+                for (int r = c0; r < r1; r += RRMAX) {
+                    if (ro == 4) FF_ROWS_TAIL(4, RRMAX)
+                    else FF_ROWS_TAIL(1, RRMAX)
+                }
+            }
+            o += ro;
+        }
+    }
+}
+
+static void ff_rows(const ds_ffw *W, const ds_ffact *X, int o0, int o1, float *y, int ystride) {
+    if (X->kind == DS_FF_F32) ff_rows_kind(W, X, o0, o1, y, ystride, DS_FF_F32);
+    else ff_rows_kind(W, X, o0, o1, y, ystride, DS_FF_BF16_FMA);
+}
+
+static void ff_dot(const ds_ffw *W, const ds_ffact *X, int o0, int o1, float *y, int ystride) {
+    ff_rows_kind(W, X, o0, o1, y, ystride, DS_FF_BF16_DOT);
+}
+
+#ifndef DS_AVX512_EMULATE
+/* Whether vdpbf16ps rounds as the fast order says (odd product first, one rounding per product):
+ * operands chosen so that the other orders and a single rounding of both products each give a
+ * different fp32 result.  Checked once when the path is selected. */
+int ds_avx512_bf16dot_matches(void) {
+    /* lane 0: (1 + 2^-23) + 2^-24 (odd) + 1.5 * 2^-23 (even) gives 1 + 2^-21 odd first, 1 + 2^-22
+     * even first and 1 + 3 * 2^-23 with one rounding; lane 1: single rounding of 1 + 2^-24 + 2^-24
+     * gives 1 + 2^-23, sequential gives 1; lanes 2, 3: the same with signs flipped */
+    static const float accs[4] = {1.0f + 0x1p-23f, 1.0f, -1.0f - 0x1p-23f, -1.0f};
+    static const uint16_t w0[4] = {0x3440, 0x3380, 0xb440, 0xb380}, w1[4] = {0x3380, 0x3380, 0xb380, 0xb380};
+    uint16_t wv[32] = {0}, xv[32] = {0};
+    float a[16] = {0}, out[16];
+    for (int j = 0; j < 4; j++) {
+        wv[2 * j] = w0[j];
+        wv[2 * j + 1] = w1[j];
+        xv[2 * j] = xv[2 * j + 1] = 0x3f80; /* 1.0 */
+        a[j] = accs[j];
+    }
+    _mm512_storeu_ps(out, DPBF16(_mm512_loadu_ps(a), _mm512_loadu_si512(wv), _mm512_loadu_si512(xv)));
+    for (int j = 0; j < 16; j++) {
+        float e = a[j];
+        uint32_t b1 = (uint32_t)wv[2 * j + 1] << 16, b0 = (uint32_t)wv[2 * j] << 16;
+        float f1, f0;
+        memcpy(&f1, &b1, 4);
+        memcpy(&f0, &b0, 4);
+        e = fmaf(f1, 1.0f, e);
+        e = fmaf(f0, 1.0f, e);
+        if (memcmp(&e, &out[j], 4)) return 0;
+    }
+    return 1;
+}
 #pragma GCC pop_options
 #endif
 
@@ -287,4 +525,6 @@ const ds_kern_ops DS_AVX512_OPS = {
     .q_panels = q_panels,
     .f_rows = f_rows,
     .quantize_row = DS_QUANTIZE_ROW,
+    .ff_rows = ff_rows,
+    .ff_dot = ff_dot,
 };

@@ -40,6 +40,40 @@ typedef struct ds_qact {
     int n, kpad;
 } ds_qact;
 
+/* ---- fast-tier float linears (the blocked fp32 order of kernels.h) ----
+ * Weights stay in the published row-major layout: one 64-byte load already holds 32 bf16 (the
+ * 16 pairs of one block, pair j in 32-bit word j) or 16 fp32 of one row, exactly what the lanes
+ * of the order want, so a repack would buy nothing.  The only copy ever made is a flushed one,
+ * for a BF16 matrix that holds values below 2^-50 (none in trained checkpoints; the load-time
+ * scan proves it).  Tail blocks are read through a zero-padded copy on the stack. */
+#define DS_FF_MIN_EXP_FIELD 77   /* bf16 exponent field of 2^-50 */
+#define DS_PACK_KIND_FF 2
+float ds_ff_bf16_value(ds_bf16 v);          /* the flush rule: |v| < 2^-50 -> 0 */
+float ds_ff_reduce16(const float a[16]);    /* the fixed lane-combination tree */
+
+typedef struct ds_ffw {
+    ds_lin_fmt fmt;       /* DS_LIN_BF16 or DS_LIN_F32 */
+    int out, in;
+    const void *w;        /* row-major [out][in]: the published matrix or its flushed copy */
+} ds_ffw;
+
+/* Activation layouts (rows zero padded to kpad = in rounded up to 32 (BF16) / 16 (F32)):
+ *   DS_FF_BF16_DOT: flushed bf16 rows, as vdpbf16ps reads them;
+ *   DS_FF_BF16_FMA: fp32; per 32-block the 16 odd elements (2j+1), then the 16 even ones (2j);
+ *   DS_FF_F32:      fp32 rows. */
+enum { DS_FF_F32 = 0, DS_FF_BF16_FMA = 1, DS_FF_BF16_DOT = 2 };
+typedef struct ds_ffact {
+    const void *x;
+    int n, kpad, kind;
+    int stride;           /* elements from one row to the next: kpad + one cache line, so rows
+                             whose byte length is a multiple of 4 KiB do not all fall into the
+                             same L1 sets */
+} ds_ffact;
+/* Load-time header (+ flushed copy if needed) of a fast-tier float linear (fastfloat.c). */
+ds_ffw *ds_ff_pack(const ds_linear *L, size_t *bytes);
+/* Build X's rows from bf16 activations x[n][in] into buf (n * (kpad + 32) * 4 bytes suffice). */
+void ds_ff_prepare_act(int kind, const ds_bf16 *x, int n, int in, void *buf, ds_ffact *X);
+
 /* One kernel path.  q_panels: y[r][o] for rows r in [r0,r1) and outputs of panels [p0,p1)
  * (stride ystride floats per row; outputs >= out are not written).  f_rows: float linear for
  * outputs [o0,o1), x given as exact float64 rows of stride xstride (zero padded). */
@@ -50,7 +84,19 @@ typedef struct ds_kern_ops {
                      int ystride);
     void (*f_rows)(const ds_linear *L, const double *xd, int xstride, int n, int o0, int o1, float *y);
     void (*quantize_row)(const ds_bf16 *x, int k, int8_t *q, float *s);
+    /* fast tier: outputs [o0,o1) of every row of X (layout X->kind); ff_dot is NULL where the
+     * path has no native bf16 dot product (X->kind DS_FF_BF16_DOT goes only there). */
+    void (*ff_rows)(const ds_ffw *W, const ds_ffact *X, int o0, int o1, float *y, int ystride);
+    void (*ff_dot)(const ds_ffw *W, const ds_ffact *X, int o0, int o1, float *y, int ystride);
 } ds_kern_ops;
+
+/* Whether the AVX-512 path may use vdpbf16ps: CPUID reports avx512-bf16 and a probe on
+ * discriminating operands shows the instruction rounds exactly as the fast-tier order (kern_avx512.c). */
+int ds_avx512_bf16dot_matches(void);
+/* Tests: allow (1) or forbid (0) vdpbf16ps where available; returns the previous setting. */
+int ds_kernels_allow_bf16dot(int allow);
+/* Whether fast-tier BF16 linears run vdpbf16ps on the active path right now. */
+int ds_kernels_bf16dot_active(void);
 
 extern const ds_kern_ops ds_kern_avx2;
 extern const ds_kern_ops ds_kern_avx512;

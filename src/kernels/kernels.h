@@ -17,6 +17,21 @@
  *    scalar one only through float64 rounding of the partial sums (in practice the fp32 results
  *    agree; tests allow |diff| <= 1e-6 * Σ|W·x|).
  *
+ *  - float, FAST tier (ds_linear.numerics == DS_NUMERICS_FAST; docs/NUMERICS.md, fast tier): fp32
+ *    accumulation in one fixed blocked order that every path reproduces bit for bit (vdpbf16ps,
+ *    FMA on AVX-512 / AVX2, scalar fmaf).  16 fp32 lanes a[0..15] start at +0; inputs are padded
+ *    with zeros to whole blocks.
+ *      BF16: blocks of 32 inputs; per block, lane j takes the pair (2j, 2j+1), odd element first:
+ *            a[j] = fma(w[2j+1], x[2j+1], a[j]); a[j] = fma(w[2j], x[2j], a[j])  (vdpbf16ps order).
+ *            Weights and activations with |v| < 2^-50 (subnormals included) count as 0: then every
+ *            nonzero product and partial sum is a multiple of 2^-114 and never subnormal, so the
+ *            DAZ/FTZ of vdpbf16ps can never act and FMA paths give the same bits.
+ *      F32:  blocks of 16 inputs; lane j takes element j: a[j] = fma(w[j], x[j], a[j]).
+ *    Lanes are then combined as h[j] = a[j] + a[j+8], q[j] = h[j] + h[j+4], d[j] = q[j] + q[j+2],
+ *    y = d[0] + d[1].  Products, sums and their order depend only on (o, that row), never on n, on
+ *    the row's position or on threads.  Identical bits hold for every finite result; once a
+ *    product or sum overflows, every path gives a non-finite value (inf vs NaN may differ).
+ *
  * Threads: every forward splits its output rows over the persistent pool (base/threadpool.h);
  * results never depend on the thread count.  Called from inside a pool task, a forward runs
  * serially on that thread (the pool does not nest). */
@@ -97,6 +112,9 @@ typedef struct ds_moe_groups {
     int *idx;              /* [n_rows * k] */
 } ds_moe_groups;
 int ds_moe_group_rows(const int32_t *sel, int n, int k, int n_experts, ds_moe_groups *g, ds_error *err);
+/* Same grouping into caller memory: off [n_experts + 1], idx [n * k] (no allocation; what the
+ * model's step uses).  O(n·k + n_experts). */
+int ds_moe_group_rows_into(const int32_t *sel, int n, int k, int n_experts, int *off, int *idx, ds_error *err);
 void ds_moe_groups_free(ds_moe_groups *g);
 /* Copy quantized rows src[rows[i]] (row length k) into dst[i]; scales likewise. */
 void ds_gather_rows_q(const int8_t *xq, const float *xs, int k, const int *rows, int n,
@@ -112,8 +130,9 @@ int ds_kernels_available(const char *name);
 const char *ds_kernels_reason(void);
 
 /* Self-check (SERVING.md §13 step 3): run the active path and the scalar reference on random
- * tiles of every family and report max |diff|.  Integer families must give 0; float families
- * are within 1e-6 relative.  Returns 0 if every family passed, -1 otherwise (err names the
+ * tiles of every family and report max |diff|.  Integer families and the fast-tier float
+ * families ("bf16-fast", "f32-fast") must give 0; exact-tier float families are within 1e-6
+ * relative.  Returns 0 if every family passed, -1 otherwise (err names the
  * family).  families[] receives one line per family ("kernel w4a8: OK avx2 ENGAGED (tiles 64,
  * max |diff| 0)") when non-NULL. */
 typedef struct ds_kernel_check {
@@ -127,6 +146,7 @@ int ds_kernels_selfcheck(ds_kernel_check out[8], int *n_out, ds_error *err);
 
 /* ---- scalar reference implementations (ground truth for every SIMD path) ---- */
 void ds_ref_linear_q(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y);
+/* Float linear in the tier L->numerics names (exact: float64; fast: the blocked fp32 order). */
 void ds_ref_linear_f(const ds_linear *L, const ds_bf16 *x, int n, float *y);
 
 /* Unpack one int4 code from the W4A8 layout: row o, column i. */

@@ -10,19 +10,28 @@
  * least `reps` passes and `min_secs` seconds.  Passes as long as one kernel call and best-of
  * sampling, exactly as the kernel rows are timed, so the ratio compares like with like. */
 double ds_bench_read_bw(size_t bytes, size_t pass_bytes, int reps, double min_secs);
+/* The same, naming the read kernel that reached the best pass (several are tried: one stream
+ * with 4 / 8 accumulators, 4 and 8 interleaved streams, software prefetch, non-temporal loads). */
+double ds_bench_read_bw_what(size_t bytes, size_t pass_bytes, int reps, double min_secs, const char **what);
 /* The same probe one sample at a time, so a benchmark can interleave probe samples with the
  * samples it judges (both then see the same load on a shared host). */
 typedef struct ds_bwprobe ds_bwprobe;
 ds_bwprobe *ds_bwprobe_new(size_t bytes, size_t pass_bytes);
 double ds_bwprobe_pass(ds_bwprobe *b);   /* GB/s of one pass */
 void ds_bwprobe_free(ds_bwprobe *b);
+const char *ds_bwprobe_best_kernel(const ds_bwprobe *b);
 /* STREAM copy (c = a, 16 B/element) and triad (a = b + s*c, 24 B/element), GB/s, best of reps. */
 void ds_bench_stream(size_t elems, int reps, double *copy_gbs, double *triad_gbs);
 /* int8 dot-product peak in GOP/s (1 multiply-add = 2 ops) with all pool threads: VPDPBUSD zmm on
  * the avx512-vnni path, VPMADDUBSW+VPADDW ymm on avx2 (its fastest int8 dot sequence), a scalar int32 loop otherwise.
  * *what names the instruction sequence measured. */
 double ds_bench_int8_peak(const char **what);
-/* One short (~1-3 ms) sample of the same, for interleaving. */
+/* One short (~1-3 ms) sample of the same, for interleaving (alternates 8 and 16 chains, and on
+ * the avx2 path AVX-VNNI where the CPU has it). */
 double ds_bench_int8_peak_once(const char **what);
+/* fp32 peak of the fast float linears in GOP/s (1 multiply-add = 2 ops): vdpbf16ps zmm for bf16
+ * where the CPU has avx512-bf16 (bf16 != 0), else FMA zmm / ymm per path, scalar otherwise. */
+double ds_bench_float_peak(int bf16, const char **what);
+double ds_bench_float_peak_once(int bf16, const char **what);
 
 #endif

@@ -1,8 +1,14 @@
-/* MoE row grouping (MODEL.md §2.9; kernels.h documents the contract).  A counting sort by expert
- * id: one pass counts, a prefix sum gives each expert its slice, a second pass in slot order
- * fills it, so each expert's rows come out ascending and the model can stream every expert's
- * weights once per step over all the rows routed to it.  The per-row sum in ascending expert id
- * (shared expert last) stays the model's job; nothing here reorders a reduction. */
+/* MoE row grouping (MODEL.md §2.9; kernels.h documents the contract): the one implementation the
+ * model uses to regroup a step's rows by expert.
+ *
+ * Why a counting sort: one pass counts the slots of each expert, a prefix sum turns the counts
+ * into each expert's slice, a second pass in slot order drops every slot into its slice, so the
+ * cost is O(n·k + E) whatever the routing (all rows on one expert, empty experts, ties) and each
+ * expert's rows come out ascending.  The fill cursor is the offset table itself (each entry ends
+ * one slice ahead and is shifted back afterwards), so the caller's two arrays are all the memory
+ * it needs: the model passes step-arena memory and a step allocates nothing.  The per-row sum in
+ * ascending expert id (shared expert last) stays the model's job; nothing here reorders a
+ * reduction. */
 #include "kernels/kernels.h"
 #include <stdlib.h>
 #include <string.h>
@@ -14,23 +20,36 @@ void ds_gather_rows_q(const int8_t *xq, const float *xs, int k, const int *rows,
     }
 }
 
-int ds_moe_group_rows(const int32_t *sel, int n, int k, int n_experts, ds_moe_groups *g, ds_error *err) {
-    memset(g, 0, sizeof *g);
-    for (int i = 0; i < n * k; i++)
+int ds_moe_group_rows_into(const int32_t *sel, int n, int k, int n_experts, int *off, int *idx, ds_error *err) {
+    const int nk = n * k;
+    for (int i = 0; i < nk; i++)
         if (sel[i] < 0 || sel[i] >= n_experts)
             return ds_fail(err, "E_MOE_EXPERT", "MoE routing: row %d slot %d selects expert %d, outside [0, %d)",
                            i / k, i % k, sel[i], n_experts);
+    memset(off, 0, sizeof(int) * ((size_t)n_experts + 1));
+    for (int i = 0; i < nk; i++) off[sel[i] + 1]++;
+    for (int e = 0; e < n_experts; e++) off[e + 1] += off[e];
+    /* off[e] is now the start of slice e; use it as the cursor (it ends at the start of e+1) */
+    for (int i = 0; i < nk; i++) idx[off[sel[i]]++] = i; /* ascending i => rows ascending */
+    for (int e = n_experts; e > 0; e--) off[e] = off[e - 1];
+    off[0] = 0;
+    return 0;
+}
+
+int ds_moe_group_rows(const int32_t *sel, int n, int k, int n_experts, ds_moe_groups *g, ds_error *err) {
+    memset(g, 0, sizeof *g);
+    int *off = ds_xmalloc(sizeof(int) * ((size_t)n_experts + 1));
+    int *idx = ds_xmalloc(sizeof(int) * (size_t)(n * k > 0 ? n * k : 1));
+    if (ds_moe_group_rows_into(sel, n, k, n_experts, off, idx, err) < 0) {
+        free(off);
+        free(idx);
+        return -1;
+    }
     g->n_experts = n_experts;
     g->n_rows = n;
     g->k = k;
-    g->off = ds_xcalloc((size_t)n_experts + 1, sizeof(int));
-    g->idx = ds_xmalloc(sizeof(int) * (size_t)(n * k > 0 ? n * k : 1));
-    for (int i = 0; i < n * k; i++) g->off[sel[i] + 1]++;
-    for (int e = 0; e < n_experts; e++) g->off[e + 1] += g->off[e];
-    int *fill = ds_xmalloc(sizeof(int) * (size_t)(n_experts > 0 ? n_experts : 1));
-    memcpy(fill, g->off, sizeof(int) * (size_t)n_experts);
-    for (int i = 0; i < n * k; i++) g->idx[fill[sel[i]]++] = i; /* ascending i => rows ascending */
-    free(fill);
+    g->off = off;
+    g->idx = idx;
     return 0;
 }
 

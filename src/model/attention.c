@@ -6,11 +6,13 @@
  * row and head and runs as pool tasks.  A row's key list is built in one fixed order — window
  * positions ascending (earlier positions from the sequence's WIN pages, this step's positions from
  * scratch), then the selected compressed entries ascending — and every reduction is float64 with
- * one rounding (docs/NUMERICS.md "attention"), so a row's output is the same whether it arrives in
- * a prefill chunk, a decode step or a batch.  Window rows of this step are persisted into WIN pages
+ * one rounding (docs/NUMERICS.md "attention"; the fast tier, ds_attn_head_fast, keeps the same key
+ * order with fp32 sums in a fixed order), so a row's output is the same whether it arrives in a
+ * prefill chunk, a decode step or a batch.  Window rows of this step are persisted into WIN pages
  * after the core has run. */
 #include "model/forward.h"
 #include "model/ops.h"
+#include "model/fast_ops.h"
 #include "base/threadpool.h"
 #include <math.h>
 #include <stdlib.h>
@@ -22,11 +24,14 @@ typedef struct attn_ctx {
     const ds_layer_weights *w;
     int src;                      /* CKV source of kv_src(layer), -1 for SWA layers */
     float scale;                  /* fp32(d_h^-0.5) */
+    int max_keys;                 /* window + index_topk: the most keys a row attends to */
+    const ds_bf16 **keys;         /* [threads][max_keys] per-thread scratch (step arena) */
+    float *sc;                    /* [threads][max_keys] */
+    double *acc;                  /* [threads][d_h] */
 } attn_ctx;
 
 /* One (row, head): o[row][h] = bf16(Σ p_k·k), then inverse RoPE at the row's position. */
 static void attn_task(void *vctx, int task, int thread) {
-    (void)thread;
     attn_ctx *a = vctx;
     ds_step *st = a->st;
     const ds_config *c = st->c;
@@ -40,9 +45,9 @@ static void attn_task(void *vctx, int task, int thread) {
     const int n_win = (int)(p - lo + 1);
     const int n_cmp = a->src >= 0 ? st->n_sel[row] : 0;
     const int nk = n_win + n_cmp;
-    const ds_bf16 **keys = malloc(sizeof(*keys) * (size_t)nk);
-    float *sc = malloc(sizeof(float) * (size_t)nk);
-    double *acc = calloc((size_t)dh, sizeof(double));
+    const ds_bf16 **keys = a->keys + (size_t)thread * a->max_keys;
+    float *sc = a->sc + (size_t)thread * a->max_keys;
+    double *acc = memset(a->acc + (size_t)thread * dh, 0, sizeof(double) * (size_t)dh);
     int k = 0;
     for (int64_t q = lo; q <= p; q++)
         keys[k++] = q < sq->p0 ? ds_seq_win_row(seq, a->layer, q)
@@ -51,6 +56,14 @@ static void attn_task(void *vctx, int task, int thread) {
 
     const ds_bf16 *qh = st->q + ((size_t)row * H + h) * dh;
     const float sink = a->w->attn_sink[h];
+    ds_bf16 *oh = st->o + ((size_t)row * H + h) * dh;
+    const float *cs = (c->roles[a->layer].ratio > 0 ? st->cs_cmp : st->cs_swa) + (size_t)row * rd;
+    if (st->m->numerics == DS_NUMERICS_FAST) {
+        /* the fp32 accumulator lives in the float64 one's storage (dh doubles hold 2·dh floats) */
+        ds_attn_head_fast(qh, keys, nk, sink, a->scale, dh, sc, (float *)acc, oh);
+        ds_rope_apply_fast(oh, dh, rd, cs, 1);
+        return;
+    }
     float mx = sink;
     for (int i = 0; i < nk; i++) {
         float d = (float)ds_dot_bb(qh, keys[i], dh);
@@ -67,23 +80,19 @@ static void attn_task(void *vctx, int task, int thread) {
     for (int i = 0; i < nk; i++) {
         ds_axpy_bf16(acc, sc[i] / fden, keys[i], dh);
     }
-    ds_bf16 *oh = st->o + ((size_t)row * H + h) * dh;
     for (int d = 0; d < dh; d++) oh[d] = ds_f32_to_bf16((float)acc[d]);
-    const float *cs = (c->roles[a->layer].ratio > 0 ? st->cs_cmp : st->cs_swa) + (size_t)row * rd;
     ds_rope_apply(oh, dh, rd, cs, 1);
-    free(keys);
-    free(sc);
-    free(acc);
 }
 
 /* rmsnorm(bf16(linear)) for every row, rows of length n, written to dst. */
 static void norm_rows(ds_step *st, const float *lin, int N, int n, const float *w, ds_bf16 *dst) {
-    ds_bf16 *tmp = malloc(sizeof(ds_bf16) * (size_t)n);
+    ds_arena_mark mk = ds_arena_mark_get(st->arena);
+    ds_bf16 *tmp = DS_ARENA_NEW(st->arena, ds_bf16, n);
     for (int r = 0; r < N; r++) {
         ds_round_rows_bf16(lin + (size_t)r * n, (size_t)n, tmp);
-        ds_rmsnorm_bf16(tmp, w, n, st->c->norm_eps, dst + (size_t)r * n);
+        ds_rmsnorm_t(st->m->numerics, tmp, w, n, st->c->norm_eps, dst + (size_t)r * n);
     }
-    free(tmp);
+    ds_arena_release(st->arena, mk);
 }
 
 static void persist_window(ds_step *st, int layer) {
@@ -114,13 +123,13 @@ void ds_attention_layer(ds_step *st, int l) {
     if ((size_t)ql + (size_t)dh > st->ftmp_cols) fkv = st->ftmp, quant = 0;  /* no room: one at a time */
     if (quant) {
         const int D = c->dim;
-        int8_t *uq = malloc((size_t)N * D);
-        float *us = malloc(sizeof(float) * (size_t)N);
+        ds_arena_mark mk = ds_arena_mark_get(st->arena);
+        int8_t *uq = DS_ARENA_NEW(st->arena, int8_t, (size_t)N * D);
+        float *us = DS_ARENA_NEW(st->arena, float, N);
         ds_quantize_rows(st->u, N, D, uq, us);
         ds_linear_job jobs[2] = {{&w->wq_a, uq, us, N, fq}, {&w->wkv, uq, us, N, fkv}};
         ds_linear_forward_q_many(jobs, 2);
-        free(uq);
-        free(us);
+        ds_arena_release(st->arena, mk);
     } else {
         ds_linear_forward(&w->wq_a, st->u, N, fq);
         if (fkv == fq) norm_rows(st, fq, N, ql, w->q_norm, st->qr);
@@ -129,12 +138,12 @@ void ds_attention_layer(ds_step *st, int l) {
     /* window key: kv = rmsnorm(wkv·u) with RoPE */
     norm_rows(st, fkv, N, dh, w->kv_norm, st->kv);
     const float *cs_all = role->ratio > 0 ? st->cs_cmp : st->cs_swa;
-    for (int r = 0; r < N; r++) ds_rope_apply(st->kv + (size_t)r * dh, dh, rd, cs_all + (size_t)r * rd, 0);
+    for (int r = 0; r < N; r++) ds_rope_apply_t(st->m->numerics, st->kv + (size_t)r * dh, dh, rd, cs_all + (size_t)r * rd, 0);
     /* queries: qr = rmsnorm(wq_a·u), q = wq_b·qr with RoPE on each head's tail */
     if (fkv != fq) norm_rows(st, fq, N, ql, w->q_norm, st->qr);
     ds_linear_bf16(&w->wq_b, st->qr, N, st->ftmp, st->q);
     for (int r = 0; r < N; r++)
-        for (int h = 0; h < H; h++) ds_rope_apply(st->q + ((size_t)r * H + h) * dh, dh, rd, cs_all + (size_t)r * rd, 0);
+        for (int h = 0; h < H; h++) ds_rope_apply_t(st->m->numerics, st->q + ((size_t)r * H + h) * dh, dh, rd, cs_all + (size_t)r * rd, 0);
 
     /* compressed keys: a FULL layer writes its new entries and index keys first, then the index
      * sources select; REUSE layers keep the selection of their index source (already in st->sel) */
@@ -145,8 +154,14 @@ void ds_attention_layer(ds_step *st, int l) {
         src = st->ss[0].seq->pools->lay.src_of_layer[role->kv_src];
     }
 
-    attn_ctx a = {st, l, w, src, (float)(1.0 / sqrt((double)dh))};
+    attn_ctx a = {st, l, w, src, (float)(1.0 / sqrt((double)dh)), c->window + (src >= 0 ? c->index_topk : 0), NULL, NULL, NULL};
+    ds_arena_mark mk = ds_arena_mark_get(st->arena);
+    const int T = ds_pool_threads();
+    a.keys = DS_ARENA_NEW(st->arena, const ds_bf16 *, (size_t)T * a.max_keys);
+    a.sc = DS_ARENA_NEW(st->arena, float, (size_t)T * a.max_keys);
+    a.acc = DS_ARENA_NEW(st->arena, double, (size_t)T * dh);
     ds_pool_run(N * H, attn_task, &a);
+    ds_arena_release(st->arena, mk);
     persist_window(st, l);
 
     /* output: z[g] = wo_a[g]·o[g] per group, out = wo_b·bf16(z) */

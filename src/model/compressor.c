@@ -13,6 +13,7 @@
  * from the latent before its rotation; both rotations use the CMP table at position j·r. */
 #include "model/forward.h"
 #include "model/ops.h"
+#include "model/fast_ops.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +40,14 @@ static void pool_group(ds_step *st, const ds_step_seq *sq, int ssrc, int row, in
             g[t] = s + dh;
         }
     }
-    ds_bf16 *pooled = malloc(sizeof(ds_bf16) * (size_t)dh);
+    ds_arena_mark mk = ds_arena_mark_get(st->arena);
+    ds_bf16 *pooled = DS_ARENA_NEW(st->arena, ds_bf16, dh);
+    if (st->m->numerics == DS_NUMERICS_FAST) {
+        ds_pool_group_fast(a, g, r, dh, pooled);
+        ds_rmsnorm_bf16_fast(pooled, norm, dh, st->c->norm_eps, lat);
+        ds_arena_release(st->arena, mk);
+        return;
+    }
     for (int ch = 0; ch < dh; ch++) {
         float mx = g[0][ch];
         for (int t = 1; t < r; t++) if (g[t][ch] > mx) mx = g[t][ch];
@@ -58,7 +66,7 @@ static void pool_group(ds_step *st, const ds_step_seq *sq, int ssrc, int row, in
         pooled[ch] = ds_f32_to_bf16((float)s);
     }
     ds_rmsnorm_bf16(pooled, norm, dh, st->c->norm_eps, lat);
-    free(pooled);
+    ds_arena_release(st->arena, mk);
 }
 
 void ds_compressor_run(ds_step *st, int l) {
@@ -75,24 +83,24 @@ void ds_compressor_run(ds_step *st, int l) {
         const ds_step_seq *sq = &st->ss[i];
         n_emit += (int)((sq->p0 + sq->n) / r - sq->p0 / r);
     }
-    emitted *em = malloc(sizeof(emitted) * (size_t)(n_emit ? n_emit : 1));
-    ds_bf16 *lat = malloc(sizeof(ds_bf16) * (size_t)(n_emit ? n_emit : 1) * dh);
+    ds_arena_mark mk = ds_arena_mark_get(st->arena);
+    emitted *em = DS_ARENA_NEW(st->arena, emitted, n_emit ? n_emit : 1);
+    ds_bf16 *lat = DS_ARENA_NEW(st->arena, ds_bf16, (size_t)(n_emit ? n_emit : 1) * dh);
     int k = 0;
     if (r == 1) {
         ds_linear_forward(&w->cmp_wkv, st->u, N, st->ftmp);
-        ds_bf16 *tmp = malloc(sizeof(ds_bf16) * (size_t)dh);
+        ds_bf16 *tmp = DS_ARENA_NEW(st->arena, ds_bf16, dh);
         for (int i = 0; i < st->n_seqs; i++) {
             const ds_step_seq *sq = &st->ss[i];
             for (int j = 0; j < sq->n; j++, k++) {
                 ds_round_rows_bf16(st->ftmp + (size_t)(sq->row0 + j) * dh, (size_t)dh, tmp);
-                ds_rmsnorm_bf16(tmp, w->cmp_norm, dh, c->norm_eps, lat + (size_t)k * dh);
+                ds_rmsnorm_t(st->m->numerics, tmp, w->cmp_norm, dh, c->norm_eps, lat + (size_t)k * dh);
                 em[k].seq = i;
                 em[k].j = sq->p0 + j;
             }
         }
-        free(tmp);
     } else {
-        float *A = malloc(sizeof(float) * (size_t)N * dh), *Gt = malloc(sizeof(float) * (size_t)N * dh);
+        float *A = DS_ARENA_NEW(st->arena, float, (size_t)N * dh), *Gt = DS_ARENA_NEW(st->arena, float, (size_t)N * dh);
         ds_linear_forward(&w->cmp_wkv, st->u, N, A);
         ds_linear_forward(&w->cmp_wgate, st->u, N, Gt);
         for (int i = 0; i < st->n_seqs; i++) {
@@ -112,14 +120,12 @@ void ds_compressor_run(ds_step *st, int l) {
                 memcpy(s + dh, Gt + (size_t)row * dh, sizeof(float) * (size_t)dh);
             }
         }
-        free(A);
-        free(Gt);
     }
 
     /* index keys from the un-rotated latents, then rotate both at position j·r and store */
     if (n_emit > 0) {
-        float *ik = malloc(sizeof(float) * (size_t)n_emit * di);
-        ds_bf16 *tmp = malloc(sizeof(ds_bf16) * (size_t)di);
+        float *ik = DS_ARENA_NEW(st->arena, float, (size_t)n_emit * di);
+        ds_bf16 *tmp = DS_ARENA_NEW(st->arena, ds_bf16, di);
         float cs[2 * DS_ROPE_MAX_PAIRS];
         ds_linear_forward(&w->idx_wk, lat, n_emit, ik);
         for (int e = 0; e < n_emit; e++) {
@@ -127,15 +133,12 @@ void ds_compressor_run(ds_step *st, int l) {
             ds_rope_cossin(&st->m->rope_cmp, em[e].j * r, cs);
             ds_bf16 *krow = ds_seq_idx_row(seq, src, em[e].j);
             ds_round_rows_bf16(ik + (size_t)e * di, (size_t)di, tmp);
-            ds_rmsnorm_bf16(tmp, w->idx_k_norm, di, c->norm_eps, krow);
-            ds_rope_apply(krow, di, rd, cs, 0);
+            ds_rmsnorm_t(st->m->numerics, tmp, w->idx_k_norm, di, c->norm_eps, krow);
+            ds_rope_apply_t(st->m->numerics, krow, di, rd, cs, 0);
             ds_bf16 *crow = ds_seq_ckv_row(seq, src, em[e].j);
             memcpy(crow, lat + (size_t)e * dh, sizeof(ds_bf16) * (size_t)dh);
-            ds_rope_apply(crow, dh, rd, cs, 0);
+            ds_rope_apply_t(st->m->numerics, crow, dh, rd, cs, 0);
         }
-        free(ik);
-        free(tmp);
     }
-    free(em);
-    free(lat);
+    ds_arena_release(st->arena, mk);
 }

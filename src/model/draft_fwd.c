@@ -158,33 +158,29 @@ static void draft_site(ds_step *st, const ds_seq *seq, int stage, int ffn, int64
     }
 }
 
+/* Every buffer of the pass comes from the step arena (no allocation on the decode path). */
 static void dstep_alloc(ds_step *st, const ds_config *c, int N) {
     const size_t HC = (size_t)c->hc_mult, D = (size_t)c->dim, dh = (size_t)c->head_dim, H = (size_t)c->n_heads;
     size_t cols = (size_t)c->q_lora_rank;
     size_t more[] = {H * dh, (size_t)c->o_lora_rank, D, (size_t)c->n_experts, dh};
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) cols = cols > more[i] ? cols : more[i];
+    ds_arena *ar = st->arena;
     st->N = N;
     st->ftmp_cols = cols;
-    st->X = ds_amalloc(sizeof(ds_bf16) * N * HC * D);
-    st->R = ds_amalloc(sizeof(ds_bf16) * N * HC * D);
-    st->pre = ds_xcalloc((size_t)N * HC, sizeof(float));
-    st->mix = ds_xmalloc(sizeof(ds_hc_mix) * (size_t)N);
-    st->u = ds_amalloc(sizeof(ds_bf16) * N * D);
-    st->y = ds_amalloc(sizeof(ds_bf16) * N * D);
-    st->cs_swa = ds_xmalloc(sizeof(float) * (size_t)N * (size_t)c->rope_head_dim);
-    st->ftmp = ds_amalloc(sizeof(float) * N * cols);
-    st->qr = ds_amalloc(sizeof(ds_bf16) * N * (size_t)c->q_lora_rank);
-    st->q = ds_amalloc(sizeof(ds_bf16) * N * H * dh);
-    st->kv = ds_amalloc(sizeof(ds_bf16) * N * dh);
-    st->o = ds_amalloc(sizeof(ds_bf16) * N * H * dh);
-    st->grp = ds_amalloc(sizeof(ds_bf16) * N * H * dh / (size_t)c->o_groups);
-    st->z = ds_amalloc(sizeof(ds_bf16) * N * (size_t)c->o_groups * (size_t)c->o_lora_rank);
-}
-
-static void dstep_free(ds_step *st) {
-    ds_afree(st->X); ds_afree(st->R); free(st->pre); free(st->mix); ds_afree(st->u); ds_afree(st->y);
-    free(st->cs_swa); ds_afree(st->ftmp); ds_afree(st->qr); ds_afree(st->q); ds_afree(st->kv); ds_afree(st->o);
-    ds_afree(st->grp); ds_afree(st->z);
+    st->X = DS_ARENA_NEW(ar, ds_bf16, N * HC * D);
+    st->R = DS_ARENA_NEW(ar, ds_bf16, N * HC * D);
+    st->pre = ds_arena_zalloc(ar, sizeof(float) * (size_t)N * HC);
+    st->mix = DS_ARENA_NEW(ar, ds_hc_mix, (size_t)N);
+    st->u = DS_ARENA_NEW(ar, ds_bf16, N * D);
+    st->y = DS_ARENA_NEW(ar, ds_bf16, N * D);
+    st->cs_swa = DS_ARENA_NEW(ar, float, (size_t)N * (size_t)c->rope_head_dim);
+    st->ftmp = DS_ARENA_NEW(ar, float, N * cols);
+    st->qr = DS_ARENA_NEW(ar, ds_bf16, N * (size_t)c->q_lora_rank);
+    st->q = DS_ARENA_NEW(ar, ds_bf16, N * H * dh);
+    st->kv = DS_ARENA_NEW(ar, ds_bf16, N * dh);
+    st->o = DS_ARENA_NEW(ar, ds_bf16, N * H * dh);
+    st->grp = DS_ARENA_NEW(ar, ds_bf16, N * H * dh / (size_t)c->o_groups);
+    st->z = DS_ARENA_NEW(ar, ds_bf16, N * (size_t)c->o_groups * (size_t)c->o_lora_rank);
 }
 
 /* conf = proj · fp32(concat(hid, me)): float64 with one rounding (exact), fp32 in order (fast). */
@@ -212,12 +208,12 @@ static void draft_heads(ds_model *m, const ds_step *st, ds_draft_pick_fn pick, v
     const ds_draft *d = m->draft;
     const ds_config *c = &m->cfg;
     const int B = d->block, D = c->dim, HC = c->hc_mult, V = c->vocab_size, r = d->rank;
-    ds_bf16 *hid = ds_amalloc(sizeof(ds_bf16) * (size_t)B * D), *hn = ds_amalloc(sizeof(ds_bf16) * (size_t)B * D);
+    ds_bf16 *hid = DS_ARENA_NEW(st->arena, ds_bf16, (size_t)B * D), *hn = DS_ARENA_NEW(st->arena, ds_bf16, (size_t)B * D);
     for (int i = 0; i < B; i++) {
         ds_hc_collapse(st->X + (size_t)i * HC * D, st->pre + (size_t)i * HC, HC, D, hid + (size_t)i * D);
         ds_rmsnorm_bf16(hid + (size_t)i * D, d->norm, D, c->norm_eps, hn + (size_t)i * D);
     }
-    float *base = ds_amalloc(sizeof(float) * (size_t)B * V), *mk = ds_amalloc(sizeof(float) * (size_t)V);
+    float *base = DS_ARENA_NEW(st->arena, float, (size_t)B * V), *mk = DS_ARENA_NEW(st->arena, float, (size_t)V);
     ds_linear_forward(&d->head, hn, B, base);
     int32_t prev = anchor;
     for (int i = 0; i < B; i++) {
@@ -231,10 +227,6 @@ static void draft_heads(ds_model *m, const ds_step *st, ds_draft_pick_fn pick, v
         if (logits) memcpy(logits + (size_t)i * V, li, sizeof(float) * (size_t)V);
         prev = t;
     }
-    ds_afree(base);
-    ds_afree(mk);
-    ds_afree(hid);
-    ds_afree(hn);
 }
 
 int ds_draft_propose(ds_model *m, const ds_seq *s, int32_t anchor, ds_draft_pick_fn pick, void *pick_ctx,
@@ -256,6 +248,8 @@ int ds_draft_propose(ds_model *m, const ds_seq *s, int32_t anchor, ds_draft_pick
     memset(&st, 0, sizeof st);
     st.m = m;
     st.c = &d->cfg;
+    ds_step_ctx *ctx = ds_step_ctx_acquire(m);
+    st.arena = &ctx->arena;
     dstep_alloc(&st, &d->cfg, B);
     for (int i = 0; i < B; i++) {
         int32_t id = i == 0 ? anchor : c->dspark_noise_id;
@@ -269,6 +263,6 @@ int ds_draft_propose(ds_model *m, const ds_seq *s, int32_t anchor, ds_draft_pick
         draft_site(&st, s, stage, 1, P);
     }
     draft_heads(m, &st, pick, pick_ctx, anchor, drafts, logits, conf);
-    dstep_free(&st);
+    ds_step_ctx_release(m, ctx);
     return 0;
 }

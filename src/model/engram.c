@@ -14,6 +14,7 @@
  * in the rotated basis and is added to h directly (docs/NUMERICS.md "Engram gate"). */
 #include "model/forward.h"
 #include "model/ops.h"
+#include "model/fast_ops.h"
 #include "base/fsutil.h"
 #include "base/threadpool.h"
 #include "tokenizer/engram_map.h"
@@ -143,10 +144,10 @@ typedef struct gate_ctx {
     ds_step *st;
     const ds_engram_weights *ew;
     const float *kv;              /* [N][(HC+1)·D] fp32 values of the bf16 linear output */
+    float *o, *val;               /* [threads][D] per-thread scratch (step arena) */
 } gate_ctx;
 
 static void gate_task(void *vctx, int row, int thread) {
-    (void)thread;
     gate_ctx *g = vctx;
     ds_step *st = g->st;
     const ds_model *m = st->m;
@@ -154,10 +155,10 @@ static void gate_task(void *vctx, int row, int thread) {
     const double eps = st->c->norm_eps;
     const float *kvr = g->kv + (size_t)row * (HC + 1) * D;
     const float *value = kvr + (size_t)HC * D;
-    float *o = malloc(sizeof(float) * (size_t)D), *val = NULL;
+    float *o = g->o + (size_t)thread * D, *val = NULL;
     if (m->rotate_value) {
         /* value'_b = Bᵀ·value_b, kept fp32 */
-        val = malloc(sizeof(float) * (size_t)D);
+        val = g->val + (size_t)thread * D;
         for (int b = 0; b < D / 32; b++)
             for (int i = 0; i < 32; i++) {
                 double s = 0;
@@ -199,8 +200,48 @@ static void gate_task(void *vctx, int row, int thread) {
             xk[d] = ds_f32_to_bf16((float)(h + (double)gate * value[d]));
         }
     }
-    free(o);
-    free(val);
+}
+
+/* The fast tier of gate_task (docs/NUMERICS.md "Fast tier"): the same formula in fp32, every sum
+ * in the 32-lane order, the 32×32 rotations as sums over j in index order. */
+static void gate_task_fast(void *vctx, int row, int thread) {
+    gate_ctx *g = vctx;
+    ds_step *st = g->st;
+    const ds_model *m = st->m;
+    const int D = st->c->dim, HC = st->c->hc_mult;
+    const float eps = (float)st->c->norm_eps;
+    const float *kvr = g->kv + (size_t)row * (HC + 1) * D;
+    const float *value = kvr + (size_t)HC * D;
+    float *o = g->o + (size_t)thread * D, *val = NULL;
+    if (m->rotate_value) {
+        /* value'_b = Bᵀ·value_b: val[i] = Σ_j B[j][i]·value[j], j ascending, vectorized over i */
+        val = g->val + (size_t)thread * D;
+        for (int b = 0; b < D / 32; b++) {
+            float *vb = val + b * 32;
+            for (int i = 0; i < 32; i++) vb[i] = 0.0f;
+            for (int j = 0; j < 32; j++)
+                for (int i = 0; i < 32; i++) vb[i] = vb[i] + m->rot[j * 32 + i] * value[b * 32 + j];
+        }
+        value = val;
+    }
+    const float dm05 = 1.0f / sqrtf((float)D);
+    for (int k = 0; k < HC; k++) {
+        ds_bf16 *xk = st->X + ((size_t)row * HC + k) * D;
+        const float *key = kvr + (size_t)k * D;
+        if (m->unrotate_gate) {
+            for (int b = 0; b < D / 32; b++)
+                for (int i = 0; i < 32; i++) o[b * 32 + i] = ds_fdot_fb(m->rot + i * 32, xk + b * 32, 32);
+        } else {
+            for (int d = 0; d < D; d++) o[d] = ds_bf16_to_f32(xk[d]);
+        }
+        const float sso = ds_fdot_ff(o, o, D), ssk = ds_fdot_ff(key, key, D);
+        const float t = ds_fdot3_fff(o, g->ew->wq + (size_t)k * D, key, D);
+        const float rstd = (1.0f / sqrtf(sso / (float)D + eps)) * (1.0f / sqrtf(ssk / (float)D + eps));
+        const float dot = t * rstd * dm05;
+        const float ad = fabsf(dot);
+        const float gate = ds_fsigmoid(copysignf(sqrtf(ad > 1e-6f ? ad : 1e-6f), dot));
+        for (int d = 0; d < D; d++) xk[d] = ds_f32_to_bf16(ds_bf16_to_f32(xk[d]) + gate * value[d]);
+    }
 }
 
 void ds_engram_layer(ds_step *st, int e) {
@@ -210,7 +251,8 @@ void ds_engram_layer(ds_step *st, int e) {
     const ds_engram_consts *ec = &m->ec;
     const int N = st->N, hd = c->engram_head_dim, ncol = ec->n_cols, D = c->dim, HC = c->hc_mult;
     const int ein = ncol * hd;
-    ds_bf16 *ev = malloc(sizeof(ds_bf16) * (size_t)N * ein);
+    ds_arena_mark mk = ds_arena_mark_get(st->arena);
+    ds_bf16 *ev = DS_ARENA_NEW(st->arena, ds_bf16, (size_t)N * ein);
     for (int r = 0; r < N; r++) {
         const ds_step_seq *sq = &st->ss[st->row_seq[r]];
         const int64_t p = st->pos[r];
@@ -226,11 +268,11 @@ void ds_engram_layer(ds_step *st, int e) {
         ds_engram_row_ids(ec, e, t, rows);
         for (int col = 0; col < ncol; col++) table_row(ew, hd, rows[col], ev + (size_t)r * ein + (size_t)col * hd);
     }
-    float *kv = malloc(sizeof(float) * (size_t)N * (HC + 1) * D);
+    float *kv = DS_ARENA_NEW(st->arena, float, (size_t)N * (HC + 1) * D);
     ds_linear_forward(&ew->wkv, ev, N, kv);
     for (size_t i = 0; i < (size_t)N * (HC + 1) * D; i++) kv[i] = ds_round_bf16(kv[i]);
-    gate_ctx g = {st, ew, kv};
-    ds_pool_run(N, gate_task, &g);
-    free(kv);
-    free(ev);
+    const int T = ds_pool_threads();
+    gate_ctx g = {st, ew, kv, DS_ARENA_NEW(st->arena, float, (size_t)T * D), DS_ARENA_NEW(st->arena, float, (size_t)T * D)};
+    ds_pool_run(N, m->numerics == DS_NUMERICS_FAST ? gate_task_fast : gate_task, &g);
+    ds_arena_release(st->arena, mk);
 }

@@ -137,7 +137,7 @@ int ds_engram_consts_init(ds_engram_consts *c, const ds_config *cfg, ds_error *e
         if (ds_engram_multipliers(cfg->engram_layers[e], cfg->engram_classes, c->max_ngram, c->mult[e]) < 0)
             return ds_fail(err, "E_CONFIG",
                            "engram_compressed_vocab_size: expected a value whose multiplier bound exceeds 2^32 "
-                           "(64-bit draw, MODEL.md Appendix A), found %d", cfg->engram_classes);
+                           "(the 64-bit multiplier draw), found %d", cfg->engram_classes);
     }
     return 0;
 }

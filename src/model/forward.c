@@ -10,6 +10,7 @@
 #include "model/forward.h"
 #include "model/draft.h"
 #include "model/ops.h"
+#include "model/fast_ops.h"
 #include "base/threadpool.h"
 #include <math.h>
 #include <stdio.h>
@@ -21,6 +22,7 @@ typedef struct site_ctx {
     const ds_hc_params *hp;
     const float *norm;
     float *dots;                  /* [N][(2+HC)·HC] mix dot products */
+    ds_bf16 *tmp;                 /* [N][D] collapsed rows before the norm */
 } site_ctx;
 
 /* One long dot product of the mixes: task = row · (2+HC)·HC + i. */
@@ -30,7 +32,7 @@ static void mix_dot_task(void *vctx, int t, int thread) {
     ds_step *st = s->st;
     const int HC = st->c->hc_mult, D = st->c->dim, nmix = (2 + HC) * HC;
     const int r = t / nmix, i = t % nmix;
-    s->dots[t] = ds_hc_mix_dot(s->hp, st->X + (size_t)r * HC * D, i);
+    s->dots[t] = ds_hc_mix_dot_t(st->m->numerics, s->hp, st->X + (size_t)r * HC * D, i);
 }
 
 /* Site entry of one row: mixes from X, u = rmsnorm(collapse(X, pre_in)). */
@@ -40,11 +42,10 @@ static void site_in_task(void *vctx, int r, int thread) {
     ds_step *st = s->st;
     const int HC = st->c->hc_mult, D = st->c->dim, nmix = (2 + HC) * HC;
     const ds_bf16 *X = st->X + (size_t)r * HC * D;
-    ds_hc_mixes_from_dots(s->hp, X, s->dots + (size_t)r * nmix, &st->mix[r]);
-    ds_bf16 *tmp = malloc(sizeof(ds_bf16) * (size_t)D);
-    ds_hc_collapse(X, st->pre + (size_t)r * HC, HC, D, tmp);
-    ds_rmsnorm_bf16(tmp, s->norm, D, st->c->norm_eps, st->u + (size_t)r * D);
-    free(tmp);
+    ds_hc_mixes_from_dots_t(st->m->numerics, s->hp, X, s->dots + (size_t)r * nmix, &st->mix[r]);
+    ds_bf16 *tmp = s->tmp + (size_t)r * D;
+    ds_hc_collapse_t(st->m->numerics, X, st->pre + (size_t)r * HC, HC, D, tmp);
+    ds_rmsnorm_t(st->m->numerics, tmp, s->norm, D, st->c->norm_eps, st->u + (size_t)r * D);
 }
 
 /* Site exit of one row: X = expand(y, R), and this site's pre becomes the next site's. */
@@ -53,7 +54,7 @@ static void site_out_task(void *vctx, int r, int thread) {
     site_ctx *s = vctx;
     ds_step *st = s->st;
     const int HC = st->c->hc_mult, D = st->c->dim;
-    ds_hc_expand(st->y + (size_t)r * D, st->R + (size_t)r * HC * D, &st->mix[r], HC, D, st->X + (size_t)r * HC * D);
+    ds_hc_expand_t(st->m->numerics, st->y + (size_t)r * D, st->R + (size_t)r * HC * D, &st->mix[r], HC, D, st->X + (size_t)r * HC * D);
     memcpy(st->pre + (size_t)r * HC, st->mix[r].pre, sizeof(float) * (size_t)HC);
 }
 
@@ -62,11 +63,13 @@ static void run_site(ds_step *st, int l, int ffn) {
     const size_t xs = (size_t)st->N * st->c->hc_mult * st->c->dim;
     memcpy(st->R, st->X, sizeof(ds_bf16) * xs);
     const int nmix = (2 + st->c->hc_mult) * st->c->hc_mult;
-    site_ctx s = {st, ffn ? &w->hc_ffn : &w->hc_attn, ffn ? w->ffn_norm : w->attn_norm, NULL};
-    s.dots = malloc(sizeof(float) * (size_t)st->N * nmix);
+    site_ctx s = {st, ffn ? &w->hc_ffn : &w->hc_attn, ffn ? w->ffn_norm : w->attn_norm, NULL, NULL};
+    ds_arena_mark mk = ds_arena_mark_get(st->arena);
+    s.dots = DS_ARENA_NEW(st->arena, float, (size_t)st->N * nmix);
+    s.tmp = DS_ARENA_NEW(st->arena, ds_bf16, (size_t)st->N * st->c->dim);
     ds_pool_run(st->N * nmix, mix_dot_task, &s);
     ds_pool_run(st->N, site_in_task, &s);
-    free(s.dots);
+    ds_arena_release(st->arena, mk);
     if (ffn) ds_moe_layer(st, l);
     else ds_attention_layer(st, l);
     ds_pool_run(st->N, site_out_task, &s);
@@ -83,43 +86,35 @@ static int step_alloc(ds_step *st) {
     cols = max_sz(cols, max_sz((size_t)c->o_lora_rank, D));
     cols = max_sz(cols, (size_t)c->n_experts);
     st->ftmp_cols = cols;
-    st->row_seq = ds_xmalloc(sizeof(int) * N);
-    st->pos = ds_xmalloc(sizeof(int64_t) * N);
-    st->X = ds_amalloc(sizeof(ds_bf16) * N * HC * D);
-    st->R = ds_amalloc(sizeof(ds_bf16) * N * HC * D);
-    st->pre = ds_xmalloc(sizeof(float) * N * HC);
-    st->mix = ds_xmalloc(sizeof(ds_hc_mix) * N);
-    st->u = ds_amalloc(sizeof(ds_bf16) * N * D);
-    st->y = ds_amalloc(sizeof(ds_bf16) * N * D);
-    st->cs_swa = ds_xmalloc(sizeof(float) * N * rd);
-    st->cs_cmp = ds_xmalloc(sizeof(float) * N * rd);
-    st->ftmp = ds_amalloc(sizeof(float) * N * cols);
-    st->qr = ds_amalloc(sizeof(ds_bf16) * N * (size_t)c->q_lora_rank);
-    st->q = ds_amalloc(sizeof(ds_bf16) * N * H * dh);
-    st->kv = ds_amalloc(sizeof(ds_bf16) * N * dh);
-    st->o = ds_amalloc(sizeof(ds_bf16) * N * H * dh);
-    st->grp = ds_amalloc(sizeof(ds_bf16) * N * H * dh / (size_t)c->o_groups);
-    st->z = ds_amalloc(sizeof(ds_bf16) * N * (size_t)c->o_groups * (size_t)c->o_lora_rank);
+    ds_arena *ar = st->arena;
+    st->row_seq = DS_ARENA_NEW(ar, int, N);
+    st->pos = DS_ARENA_NEW(ar, int64_t, N);
+    st->X = DS_ARENA_NEW(ar, ds_bf16, N * HC * D);
+    st->R = DS_ARENA_NEW(ar, ds_bf16, N * HC * D);
+    st->pre = DS_ARENA_NEW(ar, float, N * HC);
+    st->mix = DS_ARENA_NEW(ar, ds_hc_mix, N);
+    st->u = DS_ARENA_NEW(ar, ds_bf16, N * D);
+    st->y = DS_ARENA_NEW(ar, ds_bf16, N * D);
+    st->cs_swa = DS_ARENA_NEW(ar, float, N * rd);
+    st->cs_cmp = DS_ARENA_NEW(ar, float, N * rd);
+    st->ftmp = DS_ARENA_NEW(ar, float, N * cols);
+    st->qr = DS_ARENA_NEW(ar, ds_bf16, N * (size_t)c->q_lora_rank);
+    st->q = DS_ARENA_NEW(ar, ds_bf16, N * H * dh);
+    st->kv = DS_ARENA_NEW(ar, ds_bf16, N * dh);
+    st->o = DS_ARENA_NEW(ar, ds_bf16, N * H * dh);
+    st->grp = DS_ARENA_NEW(ar, ds_bf16, N * H * dh / (size_t)c->o_groups);
+    st->z = DS_ARENA_NEW(ar, ds_bf16, N * (size_t)c->o_groups * (size_t)c->o_lora_rank);
     size_t K = (size_t)(c->index_topk > 0 ? c->index_topk : 1);
     size_t CB = (size_t)(c->cand_topk_blocks > 0 ? c->cand_topk_blocks : 1);
-    st->sel = ds_xmalloc(sizeof(int32_t) * N * K);
-    st->n_sel = ds_xcalloc(N, sizeof(int));
-    st->cand = ds_xmalloc(sizeof(int32_t) * N * CB);
-    st->n_cand = ds_xmalloc(sizeof(int) * N);
+    st->sel = DS_ARENA_NEW(ar, int32_t, N * K);
+    st->n_sel = ds_arena_zalloc(ar, sizeof(int) * N);
+    st->cand = DS_ARENA_NEW(ar, int32_t, N * CB);
+    st->n_cand = DS_ARENA_NEW(ar, int, N);
     for (size_t r = 0; r < N; r++) st->n_cand[r] = -1;
     size_t ni = (size_t)(c->index_n_heads > 0 ? c->index_n_heads : 1), di = (size_t)(c->index_head_dim > 0 ? c->index_head_dim : 1);
-    st->qi = ds_amalloc(sizeof(ds_bf16) * N * ni * di);
-    st->iw = ds_xmalloc(sizeof(float) * N * ni);
+    st->qi = DS_ARENA_NEW(ar, ds_bf16, N * ni * di);
+    st->iw = DS_ARENA_NEW(ar, float, N * ni);
     return 0;
-}
-
-static void step_free(ds_step *st) {
-    free(st->row_seq); free(st->pos);
-    ds_afree(st->X); ds_afree(st->R); free(st->pre); free(st->mix);
-    ds_afree(st->u); ds_afree(st->y); free(st->cs_swa); free(st->cs_cmp); ds_afree(st->ftmp);
-    ds_afree(st->qr); ds_afree(st->q); ds_afree(st->kv); ds_afree(st->o); ds_afree(st->grp); ds_afree(st->z);
-    free(st->sel); free(st->n_sel); free(st->cand); free(st->n_cand); ds_afree(st->qi); free(st->iw);
-    free(st->ss);
 }
 
 static int validate(ds_model *m, int n_seqs, ds_seq **seqs, const int32_t *const *tokens, const int *n_rows,
@@ -158,30 +153,26 @@ static void compute_logits(ds_step *st, float *const *logits, const int *n_logit
     for (int i = 0; i < st->n_seqs; i++) M += n_logits ? n_logits[i] : 0;
     if (!M) return;
     /* gather the normalized final rows, in (sequence, row) order */
-    ds_bf16 *hn = ds_amalloc(sizeof(ds_bf16) * (size_t)M * D), *tmp = malloc(sizeof(ds_bf16) * (size_t)D);
-    float **dst = malloc(sizeof(float *) * (size_t)M);
+    ds_bf16 *hn = DS_ARENA_NEW(st->arena, ds_bf16, (size_t)M * D), *tmp = DS_ARENA_NEW(st->arena, ds_bf16, D);
+    float **dst = DS_ARENA_NEW(st->arena, float *, M);
     int k = 0;
     for (int i = 0; i < st->n_seqs; i++) {
         const ds_step_seq *sq = &st->ss[i];
         int nl = n_logits[i];
         for (int j = 0; j < nl; j++, k++) {
             int r = sq->row0 + sq->n - nl + j;
-            ds_hc_collapse(st->X + (size_t)r * HC * D, st->pre + (size_t)r * HC, HC, D, tmp);
-            ds_rmsnorm_bf16(tmp, m->norm, D, c->norm_eps, hn + (size_t)k * D);
+            ds_hc_collapse_t(m->numerics, st->X + (size_t)r * HC * D, st->pre + (size_t)r * HC, HC, D, tmp);
+            ds_rmsnorm_t(m->numerics, tmp, m->norm, D, c->norm_eps, hn + (size_t)k * D);
             dst[k] = logits[i] + (size_t)j * V;
         }
     }
     const int chunk = 64;
-    float *out = ds_amalloc(sizeof(float) * (size_t)chunk * V);
+    float *out = DS_ARENA_NEW(st->arena, float, (size_t)(M < chunk ? M : chunk) * V);
     for (int r0 = 0; r0 < M; r0 += chunk) {
         int n = M - r0 < chunk ? M - r0 : chunk;
         ds_linear_forward(&m->head, hn + (size_t)r0 * D, n, out);
         for (int j = 0; j < n; j++) memcpy(dst[r0 + j], out + (size_t)j * V, sizeof(float) * (size_t)V);
     }
-    ds_afree(out);
-    ds_afree(hn);
-    free(tmp);
-    free(dst);
 }
 
 /* DSpark features (MODEL.md §4): aux[p][t·D + d] = bf16(fp32(Σ_k X[k][d]) · fp32(1/HC)) of the
@@ -215,8 +206,13 @@ int ds_batch_step_aux(ds_model *m, int n_seqs, ds_seq **seqs, const int32_t *con
         if (errbuf) snprintf(errbuf, errlen, "E_INVALID_ARG: step: no model");
         return -1;
     }
-    if (validate(m, n_seqs, seqs, tokens, n_rows, logits, n_logits, &err) < 0 ||
-        ds_seq_reserve_many(seqs, n_rows, n_seqs, &err) < 0) {
+    if (validate(m, n_seqs, seqs, tokens, n_rows, logits, n_logits, &err) < 0) {
+        ds_format_error(&err, errbuf, errlen);
+        return -1;
+    }
+    ds_step_ctx *ctx = ds_step_ctx_acquire(m);
+    if (ds_seq_reserve_many_in(&ctx->arena, seqs, n_rows, n_seqs, &err) < 0) {
+        ds_step_ctx_release(m, ctx);
         ds_format_error(&err, errbuf, errlen);
         return -1;
     }
@@ -226,7 +222,8 @@ int ds_batch_step_aux(ds_model *m, int n_seqs, ds_seq **seqs, const int32_t *con
     st.m = m;
     st.c = c;
     st.n_seqs = n_seqs;
-    st.ss = ds_xcalloc((size_t)n_seqs, sizeof(ds_step_seq));
+    st.arena = &ctx->arena;
+    st.ss = ds_arena_zalloc(st.arena, sizeof(ds_step_seq) * (size_t)n_seqs);
     for (int i = 0; i < n_seqs; i++) {
         st.ss[i].seq = seqs[i];
         st.ss[i].row0 = st.N;
@@ -257,7 +254,7 @@ int ds_batch_step_aux(ds_model *m, int n_seqs, ds_seq **seqs, const int32_t *con
     }
     compute_logits(&st, logits, n_logits);
     for (int i = 0; i < n_seqs; i++) ds_seq_commit(seqs[i], tokens[i], n_rows[i]);
-    step_free(&st);
+    ds_step_ctx_release(m, ctx);
     return 0;
 }
 

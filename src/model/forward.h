@@ -9,6 +9,17 @@
 #ifndef DS_MODEL_FORWARD_H
 #define DS_MODEL_FORWARD_H
 #include "model/model.h"
+#include "base/arena.h"
+
+/* Scratch of one stepping thread (step_ctx.c): the model keeps a free list of these, a step takes
+ * one for its duration, so concurrent steps never share scratch and a steady-state step allocates
+ * nothing (the arena was sized at load, or grew once). */
+typedef struct ds_step_ctx {
+    ds_arena arena;
+    struct ds_step_ctx *next;
+} ds_step_ctx;
+ds_step_ctx *ds_step_ctx_acquire(ds_model *m);
+void ds_step_ctx_release(ds_model *m, ds_step_ctx *ctx);
 
 typedef struct ds_step_seq {
     ds_seq *seq;
@@ -20,6 +31,7 @@ typedef struct ds_step_seq {
 typedef struct ds_step {
     ds_model *m;
     const ds_config *c;
+    ds_arena *arena;              /* every temporary of the step (reset when it ends) */
     int N;                        /* rows in the batch */
     int n_seqs;
     ds_step_seq *ss;              /* [n_seqs] */

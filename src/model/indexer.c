@@ -11,6 +11,7 @@
  * entry (block) index; the selection is returned ascending. */
 #include "model/forward.h"
 #include "model/ops.h"
+#include "model/fast_ops.h"
 #include "base/threadpool.h"
 #include <math.h>
 #include <stdlib.h>
@@ -25,6 +26,13 @@ typedef struct idx_ctx {
     int row;
     float *I;
     int64_t np;
+    /* per-thread scratch from the step arena: [threads][max_np] scores, [threads][heap_n] heap,
+     * [threads][max_nb] block maxima and kept-block flags */
+    int64_t max_np, max_nb;
+    int heap_n;
+    float *scr_I, *scr_bsc;
+    int32_t *scr_heap;
+    uint8_t *scr_keep;
 } idx_ctx;
 
 #define SCAN_CHUNK 2048           /* entries per task when one row's scan is split */
@@ -43,6 +51,10 @@ static void score_range(const idx_ctx *x, int row, int64_t s0, int64_t s1, float
     const ds_seq *seq = st->ss[st->row_seq[row]].seq;
     const ds_bf16 *qi = st->qi + (size_t)row * nh * di;
     const float *w = st->iw + (size_t)row * nh;
+    if (st->m->numerics == DS_NUMERICS_FAST) {
+        for (int64_t s = s0; s < s1; s++) I[s] = ds_index_score_fast(qi, w, ds_seq_idx_row(seq, x->src, s), nh, di);
+        return;
+    }
     for (int64_t s = s0; s < s1; s++) {
         const ds_bf16 *k = ds_seq_idx_row(seq, x->src, s);
         double acc = 0;
@@ -58,17 +70,17 @@ static void score_range(const idx_ctx *x, int row, int64_t s0, int64_t s1, float
 static int needs_scores(const idx_ctx *x, int row) { return visible(x, row) > x->st->c->index_topk; }
 
 /* Candidate blocks (at the candidate source) and the top-k of one row from its scores. */
-static void select_row(const idx_ctx *x, int row, float *I) {
+static void select_row(const idx_ctx *x, int row, float *I, int thread) {
     ds_step *st = x->st;
     const ds_config *c = st->c;
     const ds_layer_role *role = &c->roles[x->layer];
     const int K = c->index_topk, B = c->cand_block_size;
     const int64_t Np = visible(x, row), nb = (Np + B - 1) / B;
     int32_t *sel = st->sel + (size_t)row * K;
-    int32_t *heap = malloc(sizeof(int32_t) * (size_t)(K > c->cand_topk_blocks ? K : c->cand_topk_blocks));
+    int32_t *heap = x->scr_heap + (size_t)thread * x->heap_n;
     if (role->cand_source && nb > c->cand_topk_blocks) {
         /* block maxima, newest (possibly partial) block forced in, keep the best blocks */
-        float *bsc = malloc(sizeof(float) * (size_t)nb);
+        float *bsc = x->scr_bsc + (size_t)thread * x->max_nb;
         for (int64_t b = 0; b < nb; b++) {
             float mx = -INFINITY;
             for (int64_t s = b * B; s < (b + 1) * B && s < Np; s++) if (I[s] > mx) mx = I[s];
@@ -80,21 +92,18 @@ static void select_row(const idx_ctx *x, int row, float *I) {
         int nk = ds_topk_next(bsc, nb, c->cand_topk_blocks, kept, heap, &next);
         st->n_cand[row] = nk;
         if (nk > 1 && isfinite(bsc[kept[nk - 1]])) ds_probe_gap(st->m, 2, bsc[kept[nk - 1]], next);
-        free(bsc);
     }
     if (role->uses_candidates && st->n_cand[row] >= 0) {
-        uint8_t *keep = calloc((size_t)nb, 1);
+        uint8_t *keep = memset(x->scr_keep + (size_t)thread * x->max_nb, 0, (size_t)nb);
         const int32_t *kept = st->cand + (size_t)row * c->cand_topk_blocks;
         for (int i = 0; i < st->n_cand[row]; i++) keep[kept[i]] = 1;
         for (int64_t s = 0; s < Np; s++) if (!keep[s / B]) I[s] = -INFINITY;
-        free(keep);
     }
     float next;
     int n = ds_topk_next(I, Np, K, sel, heap, &next);
     if (n == K) ds_probe_gap(st->m, 1, I[sel[n - 1]], next);
     qsort(sel, (size_t)n, sizeof(int32_t), cmp_i32);
     st->n_sel[row] = n;
-    free(heap);
 }
 
 /* Rows that need no scores: every visible entry, and at the candidate source every block (when
@@ -111,15 +120,13 @@ static void trivial_row(const idx_ctx *x, int row) {
 
 /* Narrow mode: one task per row (prefill chunks, batches). */
 static void row_task(void *vctx, int row, int thread) {
-    (void)thread;
     idx_ctx *x = vctx;
     if (!needs_scores(x, row)) { trivial_row(x, row); return; }
     const int64_t Np = visible(x, row);
-    float *I = malloc(sizeof(float) * (size_t)Np);
+    float *I = x->scr_I + (size_t)thread * x->max_np;
     if (x->st->c->roles[x->layer].cand_source) x->st->n_cand[row] = -1;
     score_range(x, row, 0, Np, I);
-    select_row(x, row, I);
-    free(I);
+    select_row(x, row, I, thread);
 }
 
 /* Wide mode: the scan of one row split in chunks of entries. */
@@ -138,16 +145,29 @@ void ds_indexer_run(ds_step *st, int l) {
      * a linear like any other (bf16 output, MODEL.md §2.0), widened and scaled in fp32 */
     ds_linear_bf16(&w->idx_wq_b, st->qr, N, st->ftmp, st->qi);
     for (int r = 0; r < N; r++)
-        for (int h = 0; h < nh; h++) ds_rope_apply(st->qi + ((size_t)r * nh + h) * di, di, rd, st->cs_cmp + (size_t)r * rd, 0);
+        for (int h = 0; h < nh; h++) ds_rope_apply_t(st->m->numerics, st->qi + ((size_t)r * nh + h) * di, di, rd, st->cs_cmp + (size_t)r * rd, 0);
     ds_linear_forward(&w->idx_wproj, st->u, N, st->ftmp);
     const float k = (float)(1.0 / sqrt((double)di * (double)nh));
     for (int r = 0; r < N; r++)
         for (int h = 0; h < nh; h++) st->iw[(size_t)r * nh + h] = ds_round_bf16(st->ftmp[(size_t)r * nh + h]) * k;
-    idx_ctx x = {st, l, st->ss[0].seq->pools->lay.src_of_layer[c->roles[l].kv_src], c->roles[l].ratio, 0, NULL, 0};
+    idx_ctx x = {st, l, st->ss[0].seq->pools->lay.src_of_layer[c->roles[l].kv_src], c->roles[l].ratio, 0, NULL, 0, 0, 0, 0, NULL, NULL, NULL, NULL};
     int scored = 0;
-    for (int r = 0; r < N; r++) scored += needs_scores(&x, r);
-    if (scored >= ds_pool_threads()) {
+    for (int r = 0; r < N; r++) {
+        scored += needs_scores(&x, r);
+        if (visible(&x, r) > x.max_np) x.max_np = visible(&x, r);
+    }
+    const int T = ds_pool_threads();
+    ds_arena_mark mk = ds_arena_mark_get(st->arena);
+    const int64_t cb = c->cand_block_size > 0 ? c->cand_block_size : 1;
+    x.max_nb = (x.max_np + cb - 1) / cb;
+    x.heap_n = c->index_topk > c->cand_topk_blocks ? c->index_topk : c->cand_topk_blocks;
+    x.scr_I = DS_ARENA_NEW(st->arena, float, (size_t)T * x.max_np);
+    x.scr_bsc = DS_ARENA_NEW(st->arena, float, (size_t)T * x.max_nb);
+    x.scr_heap = DS_ARENA_NEW(st->arena, int32_t, (size_t)T * x.heap_n);
+    x.scr_keep = DS_ARENA_NEW(st->arena, uint8_t, (size_t)T * x.max_nb);
+    if (scored >= T) {
         ds_pool_run(N, row_task, &x);
+        ds_arena_release(st->arena, mk);
         return;
     }
     /* few rows to score (decode, small verify blocks): spread each row's scan over the threads */
@@ -156,9 +176,9 @@ void ds_indexer_run(ds_step *st, int l) {
         if (c->roles[l].cand_source) st->n_cand[r] = -1;
         x.row = r;
         x.np = visible(&x, r);
-        x.I = malloc(sizeof(float) * (size_t)x.np);
+        x.I = x.scr_I;
         ds_pool_run((int)((x.np + SCAN_CHUNK - 1) / SCAN_CHUNK), chunk_task, &x);
-        select_row(&x, r, x.I);
-        free(x.I);
+        select_row(&x, r, x.I, 0);
     }
+    ds_arena_release(st->arena, mk);
 }

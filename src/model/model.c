@@ -38,6 +38,7 @@ void ds_model_free(ds_model *m) {
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
     if (m->ckpt) ds_ckpt_close(m->ckpt);
+    ds_model_free_step_scratch(m);
     pthread_mutex_destroy(&m->probe_mu);
     free(m->dir);
     free(m);
@@ -69,6 +70,7 @@ ds_model *ds_model_load(const char *dir, const ds_load_options *opts, char *errb
     if (opts) o = *opts;
     ds_model *m = ds_xcalloc(1, sizeof *m);
     pthread_mutex_init(&m->probe_mu, NULL);
+    pthread_mutex_init(&m->step_mu, NULL);
     m->dir = ds_xstrdup(dir ? dir : "");
     if (ds_kernels_select(o.kernels ? o.kernels : "auto", &err) < 0) goto fail;
     ds_pool_init(o.threads);
@@ -107,6 +109,7 @@ ds_model *ds_model_load(const char *dir, const ds_load_options *opts, char *errb
     if (o.draft > 0 && ds_draft_load(m, o.draft == 2, &err) < 0) goto fail;
     /* every quantized linear was repacked while binding (ds_linear_prepare), so no forward pays
      * for it later; say how much memory the tiles take beside the mapped checkpoint */
+    ds_model_init_step_scratch(m, DS_STEP_ROWS_AT_LOAD);
     ds_log(DS_LOG_INFO, "kernels: %d linears prepared at load, %.1f MiB of %s tiles", m->n_lins,
            (double)m->packed_bytes / 1048576.0, ds_kernels_active());
     return m;

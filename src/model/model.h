@@ -133,6 +133,11 @@ struct ds_model {
     int64_t max_len;               /* largest position + 1 a sequence may reach */
     int kv_bs;                     /* block size of private pools */
     ds_numerics numerics;          /* tier of every float reduction (kernels.h) */
+    /* per-step scratch (step_ctx.c): one arena per concurrently stepping thread */
+    pthread_mutex_t step_mu;
+    struct ds_step_ctx *step_free; /* contexts not in use */
+    int n_step_ctx;                /* contexts made (in use or free) */
+    size_t step_bytes;             /* arena size of a new context */
     /* probes */
     ds_margin_stats *margins;
     pthread_mutex_t probe_mu;
@@ -221,6 +226,14 @@ float *ds_seq_state_row(const ds_seq *s, int state_src, int64_t pos);   /* [2·d
  * page allocated here is released again), then, after the step, record tokens, length and window
  * retention (ds_seq_commit).  Used by the forward pass. */
 int ds_seq_reserve_many(ds_seq **seqs, const int *n_rows, int n_seqs, ds_error *err);
+/* Same, with its undo records in a caller's scratch arena (the forward step: no allocation). */
+struct ds_arena;
+int ds_seq_reserve_many_in(struct ds_arena *scratch, ds_seq **seqs, const int *n_rows, int n_seqs, ds_error *err);
+/* Step scratch set-up at load and tear-down at free (step_ctx.c); rows: rows a step is sized for
+ * (a larger step grows the arena once, logged). */
+#define DS_STEP_ROWS_AT_LOAD 64
+void ds_model_init_step_scratch(ds_model *m, int rows);
+void ds_model_free_step_scratch(ds_model *m);
 int64_t ds_seq_win_persist_from(const ds_seq *s, int64_t end);
 void ds_seq_commit(ds_seq *s, const int32_t *tokens, int n);
 

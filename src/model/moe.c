@@ -1,229 +1,284 @@
 /* Mixture of experts of one layer (MODEL.md §2.9) over every row of a step.
  *
  * Why rows are grouped by expert: in a batched step (several decode rows, a prefill chunk) each
- * expert's weights should be streamed once, so the rows routed to expert e are gathered and run
- * through its w1/w3/w2 in one ds_linear_forward each.  The activation quantization of a row is
- * computed once and shared by every expert's w1/w3 (§2.12 allows it; it is deterministic, so the
- * result equals quantizing per expert).  Each row then sums its experts in ascending expert id,
- * shared expert last, in float64 with one rounding (docs/NUMERICS.md "MoE sum"), so the output of
- * a row does not depend on which other rows share the step. */
+ * expert's weights should be streamed once, so the (row, slot) pairs routed to expert e are
+ * grouped by the kernels' counting sort (ds_moe_group_rows_into, O(rows·k + E)), gathered, and run
+ * through its w1/w3/w2 once over all of them.  With quantized experts (the W4A8/W8A8 release) the
+ * activation quantization of a row is computed once and shared by every expert's w1/w3 (§2.12
+ * allows it; it is deterministic, so the result equals quantizing per expert), and all experts'
+ * w1/w3 plus the shared expert run in ONE pool dispatch, then all w2 in a second one.
+ *
+ * Numerics (docs/NUMERICS.md rows "router", "SwiGLU", "MoE sum"): the exact tier evaluates the
+ * score function, SwiGLU and the per-row sum in float64 with one rounding, bit-identical to the
+ * NumPy oracle.  The fast tier does the same arithmetic in fp32: scores sqrtf(softplus) in fp32,
+ * the top-k weight sum in fp32 in ascending expert id, SwiGLU in fp32, and the per-row sum in fp32
+ * over the experts in ascending id with the shared expert last.  In both tiers every row is
+ * computed from its own values in a fixed order, so its result does not depend on which other
+ * rows share the step, on their order or on the thread count (pool tasks are whole rows). */
 #include "model/forward.h"
 #include "model/ops.h"
+#include "base/threadpool.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 static int is_quant(const ds_linear *L) { return L->fmt == DS_LIN_W8A8 || L->fmt == DS_LIN_W4A8; }
 
-/* SwiGLU body for n rows: a = bf16(silu(clamp g)·clamp v · w), g/v fp32 from bf16 linear outputs. */
-static void swiglu(const float *g, const float *v, const float *wrow, int n, int inter, float limit, ds_bf16 *a) {
-    for (int r = 0; r < n; r++) {
-        for (int i = 0; i < inter; i++) {
-            float gg = ds_round_bf16(g[(size_t)r * inter + i]);
-            float vv = ds_round_bf16(v[(size_t)r * inter + i]);
-            if (limit > 0) {
-                if (vv > limit) vv = limit;
-                if (vv < -limit) vv = -limit;
-                if (gg > limit) gg = limit;
-            }
-            double sg = (double)gg / (1.0 + exp(-(double)gg));
-            float x = (float)(sg * (double)vv);
-            if (wrow) x = x * wrow[r];
-            a[(size_t)r * inter + i] = ds_f32_to_bf16(x);
+typedef struct moe_ctx {
+    ds_step *st;
+    const ds_layer_weights *w;
+    int fast;                     /* DS_NUMERICS_FAST */
+    int N, D, E, k, I, T;         /* rows, dim, experts, active, inter, routed pairs + N */
+    /* routing */
+    int32_t *sel;                 /* [N][k] selected experts, ascending id */
+    float *wt;                    /* [N][k] their weights */
+    float *sc;                    /* [threads][2E] scores and biased scores */
+    int32_t *heap;                /* [threads][k] */
+    /* grouping: routed pair p in [0, nr) is idx[p] = row·k + slot; rows [nr, nr + N) = shared */
+    int nr;
+    const int *idx;               /* [nr] */
+    int *pos;                     /* [N][k] position p of (row, slot) in the grouped order */
+    float *rw;                    /* [T] routing weight of each grouped row (1 unused for shared) */
+    /* expert activations */
+    const float *g, *v;           /* [T][I] w1 / w3 outputs */
+    ds_bf16 *a;                   /* [T][I] SwiGLU */
+    int8_t *aq;                   /* [T][I] its quantization (quantized w2), else NULL */
+    float *as;                    /* [T] */
+    const float *yo;              /* [T][D] w2 outputs */
+    double *acc;                  /* [threads][D] per-row sum accumulator (exact tier) */
+    float *tot;                   /* [threads][D] per-row sum (fp32) */
+} moe_ctx;
+
+/* ---- routing ---- */
+
+/* Router of one row (MODEL.md §2.9): scores, top-k on the biased scores, weights ascending id. */
+static void route_task(void *vctx, int r, int thread) {
+    moe_ctx *x = vctx;
+    const ds_config *c = x->st->c;
+    const int E = x->E, k = x->k;
+    const float *z = x->st->ftmp + (size_t)r * E;
+    float *s = x->sc + (size_t)thread * 2 * E, *biased = s + E;
+    int32_t *sel = x->sel + (size_t)r * k, *heap = x->heap + (size_t)thread * k;
+    float *wt = x->wt + (size_t)r * k;
+    const float temp = (float)c->gate_temp;
+    /* sqrtsoftplus, the only score function this engine implements (checked at load) */
+    if (x->fast) {
+        for (int e = 0; e < E; e++) {
+            float ze = c->gate_temp != 1.0 ? z[e] / temp : z[e];
+            s[e] = sqrtf(ze > 20.0f ? ze : log1pf(expf(ze)));
+        }
+    } else {
+        for (int e = 0; e < E; e++) {
+            float ze = z[e];
+            if (c->gate_temp != 1.0) ze = ze / temp;
+            double zd = ze;
+            s[e] = (float)sqrt(zd > 20 ? zd : log1p(exp(zd)));
         }
     }
-}
-
-/* Router of one row: selected experts ascending with their weights. */
-static void route(ds_step *st, const ds_layer_weights *w, const float *z, int32_t *sel, float *wt) {
-    const ds_config *c = st->c;
-    const int E = c->n_experts, k = c->n_active;
-    float *s = malloc(sizeof(float) * (size_t)E), *biased = malloc(sizeof(float) * (size_t)E);
-    const float temp = (float)c->gate_temp;
-    for (int e = 0; e < E; e++) {
-        float ze = z[e];
-        if (c->gate_temp != 1.0) ze = ze / temp;
-        /* sqrtsoftplus, the only score function this engine implements (checked at load) */
-        double zd = ze;
-        s[e] = (float)sqrt(zd > 20 ? zd : log1p(exp(zd)));
-    }
-    for (int e = 0; e < E; e++) biased[e] = s[e] + w->gate_bias[e];
-    int32_t *heap = malloc(sizeof(int32_t) * (size_t)k);
+    for (int e = 0; e < E; e++) biased[e] = s[e] + x->w->gate_bias[e];
     float next;
     int n = ds_topk_next(biased, E, k, sel, heap, &next);
-    if (n == k && k < E) ds_probe_gap(st->m, 0, biased[sel[k - 1]], next);
-    /* ascending expert id fixes the summation order */
+    if (n == k && k < E) ds_probe_gap(x->st->m, 0, biased[sel[k - 1]], next);
+    /* ascending expert id fixes every later summation order */
     for (int i = 1; i < k; i++)
         for (int j = i; j > 0 && sel[j - 1] > sel[j]; j--) { int32_t t = sel[j]; sel[j] = sel[j - 1]; sel[j - 1] = t; }
-    double sum = 0;
-    for (int i = 0; i < k; i++) { wt[i] = s[sel[i]]; sum += wt[i]; }
-    if (c->norm_topk_prob && k > 1) {
-        float den = (float)sum + 1e-20f;
-        for (int i = 0; i < k; i++) wt[i] = wt[i] / den;
+    float den;
+    if (x->fast) {
+        float sum = 0;
+        for (int i = 0; i < k; i++) { wt[i] = s[sel[i]]; sum += wt[i]; }
+        den = sum + 1e-20f;
+    } else {
+        double sum = 0;
+        for (int i = 0; i < k; i++) { wt[i] = s[sel[i]]; sum += wt[i]; }
+        den = (float)sum + 1e-20f;
     }
+    if (c->norm_topk_prob && k > 1)
+        for (int i = 0; i < k; i++) wt[i] = wt[i] / den;
     const float rs = (float)c->route_scale;
     for (int i = 0; i < k; i++) wt[i] = wt[i] * rs;
-    free(heap);
-    free(s);
-    free(biased);
 }
 
-/* All expert linears of the layer quantized (the W4A8/W8A8 release): every w1/w3 of the routed
- * experts and the shared expert run in ONE pool dispatch on the shared quantization of u, then
- * every w2 in a second one.  Each job still streams its expert's weights once over that expert's
- * gathered rows, and the per-row quantization of the SwiGLU output is the one ds_linear_forward
- * would compute (ds_quantize_rows is per row), so the outputs are identical to running the
- * linears one by one; only the number of barriers drops from 3·(k+1) to 2 per layer. */
-static void moe_experts_quant(ds_step *st, const ds_layer_weights *w, const int32_t *sel, const float *wt,
-                              ds_bf16 *yexp, ds_bf16 *ysh) {
-    const ds_config *c = st->c;
-    const int N = st->N, D = c->dim, E = c->n_experts, k = c->n_active, I = c->moe_inter;
-    const float limit = (float)c->swiglu_limit;
-    const int R = N * k;                      /* routed (row, slot) pairs, each in exactly one group */
-    int8_t *uq = malloc((size_t)N * D);
-    float *us = malloc(sizeof(float) * (size_t)N);
-    ds_quantize_rows(st->u, N, D, uq, us);
+/* ---- SwiGLU (+ the per-row quantization w2 reads), one grouped row per task ---- */
 
-    /* group rows by expert: group i is expert gid[i], its rows at [goff[i], goff[i+1]) */
-    int *gid = malloc(sizeof(int) * (size_t)(E + 1)), *goff = malloc(sizeof(int) * (size_t)(E + 2));
-    int *rows = malloc(sizeof(int) * (size_t)R), *slot = malloc(sizeof(int) * (size_t)R);
-    float *rw = malloc(sizeof(float) * (size_t)R);
-    int ng = 0, nr = 0;
-    for (int e = 0; e < E; e++) {
-        int start = nr;
-        for (int r = 0; r < N; r++)
-            for (int j = 0; j < k; j++)
-                if (sel[(size_t)r * k + j] == e) { rows[nr] = r; slot[nr] = j; rw[nr] = wt[(size_t)r * k + j]; nr++; }
-        if (nr > start) { gid[ng] = e; goff[ng] = start; ng++; }
+static void swiglu_task(void *vctx, int t, int thread) {
+    (void)thread;
+    moe_ctx *x = vctx;
+    const int I = x->I;
+    const float limit = (float)x->st->c->swiglu_limit;
+    const float *g = x->g + (size_t)t * I, *v = x->v + (size_t)t * I;
+    ds_bf16 *a = x->a + (size_t)t * I;
+    const int routed = t < x->nr;
+    const float w = routed ? x->rw[t] : 1.0f;
+    for (int i = 0; i < I; i++) {
+        float gg = ds_round_bf16(g[i]), vv = ds_round_bf16(v[i]);
+        if (limit > 0) {
+            if (vv > limit) vv = limit;
+            if (vv < -limit) vv = -limit;
+            if (gg > limit) gg = limit;
+        }
+        float y;
+        if (x->fast) {
+            y = gg / (1.0f + expf(-gg)) * vv;
+        } else {
+            double sg = (double)gg / (1.0 + exp(-(double)gg));
+            y = (float)(sg * (double)vv);
+        }
+        if (routed) y = y * w;
+        a[i] = ds_f32_to_bf16(y);
     }
-    goff[ng] = nr;
+    if (x->aq) ds_quantize_rows(a, 1, I, x->aq + (size_t)t * I, x->as + t);
+}
 
-    int8_t *gq = malloc((size_t)(nr ? nr : 1) * D);
-    float *gs = malloc(sizeof(float) * (size_t)(nr ? nr : 1));
+/* ---- per-row sum: selected experts in ascending id, then the shared expert ---- */
+
+static void sum_task(void *vctx, int r, int thread) {
+    moe_ctx *x = vctx;
+    ds_step *st = x->st;
+    const int D = x->D, k = x->k;
+    const int *pos = x->pos + (size_t)r * k;
+    const float *ysh = x->yo + (size_t)(x->nr + r) * D;
+    float *tot = x->tot + (size_t)thread * D;
+    if (x->fast) {
+        for (int d = 0; d < D; d++) tot[d] = 0.0f;
+        for (int j = 0; j < k; j++) {
+            const float *ye = x->yo + (size_t)pos[j] * D;
+            for (int d = 0; d < D; d++) tot[d] += ds_round_bf16(ye[d]);
+        }
+        for (int d = 0; d < D; d++) tot[d] += ds_round_bf16(ysh[d]);
+    } else {
+        double *acc = x->acc + (size_t)thread * D;
+        for (int d = 0; d < D; d++) acc[d] = 0.0;
+        for (int j = 0; j < k; j++) {
+            const float *ye = x->yo + (size_t)pos[j] * D;
+            for (int d = 0; d < D; d++) acc[d] += (double)ds_round_bf16(ye[d]);
+        }
+        for (int d = 0; d < D; d++) tot[d] = (float)(acc[d] + (double)ds_round_bf16(ysh[d]));
+    }
+    ds_probe_bf16(st->m, tot, (size_t)D);
+    ds_round_rows_bf16(tot, (size_t)D, st->y + (size_t)r * D);
+}
+
+/* ---- expert linears ---- */
+
+/* Quantized experts: w1/w3 of every routed expert and the shared expert in one dispatch on the
+ * shared quantization of u, then every w2 in a second one (outputs identical to running the
+ * linears one by one; the per-row quantization of the SwiGLU output is ds_quantize_rows'). */
+static void experts_quant(moe_ctx *x, const int *off, float *g, float *v, float *yo) {
+    ds_step *st = x->st;
+    ds_arena *ar = st->arena;
+    const ds_layer_weights *w = x->w;
+    const int N = x->N, D = x->D, E = x->E, I = x->I, nr = x->nr;
+    int8_t *uq = DS_ARENA_NEW(ar, int8_t, (size_t)N * D);
+    float *us = DS_ARENA_NEW(ar, float, N);
+    ds_quantize_rows(st->u, N, D, uq, us);
+    int8_t *gq = DS_ARENA_NEW(ar, int8_t, (size_t)nr * D);
+    float *gs = DS_ARENA_NEW(ar, float, nr);
+    int *rows = DS_ARENA_NEW(ar, int, nr);
+    for (int p = 0; p < nr; p++) rows[p] = x->idx[p] / x->k;
     ds_gather_rows_q(uq, us, D, rows, nr, gq, gs);
-    /* rows [0, nr) routed in group order, rows [nr, nr + N) the shared expert */
-    const int T = nr + N;
-    float *g = malloc(sizeof(float) * (size_t)T * I), *v = malloc(sizeof(float) * (size_t)T * I);
-    ds_bf16 *a = malloc(sizeof(ds_bf16) * (size_t)T * I);
-    int8_t *aq = malloc((size_t)T * I);
-    float *as = malloc(sizeof(float) * (size_t)T);
-    float *yo = malloc(sizeof(float) * (size_t)T * D);
-    ds_linear_job *jobs = malloc(sizeof(ds_linear_job) * (size_t)(2 * ng + 2));
-
+    ds_linear_job *jobs = DS_ARENA_NEW(ar, ds_linear_job, 2 * E + 2);
     int nj = 0;
-    for (int i = 0; i < ng; i++) {
-        int r0 = goff[i], n = goff[i + 1] - r0;
+    for (int e = 0; e < E; e++) {
+        int r0 = off[e], n = off[e + 1] - r0;
+        if (!n) continue;
         const int8_t *xq = gq + (size_t)r0 * D;
-        jobs[nj++] = (ds_linear_job){&w->w1[gid[i]], xq, gs + r0, n, g + (size_t)r0 * I};
-        jobs[nj++] = (ds_linear_job){&w->w3[gid[i]], xq, gs + r0, n, v + (size_t)r0 * I};
+        jobs[nj++] = (ds_linear_job){&w->w1[e], xq, gs + r0, n, g + (size_t)r0 * I};
+        jobs[nj++] = (ds_linear_job){&w->w3[e], xq, gs + r0, n, v + (size_t)r0 * I};
     }
     jobs[nj++] = (ds_linear_job){&w->sw1, uq, us, N, g + (size_t)nr * I};
     jobs[nj++] = (ds_linear_job){&w->sw3, uq, us, N, v + (size_t)nr * I};
     ds_linear_forward_q_many(jobs, nj);
 
-    swiglu(g, v, rw, nr, I, limit, a);
-    swiglu(g + (size_t)nr * I, v + (size_t)nr * I, NULL, N, I, limit, a + (size_t)nr * I);
-    ds_quantize_rows(a, T, I, aq, as);
-    nj = 0;
-    for (int i = 0; i < ng; i++) {
-        int r0 = goff[i], n = goff[i + 1] - r0;
-        jobs[nj++] = (ds_linear_job){&w->w2[gid[i]], aq + (size_t)r0 * I, as + r0, n, yo + (size_t)r0 * D};
-    }
-    jobs[nj++] = (ds_linear_job){&w->sw2, aq + (size_t)nr * I, as + nr, N, yo + (size_t)nr * D};
-    ds_linear_forward_q_many(jobs, nj);
+    x->aq = DS_ARENA_NEW(ar, int8_t, (size_t)x->T * I);
+    x->as = DS_ARENA_NEW(ar, float, x->T);
+    ds_pool_run(x->T, swiglu_task, x);
 
-    for (int i = 0; i < nr; i++)
-        ds_round_rows_bf16(yo + (size_t)i * D, (size_t)D, yexp + ((size_t)rows[i] * k + slot[i]) * D);
-    ds_round_rows_bf16(yo + (size_t)nr * D, (size_t)N * D, ysh);
-    free(jobs); free(yo); free(as); free(aq); free(a); free(v); free(g);
-    free(gs); free(gq); free(rw); free(slot); free(rows); free(goff); free(gid); free(us); free(uq);
+    nj = 0;
+    for (int e = 0; e < E; e++) {
+        int r0 = off[e], n = off[e + 1] - r0;
+        if (n) jobs[nj++] = (ds_linear_job){&w->w2[e], x->aq + (size_t)r0 * I, x->as + r0, n, yo + (size_t)r0 * D};
+    }
+    jobs[nj++] = (ds_linear_job){&w->sw2, x->aq + (size_t)nr * I, x->as + nr, N, yo + (size_t)nr * D};
+    ds_linear_forward_q_many(jobs, nj);
+}
+
+/* Float (or mixed) experts: the same grouping, one forward per expert linear. */
+static void experts_float(moe_ctx *x, const int *off, float *g, float *v, float *yo) {
+    ds_step *st = x->st;
+    const ds_layer_weights *w = x->w;
+    const int N = x->N, D = x->D, E = x->E, I = x->I, nr = x->nr;
+    ds_bf16 *gu = DS_ARENA_NEW(st->arena, ds_bf16, (size_t)nr * D);
+    for (int p = 0; p < nr; p++)
+        memcpy(gu + (size_t)p * D, st->u + (size_t)(x->idx[p] / x->k) * D, sizeof(ds_bf16) * (size_t)D);
+    for (int e = 0; e < E; e++) {
+        int r0 = off[e], n = off[e + 1] - r0;
+        if (!n) continue;
+        ds_linear_forward(&w->w1[e], gu + (size_t)r0 * D, n, g + (size_t)r0 * I);
+        ds_linear_forward(&w->w3[e], gu + (size_t)r0 * D, n, v + (size_t)r0 * I);
+    }
+    ds_linear_forward(&w->sw1, st->u, N, g + (size_t)nr * I);
+    ds_linear_forward(&w->sw3, st->u, N, v + (size_t)nr * I);
+    x->aq = NULL;
+    ds_pool_run(x->T, swiglu_task, x);
+    for (int e = 0; e < E; e++) {
+        int r0 = off[e], n = off[e + 1] - r0;
+        if (n) ds_linear_forward(&w->w2[e], x->a + (size_t)r0 * I, n, yo + (size_t)r0 * D);
+    }
+    ds_linear_forward(&w->sw2, x->a + (size_t)nr * I, N, yo + (size_t)nr * D);
+}
+
+static int all_quant(const ds_layer_weights *w, int E) {
+    int q = is_quant(&w->sw1) && is_quant(&w->sw3) && is_quant(&w->sw2);
+    for (int e = 0; e < E && q; e++) q = is_quant(&w->w1[e]) && is_quant(&w->w3[e]) && is_quant(&w->w2[e]);
+    return q;
 }
 
 void ds_moe_layer(ds_step *st, int l) {
     const ds_config *c = st->c;
-    const ds_layer_weights *w = &st->m->layers[l];
-    const int N = st->N, D = c->dim, E = c->n_experts, k = c->n_active, I = c->moe_inter;
-    const float limit = (float)c->swiglu_limit;
+    ds_arena *ar = st->arena;
+    ds_arena_mark mk = ds_arena_mark_get(ar);
+    const int threads = ds_pool_threads();
+    moe_ctx x = {.st = st, .w = &st->m->layers[l], .fast = st->m->numerics == DS_NUMERICS_FAST, .N = st->N,
+                 .D = c->dim, .E = c->n_experts, .k = c->n_active, .I = c->moe_inter};
+    const int N = x.N, k = x.k, E = x.E;
+    x.nr = N * k;
+    x.T = x.nr + N;
 
-    /* routing */
-    ds_linear_forward(&w->gate, st->u, N, st->ftmp);
-    int32_t *sel = malloc(sizeof(int32_t) * (size_t)N * k);
-    float *wt = malloc(sizeof(float) * (size_t)N * k);
-    for (int r = 0; r < N; r++) route(st, w, st->ftmp + (size_t)r * E, sel + (size_t)r * k, wt + (size_t)r * k);
+    /* routing: fp32 logits of the gate linear, then one task per row */
+    ds_linear_forward(&x.w->gate, st->u, N, st->ftmp);
+    x.sel = DS_ARENA_NEW(ar, int32_t, (size_t)N * k);
+    x.wt = DS_ARENA_NEW(ar, float, (size_t)N * k);
+    x.sc = DS_ARENA_NEW(ar, float, (size_t)threads * 2 * E);
+    x.heap = DS_ARENA_NEW(ar, int32_t, (size_t)threads * k);
+    ds_pool_run(N, route_task, &x);
 
-    ds_bf16 *yexp = malloc(sizeof(ds_bf16) * (size_t)N * k * D);   /* [row][slot][D] */
-    ds_bf16 *ysh = malloc(sizeof(ds_bf16) * (size_t)N * D);
-    int all_quant = is_quant(&w->sw1) && is_quant(&w->sw3) && is_quant(&w->sw2);
-    for (int e = 0; e < E && all_quant; e++) all_quant = is_quant(&w->w1[e]) && is_quant(&w->w3[e]) && is_quant(&w->w2[e]);
-    if (all_quant) {
-        moe_experts_quant(st, w, sel, wt, yexp, ysh);
-        goto sum_rows;
+    /* grouping: every (row, slot) pair lands in exactly one expert's slice */
+    int *off = DS_ARENA_NEW(ar, int, E + 1), *idx = DS_ARENA_NEW(ar, int, x.nr);
+    ds_error err = {{0}, {0}};
+    if (ds_moe_group_rows_into(x.sel, N, k, E, off, idx, &err) < 0) {
+        /* the router only returns ids in [0, E): a failure here is a bug, never input */
+        ds_log(DS_LOG_ERROR, "MoE layer %d: %s", l, err.msg);
+        abort();
     }
-    {
-    /* shared activation quantization of u (w1/w3 of all experts read the same rows) */
-    int8_t *uq = NULL;
-    float *us = NULL;
-    if (is_quant(&w->w1[0])) {
-        uq = malloc((size_t)N * D);
-        us = malloc(sizeof(float) * (size_t)N);
-        ds_quantize_rows(st->u, N, D, uq, us);
-    }
-    float *g = malloc(sizeof(float) * (size_t)N * I), *v = malloc(sizeof(float) * (size_t)N * I);
-    ds_bf16 *a = malloc(sizeof(ds_bf16) * (size_t)N * I);
-    float *yo = malloc(sizeof(float) * (size_t)N * D);
-
-    /* shared expert on every row */
-    ds_linear_forward(&w->sw1, st->u, N, g);
-    ds_linear_forward(&w->sw3, st->u, N, v);
-    swiglu(g, v, NULL, N, I, limit, a);
-    ds_linear_forward(&w->sw2, a, N, yo);
-    ds_round_rows_bf16(yo, (size_t)N * D, ysh);
-
-    /* routed experts, rows grouped per expert */
-    int *rows = malloc(sizeof(int) * (size_t)N), *slot = malloc(sizeof(int) * (size_t)N);
-    float *rw = malloc(sizeof(float) * (size_t)N);
-    int8_t *gq = uq ? malloc((size_t)N * D) : NULL;
-    float *gs = uq ? malloc(sizeof(float) * (size_t)N) : NULL;
-    ds_bf16 *gu = uq ? NULL : malloc(sizeof(ds_bf16) * (size_t)N * D);
-    for (int e = 0; e < E; e++) {
-        int n = 0;
-        for (int r = 0; r < N; r++)
-            for (int j = 0; j < k; j++)
-                if (sel[(size_t)r * k + j] == e) { rows[n] = r; slot[n] = j; rw[n] = wt[(size_t)r * k + j]; n++; }
-        if (!n) continue;
-        const ds_linear *w1 = &w->w1[e], *w2 = &w->w2[e], *w3 = &w->w3[e];
-        if (uq) {
-            ds_gather_rows_q(uq, us, D, rows, n, gq, gs);
-            ds_linear_forward_q(w1, gq, gs, n, g);
-            ds_linear_forward_q(w3, gq, gs, n, v);
-        } else {
-            for (int i = 0; i < n; i++) memcpy(gu + (size_t)i * D, st->u + (size_t)rows[i] * D, sizeof(ds_bf16) * (size_t)D);
-            ds_linear_forward(w1, gu, n, g);
-            ds_linear_forward(w3, gu, n, v);
-        }
-        swiglu(g, v, rw, n, I, limit, a);
-        ds_linear_forward(w2, a, n, yo);
-        for (int i = 0; i < n; i++)
-            ds_round_rows_bf16(yo + (size_t)i * D, (size_t)D, yexp + ((size_t)rows[i] * k + slot[i]) * D);
+    x.idx = idx;
+    x.pos = DS_ARENA_NEW(ar, int, x.nr);
+    x.rw = DS_ARENA_NEW(ar, float, x.nr);
+    for (int p = 0; p < x.nr; p++) {
+        x.pos[idx[p]] = p;
+        x.rw[p] = x.wt[idx[p]];
     }
 
-    free(rows); free(slot); free(rw); free(gq); free(gs); free(gu);
-    free(g); free(v); free(a); free(yo); free(uq); free(us);
-    }
+    float *g = DS_ARENA_NEW(ar, float, (size_t)x.T * x.I), *v = DS_ARENA_NEW(ar, float, (size_t)x.T * x.I);
+    float *yo = DS_ARENA_NEW(ar, float, (size_t)x.T * x.D);
+    x.g = g;
+    x.v = v;
+    x.a = DS_ARENA_NEW(ar, ds_bf16, (size_t)x.T * x.I);
+    x.yo = yo;
+    if (all_quant(x.w, E)) experts_quant(&x, off, g, v, yo);
+    else experts_float(&x, off, g, v, yo);
 
-sum_rows:;
-    /* per row: Σ over selected experts in ascending id, then the shared expert */
-    float *tot = malloc(sizeof(float) * (size_t)D);
-    for (int r = 0; r < N; r++) {
-        for (int d = 0; d < D; d++) {
-            double s = 0;
-            for (int j = 0; j < k; j++) s += ds_bf16_to_f32(yexp[((size_t)r * k + j) * D + d]);
-            s += ds_bf16_to_f32(ysh[(size_t)r * D + d]);
-            tot[d] = (float)s;
-        }
-        ds_probe_bf16(st->m, tot, (size_t)D);
-        ds_round_rows_bf16(tot, (size_t)D, st->y + (size_t)r * D);
-    }
-    free(tot);
-    free(yexp); free(ysh); free(sel); free(wt);
+    x.acc = DS_ARENA_NEW(ar, double, (size_t)threads * x.D);
+    x.tot = DS_ARENA_NEW(ar, float, (size_t)threads * x.D);
+    ds_pool_run(N, sum_task, &x);
+    ds_arena_release(ar, mk);
 }

@@ -13,6 +13,7 @@
  * to be present; truncation checks it (and the STATE ring) instead of assuming. */
 #include "model/model.h"
 #include "model/draft.h"
+#include "base/arena.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,8 +204,6 @@ static void unreserve(ds_seq *s, reservation *r) {
         s->ops.release(s->ops.ctx, DS_KV_STATE, s->state);
         s->state = DS_KV_NONE;
     }
-    free(r->win_blocks);
-    r->win_blocks = NULL;
     r->n_win = 0;
 }
 
@@ -214,7 +213,7 @@ static int exhausted(ds_error *err, ds_kv_kind k) {
                    names[k]);
 }
 
-static int reserve_rec(ds_seq *s, int n, reservation *r, ds_error *err) {
+static int reserve_rec(ds_arena *scratch, ds_seq *s, int n, reservation *r, ds_error *err) {
     const ds_kv_layout *lay = &s->pools->lay;
     const int64_t bs = lay->bs, end = s->len + n;
     const int64_t nb = ceil_div(end, bs);
@@ -239,7 +238,7 @@ static int reserve_rec(ds_seq *s, int n, reservation *r, ds_error *err) {
         s->n_kv_blocks = b + 1;
     }
     int64_t b0 = win_first_new_block(s, end);
-    r->win_blocks = ds_xmalloc(sizeof(int64_t) * (size_t)(nb > b0 ? nb - b0 : 1));
+    r->win_blocks = DS_ARENA_NEW(scratch, int64_t, nb > b0 ? nb - b0 : 1);
     for (int64_t b = b0; b < nb; b++) {
         if (s->win[b] != DS_KV_NONE) continue;
         if (s->ops.alloc(s->ops.ctx, DS_KV_WIN, &pg) < 0) { unreserve(s, r); return exhausted(err, DS_KV_WIN); }
@@ -254,18 +253,26 @@ static int reserve_rec(ds_seq *s, int n, reservation *r, ds_error *err) {
     return 0;
 }
 
-int ds_seq_reserve_many(ds_seq **seqs, const int *n_rows, int n_seqs, ds_error *err) {
-    reservation *rs = ds_xcalloc((size_t)(n_seqs ? n_seqs : 1), sizeof *rs);
-    for (int i = 0; i < n_seqs; i++) {
-        if (reserve_rec(seqs[i], n_rows[i], &rs[i], err) < 0) {
+int ds_seq_reserve_many_in(ds_arena *scratch, ds_seq **seqs, const int *n_rows, int n_seqs, ds_error *err) {
+    ds_arena_mark mk = ds_arena_mark_get(scratch);
+    reservation *rs = ds_arena_zalloc(scratch, sizeof *rs * (size_t)(n_seqs ? n_seqs : 1));
+    int rc = 0;
+    for (int i = 0; i < n_seqs && rc == 0; i++) {
+        if (reserve_rec(scratch, seqs[i], n_rows[i], &rs[i], err) < 0) {
             for (int j = i - 1; j >= 0; j--) unreserve(seqs[j], &rs[j]);
-            free(rs);
-            return -1;
+            rc = -1;
         }
     }
-    for (int i = 0; i < n_seqs; i++) free(rs[i].win_blocks);
-    free(rs);
-    return 0;
+    ds_arena_release(scratch, mk);
+    return rc;
+}
+
+int ds_seq_reserve_many(ds_seq **seqs, const int *n_rows, int n_seqs, ds_error *err) {
+    ds_arena scratch;
+    ds_arena_init(&scratch, 0, "reservation");
+    int rc = ds_seq_reserve_many_in(&scratch, seqs, n_rows, n_seqs, err);
+    ds_arena_free(&scratch);
+    return rc;
 }
 
 void ds_seq_commit(ds_seq *s, const int32_t *tokens, int n) {

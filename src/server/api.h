@@ -54,13 +54,33 @@ typedef struct ds_api_request {
     ds_tokens prompt;                 /* token ids */
     char *prompt_text;                /* rendered chat prompt or completion string (may be NULL) */
     ds_tbuf ignored_fields;           /* comma-separated unknown top-level fields */
+    int n;                            /* choices per prompt */
+    bool echo;                        /* completions: the prompt text precedes each choice's text */
+    bool tool_required;               /* tool_choice "required" or a named function */
+    char *required_tool;              /* the named function, or NULL */
+    ds_tokens *more_prompts;          /* completions: prompts 2.. of a list of prompts */
+    char **more_texts;                /* their texts (NULL for token-id prompts) */
+    int n_more;
+    ds_json_capture prompt_ids;       /* completions: a token-id prompt taken without cJSON nodes */
 } ds_api_request;
+
+/* Choices of one request (prompts x n) are capped: each is a separate engine request. */
+#define DS_API_MAX_CHOICES 64
 
 /* Parse and validate a body; on success the request holds the prompt ids and sampling params.
  * tok may be NULL only for bodies that carry token ids (completions). */
 int ds_api_parse_generation(ds_api_kind kind, const char *body, size_t len, const ds_api_limits *lim,
                             const ds_tokenizer *tok, ds_api_request *out, ds_api_error *err);
 void ds_api_request_free(ds_api_request *r);
+
+/* A JSON array of integers in [lo, hi), walked once through ->child/->next (cJSON_GetArrayItem
+ * in a loop is quadratic).  Integral numbers written as floats (2.0) are accepted.  *out is
+ * malloc'd (never NULL); 400 naming `param`[i] otherwise. */
+int ds_api_int_array(const cJSON *arr, int64_t lo, int64_t hi, const char *param, int32_t **out, size_t *n,
+                     ds_api_error *err);
+
+/* The same check for ids taken by a parse capture (json_canon.h). */
+int ds_api_check_ids(const int32_t *ids, size_t n, int64_t lo, int64_t hi, const char *param, ds_api_error *err);
 
 /* The model field: required for generation, optional for /tokenize (NULL field = ok). */
 int ds_api_check_model(const cJSON *body, bool required, const ds_api_limits *lim, ds_api_error *err);

@@ -60,22 +60,50 @@ void ds_api_new_id(const char *prefix, char *out, size_t len) {
 
 #define BAD(code, param, ...) ds_api_fail(err, 400, "invalid_request_error", code, param, __VA_ARGS__)
 
-/* A JSON number that is an integer (no fraction, no exponent in the source). */
+/* A JSON number with an integral value: integer lexemes keep their exact digits; a float
+ * spelling (2.0, 1e3) is accepted when its value is integral, as OpenAI-compatible servers do. */
 static bool is_int(const cJSON *v, int64_t *out) {
     if (!cJSON_IsNumber(v)) return false;
-    if (v->valuestring) {
-        const char *s = v->valuestring;
-        if (strpbrk(s, ".eE")) return false;
+    if (v->valuestring && !strpbrk(v->valuestring, ".eE")) {
         errno = 0;
-        long long x = strtoll(s, NULL, 10);
+        long long x = strtoll(v->valuestring, NULL, 10);
         if (errno) return false;
         *out = x;
         return true;
     }
     double d = v->valuedouble;
-    if (d != floor(d) || fabs(d) > 9.2e18) return false;
+    if (!isfinite(d) || d != floor(d) || fabs(d) > 9.2e18) return false;
     *out = (int64_t)d;
     return true;
+}
+
+int ds_api_int_array(const cJSON *arr, int64_t lo, int64_t hi, const char *param, int32_t **out, size_t *n,
+                     ds_api_error *err) {
+    size_t cap = 64, k = 0;
+    int32_t *ids = ds_xmalloc(sizeof(int32_t) * cap);
+    *out = NULL;
+    *n = 0;
+    for (const cJSON *v = arr->child; v; v = v->next, k++) {
+        int64_t x;
+        if (!is_int(v, &x) || x < lo || x >= hi) {
+            free(ids);
+            return BAD(cJSON_IsNumber(v) ? "invalid_value" : "invalid_type", param,
+                       "'%s[%zu]' must be an integer in [%lld, %lld)", param, k, (long long)lo, (long long)hi);
+        }
+        if (k == cap) ids = ds_xrealloc(ids, sizeof(int32_t) * (cap *= 2));
+        ids[k] = (int32_t)x;
+    }
+    *out = ids;
+    *n = k;
+    return 0;
+}
+
+int ds_api_check_ids(const int32_t *ids, size_t n, int64_t lo, int64_t hi, const char *param, ds_api_error *err) {
+    for (size_t k = 0; k < n; k++)
+        if (ids[k] < lo || ids[k] >= hi)
+            return BAD("invalid_value", param, "'%s[%zu]' must be an integer in [%lld, %lld)", param, k, (long long)lo,
+                       (long long)hi);
+    return 0;
 }
 
 static int get_num(const cJSON *b, const char *k, double lo, double hi, bool lo_open, double *out, ds_api_error *err) {
@@ -127,7 +155,8 @@ int ds_api_check_model(const cJSON *body, bool required, const ds_api_limits *li
 static const char *const k_known_common[] = {
     "model", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "stop_token_ids",
     "max_tokens", "ignore_eos", "logprobs", "prompt_logprobs", "presence_penalty", "frequency_penalty",
-    "repetition_penalty", "logit_bias", "n", "cache_salt", "user", "skip_special_tokens"};
+    "repetition_penalty", "logit_bias", "n", "cache_salt", "user", "skip_special_tokens", "min_tokens",
+    "include_stop_str_in_output"};
 static const char *const k_known_chat[] = {"messages", "tools", "tool_choice", "parallel_tool_calls", "reasoning_effort",
                                            "chat_template_kwargs", "add_generation_prompt", "continue_final_message",
                                            "response_format", "max_completion_tokens", "top_logprobs"};
@@ -182,22 +211,18 @@ static int parse_sampling(const cJSON *b, ds_api_kind kind, const ds_api_limits 
     if (get_int(b, "top_k", -1, lim->vocab, &x, &has, err)) return -1;
     if (has) sp->top_k = (int)x;
     if (get_int(b, "seed", INT64_MIN, INT64_MAX, &sp->seed, &sp->has_seed, err)) return -1;
-    if (get_int(b, "n", 1, 1, &x, NULL, err)) {
-        if (!strcmp(err->code, "invalid_value")) snprintf(err->code, sizeof err->code, "unsupported_parameter");
-        return -1;
-    }
+    x = 1;
+    if (get_int(b, "n", 1, DS_API_MAX_CHOICES, &x, NULL, err)) return -1;
+    r->n = (int)x;
     if (get_bool(b, "ignore_eos", &sp->ignore_eos, err)) return -1;
     if (parse_stop(b, sp, err)) return -1;
     const cJSON *ids = cJSON_GetObjectItemCaseSensitive(b, "stop_token_ids");
     if (ids && !cJSON_IsNull(ids)) {
         if (!cJSON_IsArray(ids)) return BAD("invalid_type", "stop_token_ids", "'stop_token_ids' must be a list of integers");
-        int n = cJSON_GetArraySize(ids);
-        sp->stop_ids = ds_xmalloc(sizeof(int32_t) * (size_t)(n ? n : 1));
-        for (int i = 0; i < n; i++) {
-            if (!is_int(cJSON_GetArrayItem(ids, i), &x) || x < 0 || x >= lim->vocab)
-                return BAD("invalid_value", "stop_token_ids", "'stop_token_ids[%d]' must be an id in [0, %d)", i, lim->vocab);
-            sp->stop_ids[sp->n_stop_ids++] = (int32_t)x;
-        }
+        size_t n;
+        if (ds_api_int_array(ids, 0, lim->vocab, "stop_token_ids", &sp->stop_ids, &n, err)) return -1;
+        if (n > 1024) return BAD("invalid_value", "stop_token_ids", "'stop_token_ids' has %zu ids; at most 1024 are allowed", n);
+        sp->n_stop_ids = (int)n;
     }
     const cJSON *lb = cJSON_GetObjectItemCaseSensitive(b, "logit_bias");
     if (lb && !cJSON_IsNull(lb)) {
@@ -236,9 +261,15 @@ static int parse_sampling(const cJSON *b, ds_api_kind kind, const ds_api_limits 
     /* max tokens */
     int64_t mt = 0;
     bool has_mt = false;
-    if (get_int(b, "max_tokens", 1, INT64_MAX, &mt, &has_mt, err)) return -1;
-    if (kind == DS_API_CHAT && !has_mt && get_int(b, "max_completion_tokens", 1, INT64_MAX, &mt, &has_mt, err)) return -1;
+    if (kind == DS_API_CHAT && get_int(b, "max_completion_tokens", 1, INT64_MAX, &mt, &has_mt, err)) return -1;
+    if (!has_mt && get_int(b, "max_tokens", 1, INT64_MAX, &mt, &has_mt, err)) return -1; /* the newer field wins */
     sp->max_tokens = has_mt ? mt : (kind == DS_API_COMPLETIONS ? 16 : 0); /* chat default set after tokenizing */
+    if (get_int(b, "min_tokens", 0, INT64_MAX, &sp->min_tokens, NULL, err)) return -1;
+    if (has_mt && sp->min_tokens > sp->max_tokens)
+        return BAD("invalid_value", "min_tokens", "'min_tokens' (%lld) must not exceed the maximum output tokens (%lld)",
+                   (long long)sp->min_tokens, (long long)sp->max_tokens);
+    if (get_bool(b, "include_stop_str_in_output", &sp->include_stop_str, err)) return -1;
+    if (get_bool(b, "skip_special_tokens", &r->skip_special, err)) return -1;
     /* streaming */
     if (get_bool(b, "stream", &r->stream, err)) return -1;
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(b, "stream_options");
@@ -263,7 +294,11 @@ int ds_api_tokenize_completion(const ds_tokenizer *tok, const char *text, bool a
     ds_error e = {0};
     int32_t bos = ds_tokenizer_token_id(tok, "<｜begin▁of▁sentence｜>");
     ds_tokens t = {0};
-    if (ds_tokenizer_encode(tok, text, strlen(text), true, &t, &e)) {
+    char *plain = ds_xstrdup(text); /* \u0000 in the JSON string comes back as a NUL byte here */
+    size_t len = ds_json_nul_restore(plain, strlen(plain));
+    int rc = ds_tokenizer_encode(tok, plain, len, true, &t, &e);
+    free(plain);
+    if (rc) {
         ds_tokens_free(&t);
         return BAD("invalid_value", "prompt", "prompt cannot be tokenized: %s", e.msg);
     }
@@ -286,6 +321,9 @@ int ds_api_encode_chat(const ds_tokenizer *tok, const cJSON *b, const ds_api_lim
     if (cr.chat_template_kwargs && cJSON_IsNull(cr.chat_template_kwargs)) cr.chat_template_kwargs = NULL;
     cr.response_format = cJSON_GetObjectItemCaseSensitive(b, "response_format");
     if (cr.response_format && cJSON_IsNull(cr.response_format)) cr.response_format = NULL;
+    const char *rf_type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cr.response_format, "type"));
+    /* json_object / json_schema: the response-format prompt section (no constrained decoding) */
+    cr.allow_response_format = rf_type && (!strcmp(rf_type, "json_object") || !strcmp(rf_type, "json_schema"));
     cr.default_thinking = lim->default_thinking;
     cr.add_generation_prompt = true;
     bool agp = true, cont = false;
@@ -317,31 +355,88 @@ int ds_api_encode_chat(const ds_tokenizer *tok, const cJSON *b, const ds_api_lim
     return 0;
 }
 
+/* One prompt: a string or a list of token ids. */
+static int one_prompt(const cJSON *p, const ds_tokenizer *tok, const ds_api_limits *lim, bool add_special, ds_tokens *out,
+                      char **text, ds_api_error *err) {
+    if (cJSON_IsString(p)) {
+        if (!tok) return BAD("invalid_value", "prompt", "text prompts need a tokenizer");
+        *text = ds_xstrdup(p->valuestring);
+        return ds_api_tokenize_completion(tok, p->valuestring, add_special, out, err);
+    }
+    if (!cJSON_IsArray(p)) return BAD("invalid_type", "prompt", "'prompt' must be a string, a list of token ids or a list of those");
+    int32_t *ids;
+    size_t n;
+    if (ds_api_int_array(p, 0, lim->vocab, "prompt", &ids, &n, err)) return -1;
+    for (size_t i = 0; i < n; i++) ds_tokens_push(out, ids[i]);
+    free(ids);
+    if (!out->n) return BAD("invalid_value", "prompt", "'prompt' is empty");
+    return 0;
+}
+
+/* `prompt`: a string, a list of ids, or a list of several of those (one choice group each). */
 static int parse_completion_prompt(const cJSON *b, const ds_tokenizer *tok, const ds_api_limits *lim, ds_api_request *r,
                                    ds_api_error *err) {
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(b, "prompt");
     if (!p || cJSON_IsNull(p)) return BAD("invalid_value", "prompt", "'prompt' is required");
     bool add_special = true;
     if (get_bool(b, "add_special_tokens", &add_special, err)) return -1;
-    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && !cJSON_IsNumber(cJSON_GetArrayItem(p, 0)))
-        p = cJSON_GetArrayItem(p, 0); /* a one-element list of prompts */
-    if (cJSON_IsString(p)) {
-        if (!tok) return BAD("invalid_value", "prompt", "text prompts need a tokenizer");
-        r->prompt_text = ds_xstrdup(p->valuestring);
-        return ds_api_tokenize_completion(tok, p->valuestring, add_special, &r->prompt, err);
+    if (r->prompt_ids.captured) { /* a list of ids, parsed without nodes */
+        if (ds_api_check_ids(r->prompt_ids.ids, r->prompt_ids.n, 0, lim->vocab, "prompt", err)) return -1;
+        if (!r->prompt_ids.n) return BAD("invalid_value", "prompt", "'prompt' is empty");
+        r->prompt.ids = r->prompt_ids.ids;
+        r->prompt.n = r->prompt.cap = r->prompt_ids.n;
+        r->prompt_ids.ids = NULL;
+        return 0;
     }
-    if (!cJSON_IsArray(p)) return BAD("invalid_type", "prompt", "'prompt' must be a string or a list of token ids");
-    int n = cJSON_GetArraySize(p);
-    for (int i = 0; i < n; i++) {
-        const cJSON *v = cJSON_GetArrayItem(p, i);
-        int64_t x;
-        if (cJSON_IsString(v) || cJSON_IsArray(v))
-            return BAD("invalid_value", "prompt", "'prompt' holds %d prompts; exactly one is supported", n);
-        if (!is_int(v, &x)) return BAD("invalid_type", "prompt", "'prompt[%d]' must be an integer token id", i);
-        if (x < 0 || x >= lim->vocab) return BAD("invalid_value", "prompt", "'prompt[%d]' = %lld is not a token id in [0, %d)", i, (long long)x, lim->vocab);
-        ds_tokens_push(&r->prompt, (int32_t)x);
+    bool several = cJSON_IsArray(p) && p->child && (cJSON_IsString(p->child) || cJSON_IsArray(p->child));
+    if (!several) return one_prompt(p, tok, lim, add_special, &r->prompt, &r->prompt_text, err);
+    int np = cJSON_GetArraySize(p);
+    if ((int64_t)np * r->n > DS_API_MAX_CHOICES)
+        return BAD("invalid_value", "prompt", "%d prompts x n=%d is more than %d choices", np, r->n, DS_API_MAX_CHOICES);
+    r->more_prompts = ds_xcalloc((size_t)np, sizeof(ds_tokens));
+    r->more_texts = ds_xcalloc((size_t)np, sizeof(char *));
+    int k = 0;
+    for (const cJSON *it = p->child; it; it = it->next, k++) {
+        if (!cJSON_IsString(it) && !cJSON_IsArray(it))
+            return BAD("invalid_type", "prompt", "'prompt[%d]' must be a string or a list of token ids", k);
+        ds_tokens *dst = k ? &r->more_prompts[k - 1] : &r->prompt;
+        char **txt = k ? &r->more_texts[k - 1] : &r->prompt_text;
+        if (k) r->n_more = k;
+        if (one_prompt(it, tok, lim, add_special, dst, txt, err)) {
+            snprintf(err->param, sizeof err->param, "prompt[%d]", k);
+            return -1;
+        }
     }
-    if (!r->prompt.n) return BAD("invalid_value", "prompt", "'prompt' is empty");
+    return 0;
+}
+
+/* tool_choice: "auto" / "none" / "required" / {"type":"function","function":{"name":N}}.  A named
+ * choice narrows the tools section to that function; the reply is checked (response.c). */
+static int parse_tool_choice(cJSON *b, ds_api_request *r, ds_api_error *err) {
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(b, "tool_choice");
+    if (!tc || cJSON_IsNull(tc)) return 0;
+    cJSON *tools = cJSON_GetObjectItemCaseSensitive(b, "tools");
+    bool have = tools && cJSON_IsArray(tools) && tools->child;
+    if (cJSON_IsString(tc) && (!strcmp(tc->valuestring, "auto") || !strcmp(tc->valuestring, "none"))) return 0;
+    if (cJSON_IsString(tc) && !strcmp(tc->valuestring, "required")) {
+        if (!have) return BAD("invalid_value", "tool_choice", "tool_choice \"required\" needs a non-empty 'tools' list");
+        r->tool_required = true;
+        return 0;
+    }
+    const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tc, "function"), "name"));
+    if (!cJSON_IsObject(tc) || !name)
+        return BAD("invalid_value", "tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\":\"function\",\"function\":{\"name\":...}}");
+    cJSON *keep = NULL;
+    for (cJSON *t = have ? tools->child : NULL; t && !keep; t = t->next) {
+        const char *tn = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(t, "function"), "name"));
+        if (tn && !strcmp(tn, name)) keep = t;
+    }
+    if (!keep) return BAD("invalid_value", "tool_choice", "tool_choice names '%s', which is not in 'tools'", name);
+    cJSON *only = cJSON_CreateArray();
+    cJSON_AddItemToArray(only, cJSON_DetachItemViaPointer(tools, keep));
+    cJSON_ReplaceItemViaPointer(b, tools, only);
+    r->tool_required = true;
+    r->required_tool = ds_xstrdup(name);
     return 0;
 }
 
@@ -352,8 +447,10 @@ int ds_api_parse_generation(ds_api_kind kind, const char *body, size_t len, cons
     ds_sampling_defaults(&r->sp);
     r->parallel_tool_calls = true;
     r->skip_special = true;
+    r->n = 1;
     ds_error e = {0};
-    r->body = ds_json_parse_exact(body, len, &e);
+    r->prompt_ids.key = "prompt";
+    r->body = ds_json_parse_capture(body, len, kind == DS_API_COMPLETIONS ? &r->prompt_ids : NULL, &e);
     if (!r->body) return BAD("invalid_json", NULL, "malformed JSON body: %s", e.msg);
     const cJSON *b = r->body;
     if (!cJSON_IsObject(b)) return BAD("invalid_type", NULL, "the request body must be a JSON object");
@@ -361,36 +458,32 @@ int ds_api_parse_generation(ds_api_kind kind, const char *body, size_t len, cons
     if (ds_api_check_model(b, true, lim, err)) return -1;
     if (parse_sampling(b, kind, lim, r, err)) return -1;
     if (kind == DS_API_CHAT) {
-        const cJSON *tc = cJSON_GetObjectItemCaseSensitive(b, "tool_choice");
-        if (tc && !cJSON_IsNull(tc)) {
-            if (cJSON_IsString(tc) && (!strcmp(tc->valuestring, "auto") || !strcmp(tc->valuestring, "none"))) {
-            } else if (cJSON_IsString(tc) && !strcmp(tc->valuestring, "required")) {
-                return BAD("unsupported_parameter", "tool_choice", "tool_choice 'required' needs constrained decoding, which this server does not support");
-            } else if (cJSON_IsObject(tc)) {
-                return BAD("unsupported_parameter", "tool_choice", "a named tool_choice needs constrained decoding, which this server does not support");
-            } else {
-                return BAD("invalid_value", "tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or an object");
-            }
-        }
+        if (parse_tool_choice(r->body, r, err)) return -1;
         if (get_bool(b, "parallel_tool_calls", &r->parallel_tool_calls, err)) return -1;
         const cJSON *tools = cJSON_GetObjectItemCaseSensitive(b, "tools");
         r->has_tools = tools && cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0;
         if (!tok) return BAD("invalid_value", "messages", "chat requests need a tokenizer");
         if (ds_api_encode_chat(tok, b, lim, &r->prompt, &r->prompt_text, &r->thinking, err)) return -1;
     } else {
-        bool echo = false;
-        if (get_bool(b, "echo", &echo, err)) return -1;
-        if (echo) return BAD("unsupported_parameter", "echo", "'echo': true is not supported");
+        if (get_bool(b, "echo", &r->echo, err)) return -1;
+        if (r->echo && r->logprobs)
+            return BAD("unsupported_parameter", "echo", "'echo' together with 'logprobs' is not supported (no prompt-token logprobs in that shape)");
         const cJSON *suf = cJSON_GetObjectItemCaseSensitive(b, "suffix");
-        if (suf && !cJSON_IsNull(suf)) return BAD("unsupported_parameter", "suffix", "'suffix' is not supported");
+        if (suf && !cJSON_IsNull(suf))
+            return BAD("unsupported_parameter", "suffix", "'suffix' (fill-in-the-middle) is not supported: this model has no infilling format");
         int64_t best_of = 1;
         if (get_int(b, "best_of", 1, INT64_MAX, &best_of, NULL, err)) return -1;
         if (best_of > 1) return BAD("unsupported_parameter", "best_of", "'best_of' > 1 is not supported");
-        if (get_bool(b, "skip_special_tokens", &r->skip_special, err)) return -1;
         if (parse_completion_prompt(b, tok, lim, r, err)) return -1;
     }
+    if (r->n * (1 + r->n_more) > DS_API_MAX_CHOICES)
+        return BAD("invalid_value", "n", "n=%d gives more than %d choices", r->n, DS_API_MAX_CHOICES);
     int64_t P = (int64_t)r->prompt.n, M = lim->max_model_len;
+    for (int i = 0; i < r->n_more; i++) P = DS_MAX(P, (int64_t)r->more_prompts[i].n); /* the longest prompt decides */
     if (kind == DS_API_CHAT && r->sp.max_tokens == 0) r->sp.max_tokens = M - P > 0 ? M - P : 1;
+    if (r->sp.min_tokens > r->sp.max_tokens)
+        return BAD("invalid_value", "min_tokens", "'min_tokens' (%lld) must not exceed the maximum output tokens (%lld)",
+                   (long long)r->sp.min_tokens, (long long)r->sp.max_tokens);
     if (P >= M || P + r->sp.max_tokens > M)
         return BAD("context_length_exceeded", kind == DS_API_CHAT ? "messages" : "prompt",
                    "This model's maximum context length is %lld tokens. However, you requested %lld tokens (%lld in the "
@@ -406,5 +499,13 @@ void ds_api_request_free(ds_api_request *r) {
     free(r->prompt_text);
     ds_tokens_free(&r->prompt);
     ds_tbuf_free(&r->ignored_fields);
+    for (int i = 0; i < r->n_more; i++) {
+        ds_tokens_free(&r->more_prompts[i]);
+        free(r->more_texts[i]);
+    }
+    free(r->more_prompts);
+    free(r->more_texts);
+    free(r->required_tool);
+    free(r->prompt_ids.ids);
     memset(r, 0, sizeof *r);
 }

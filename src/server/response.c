@@ -11,7 +11,7 @@
 #define NUL_MARK "\x01\x02\x03NUL\x03\x02\x01"
 #define NUL_MARK_JSON "\\u0001\\u0002\\u0003NUL\\u0003\\u0002\\u0001"
 
-static cJSON *text_item(const char *s, size_t n) {
+cJSON *ds_json_text(const char *s, size_t n) {
     if (!s) return cJSON_CreateString("");
     if (!memchr(s, 0, n)) {
         char *c = ds_xmalloc(n + 1);
@@ -31,10 +31,9 @@ static cJSON *text_item(const char *s, size_t n) {
     return it;
 }
 
-static void add_text(cJSON *o, const char *key, const char *s, size_t n) { cJSON_AddItemToObject(o, key, text_item(s, n)); }
+static void add_text(cJSON *o, const char *key, const char *s, size_t n) { cJSON_AddItemToObject(o, key, ds_json_text(s, n)); }
 
-/* Print and restore NULs; appends to out. */
-static void print_json(cJSON *o, ds_tbuf *out) {
+void ds_json_print(cJSON *o, ds_tbuf *out) {
     char *p = cJSON_PrintUnformatted(o);
     const char *q = p, *m;
     size_t ml = strlen(NUL_MARK_JSON);
@@ -63,6 +62,9 @@ void ds_resp_init(ds_resp *rs, const ds_api_request *ar, const ds_tokenizer *tok
     rs->prompt_logprobs = ar->sp.prompt_logprobs;
     rs->thinking = ar->thinking;
     rs->parallel_tool_calls = ar->parallel_tool_calls;
+    rs->tool_required = ar->tool_required;
+    rs->required_tool = ar->required_tool;
+    rs->first_of_prompt = true;
     rs->think_end_id = tok ? ds_tokenizer_token_id(tok, "</think>") : -1;
     if (ar->kind == DS_API_CHAT) {
         ds_parser_options po = {.thinking = ar->thinking};
@@ -134,7 +136,7 @@ static void add_logprobs(ds_resp *rs, ds_req *r, int64_t from, int64_t to, cJSON
         } else {
             size_t tn;
             char *t = token_text(rs->tok, id, &tn);
-            cJSON_AddItemToArray(toks, text_item(t, tn));
+            cJSON_AddItemToArray(toks, ds_json_text(t, tn));
             cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)rs->text_offset));
             rs->text_offset += tn;
             free(t);
@@ -151,28 +153,34 @@ static void add_logprobs(ds_resp *rs, ds_req *r, int64_t from, int64_t to, cJSON
 }
 
 static const char *finish_reason(ds_resp *rs, ds_req *r, int n_calls) {
+    if (rs->aborted && r->end == DS_END_CANCELLED) return "abort";
     if (r->end == DS_END_LENGTH) return "length";
     if (rs->kind == DS_API_CHAT && n_calls > 0 && r->stopped_by_eos) return "tool_calls";
     return "stop";
 }
 
-static cJSON *usage_obj(ds_resp *rs, ds_req *r) {
+static int64_t reasoning_tokens(ds_resp *rs, ds_req *r) {
+    if (!rs->thinking) return 0;
+    for (int64_t i = 0; i < r->n_out; i++)
+        if (r->out_ids[i] == rs->think_end_id) return i + 1;
+    return r->n_out;
+}
+
+/* Usage of n choices: a prompt counts once however many choices it has (first_of_prompt). */
+static cJSON *usage_obj(ds_resp *rs, ds_req **reqs, int n) {
+    int64_t prompt = 0, out = 0, cached = 0, reasoning = 0;
+    for (int i = 0; i < n; i++) {
+        if (rs[i].first_of_prompt) prompt += reqs[i]->n_prompt, cached += reqs[i]->cached_tokens;
+        out += reqs[i]->n_out;
+        reasoning += reasoning_tokens(&rs[i], reqs[i]);
+    }
     cJSON *u = cJSON_CreateObject();
-    cJSON_AddNumberToObject(u, "prompt_tokens", (double)r->n_prompt);
-    cJSON_AddNumberToObject(u, "completion_tokens", (double)r->n_out);
-    cJSON_AddNumberToObject(u, "total_tokens", (double)(r->n_prompt + r->n_out));
+    cJSON_AddNumberToObject(u, "prompt_tokens", (double)prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", (double)out);
+    cJSON_AddNumberToObject(u, "total_tokens", (double)(prompt + out));
     cJSON *pd = cJSON_AddObjectToObject(u, "prompt_tokens_details");
-    cJSON_AddNumberToObject(pd, "cached_tokens", (double)r->cached_tokens);
+    cJSON_AddNumberToObject(pd, "cached_tokens", (double)cached);
     if (rs->kind == DS_API_CHAT) {
-        int64_t reasoning = 0;
-        if (rs->thinking) {
-            reasoning = r->n_out;
-            for (int64_t i = 0; i < r->n_out; i++)
-                if (r->out_ids[i] == rs->think_end_id) {
-                    reasoning = i + 1;
-                    break;
-                }
-        }
         cJSON *cd = cJSON_AddObjectToObject(u, "completion_tokens_details");
         cJSON_AddNumberToObject(cd, "reasoning_tokens", (double)reasoning);
     }
@@ -201,7 +209,7 @@ static cJSON *chunk_base(ds_resp *rs) {
 
 static void emit(ds_tbuf *sse, cJSON *o) {
     ds_tbuf_puts(sse, "data: ");
-    print_json(o, sse);
+    ds_json_print(o, sse);
     ds_tbuf_puts(sse, "\n\n");
     cJSON_Delete(o);
 }
@@ -210,7 +218,7 @@ static void emit(ds_tbuf *sse, cJSON *o) {
 static void emit_choice(ds_resp *rs, ds_tbuf *sse, cJSON *delta, const char *text, size_t text_len, cJSON *lp, const char *fin) {
     cJSON *o = chunk_base(rs);
     cJSON *ch = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddNumberToObject(c, "index", rs->index);
     if (rs->kind == DS_API_CHAT) cJSON_AddItemToObject(c, "delta", delta ? delta : cJSON_CreateObject());
     else {
         add_text(c, "text", text, text ? text_len : 0);
@@ -242,6 +250,7 @@ static int apply_delta(ds_resp *rs, ds_parse_delta *d, ds_tbuf *sse, cJSON **lp)
             }
             cJSON *delta = cJSON_CreateObject(), *tc = cJSON_AddArrayToObject(delta, "tool_calls");
             ds_tool_call c = d->calls[i];
+            if (rs->required_tool && !strcmp(c.name, rs->required_tool)) rs->required_seen = true;
             c.index = rs->n_calls_sent++;
             cJSON_AddItemToArray(tc, tool_call_obj(&c, true));
             emit_choice(rs, sse, delta, NULL, 0, *lp, NULL);
@@ -250,6 +259,26 @@ static int apply_delta(ds_resp *rs, ds_parse_delta *d, ds_tbuf *sse, cJSON **lp)
         }
     }
     return calls;
+}
+
+static void stream_error(ds_resp *rs, const ds_api_error *e, ds_tbuf *sse) {
+    ds_tbuf_puts(sse, "data: ");
+    ds_api_error_json(e, sse);
+    ds_tbuf_puts(sse, "\n\n");
+    rs->failed = true;
+}
+
+/* tool_choice "required" or named: the reply must hold a (matching) call; there is no
+ * constrained decoding, so a reply without one is refused rather than passed off as compliant. */
+static bool tool_choice_unmet(ds_resp *rs, bool seen, ds_api_error *e) {
+    if (!rs->tool_required || seen) return false;
+    if (rs->required_tool)
+        ds_api_fail(e, 400, "invalid_request_error", "tool_choice_not_satisfied", "tool_choice",
+                    "tool_choice names '%s' but the model replied without calling it", rs->required_tool);
+    else
+        ds_api_fail(e, 400, "invalid_request_error", "tool_choice_not_satisfied", "tool_choice",
+                    "tool_choice is \"required\" but the model replied without a tool call");
+    return true;
 }
 
 void ds_resp_consume(ds_resp *rs, ds_req *r, ds_tbuf *sse) {
@@ -283,6 +312,10 @@ void ds_resp_consume(ds_resp *rs, ds_req *r, ds_tbuf *sse) {
         emit_choice(rs, sse, delta, NULL, 0, NULL, NULL);
         rs->role_sent = true;
     }
+    if (rs->stream && rs->echo_len && !rs->echo_sent && rs->kind == DS_API_COMPLETIONS) {
+        emit_choice(rs, sse, NULL, rs->echo, rs->echo_len, NULL, NULL);
+        rs->echo_sent = true;
+    }
     if (!rs->stream) {
         if (new_len) ds_tbuf_append(&rs->text, new_text, new_len);
     } else if (rs->kind == DS_API_CHAT) {
@@ -302,14 +335,12 @@ void ds_resp_consume(ds_resp *rs, ds_req *r, ds_tbuf *sse) {
     cJSON_Delete(lp);
     if (!r->finished || !rs->stream) return;
     rs->done = true;
-    if (r->end == DS_END_ERROR || r->end == DS_END_CANCELLED) {
+    if (r->end == DS_END_ERROR || (r->end == DS_END_CANCELLED && !rs->aborted)) {
         ds_api_error e;
         const char *type = r->err_status == 503 ? "service_unavailable" : "server_error";
         ds_api_fail(&e, r->err_status ? r->err_status : 500, type, r->err_code[0] ? r->err_code : "internal_error", NULL,
                     "%s", r->err_msg[0] ? r->err_msg : "internal error");
-        ds_tbuf_puts(sse, "data: ");
-        ds_api_error_json(&e, sse);
-        ds_tbuf_puts(sse, "\n\ndata: [DONE]\n\n");
+        stream_error(rs, &e, sse);
         return;
     }
     int n_calls = rs->n_calls_sent;
@@ -323,12 +354,22 @@ void ds_resp_consume(ds_resp *rs, ds_req *r, ds_tbuf *sse) {
         if (pr->parse_failures) atomic_fetch_add(&rs->metrics->tool_parse_failures, (uint64_t)pr->parse_failures);
         if (pr->dropped_partial_calls) atomic_fetch_add(&rs->metrics->tool_calls_dropped, (uint64_t)pr->dropped_partial_calls);
         if (n_calls && r->stopped_by_eos) atomic_fetch_add(&rs->metrics->success[DS_FINISH_TOOL_CALLS], 1);
+        ds_api_error e;
+        if (!rs->aborted && tool_choice_unmet(rs, rs->required_seen, &e)) {
+            stream_error(rs, &e, sse);
+            return;
+        }
     }
     emit_choice(rs, sse, cJSON_CreateObject(), "", 0, NULL, finish_reason(rs, r, n_calls));
-    if (rs->include_usage) {
+}
+
+void ds_resp_stream_tail(ds_resp *rs, ds_req **reqs, int n, ds_tbuf *sse) {
+    bool failed = false;
+    for (int i = 0; i < n; i++) failed |= rs[i].failed;
+    if (!failed && rs->include_usage) {
         cJSON *o = chunk_base(rs);
         cJSON_AddArrayToObject(o, "choices");
-        cJSON_AddItemToObject(o, "usage", usage_obj(rs, r));
+        cJSON_AddItemToObject(o, "usage", usage_obj(rs, reqs, n));
         emit(sse, o);
     }
     ds_tbuf_puts(sse, "data: [DONE]\n\n");
@@ -370,16 +411,12 @@ static cJSON *prompt_logprobs_json(ds_resp *rs, ds_req *r) {
     return a;
 }
 
-void ds_resp_render(ds_resp *rs, ds_req *r, ds_tbuf *out) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "id", rs->id);
-    cJSON_AddStringToObject(o, "object", rs->kind == DS_API_CHAT ? "chat.completion" : "text_completion");
-    cJSON_AddNumberToObject(o, "created", (double)rs->created);
-    cJSON_AddStringToObject(o, "model", rs->model);
-    cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
-    cJSON_AddItemToArray(choices, c);
-    cJSON_AddNumberToObject(c, "index", 0);
+/* One choice object; NULL with err set when tool_choice is not met. */
+static cJSON *choice_json(ds_resp *rs, ds_req *r, ds_api_error *err) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", rs->index);
     int n_calls = 0;
+    bool seen = false;
     if (rs->kind == DS_API_CHAT) {
         ds_parser_options po = {.thinking = rs->thinking};
         ds_parse_result pr;
@@ -398,11 +435,16 @@ void ds_resp_render(ds_resp *rs, ds_req *r, ds_tbuf *out) {
         if (n_calls) {
             cJSON *tc = cJSON_AddArrayToObject(msg, "tool_calls");
             for (int i = 0; i < n_calls; i++) cJSON_AddItemToArray(tc, tool_call_obj(&pr.calls[i], false));
+            for (int i = 0; i < n_calls; i++) seen |= !rs->required_tool || !strcmp(pr.calls[i].name, rs->required_tool);
         }
         if (pr.parse_failures) atomic_fetch_add(&rs->metrics->tool_parse_failures, (uint64_t)pr.parse_failures);
         if (pr.dropped_partial_calls) atomic_fetch_add(&rs->metrics->tool_calls_dropped, (uint64_t)pr.dropped_partial_calls);
         if (n_calls && r->stopped_by_eos) atomic_fetch_add(&rs->metrics->success[DS_FINISH_TOOL_CALLS], 1);
         ds_parse_result_free(&pr);
+        if (!rs->aborted && tool_choice_unmet(rs, seen, err)) {
+            cJSON_Delete(c);
+            return NULL;
+        }
         if (rs->logprobs) {
             cJSON *lp = cJSON_AddObjectToObject(c, "logprobs");
             cJSON_AddItemToObject(lp, "content", rs->lp_content);
@@ -411,7 +453,15 @@ void ds_resp_render(ds_resp *rs, ds_req *r, ds_tbuf *out) {
             cJSON_AddNullToObject(c, "logprobs");
         }
     } else {
-        add_text(c, "text", rs->text.s, rs->text.n);
+        if (rs->echo_len) {
+            ds_tbuf t = {0};
+            ds_tbuf_append(&t, rs->echo, rs->echo_len);
+            ds_tbuf_append(&t, rs->text.s ? rs->text.s : "", rs->text.n);
+            add_text(c, "text", t.s, t.n);
+            ds_tbuf_free(&t);
+        } else {
+            add_text(c, "text", rs->text.s, rs->text.n);
+        }
         if (rs->logprobs) {
             cJSON *lp = cJSON_AddObjectToObject(c, "logprobs");
             cJSON_AddItemToObject(lp, "tokens", rs->lp_tokens);
@@ -428,7 +478,26 @@ void ds_resp_render(ds_resp *rs, ds_req *r, ds_tbuf *out) {
     }
     cJSON_AddStringToObject(c, "finish_reason", finish_reason(rs, r, n_calls));
     if (rs->prompt_logprobs >= 0) cJSON_AddItemToObject(c, "prompt_logprobs", prompt_logprobs_json(rs, r));
-    cJSON_AddItemToObject(o, "usage", usage_obj(rs, r));
-    print_json(o, out);
+    return c;
+}
+
+int ds_resp_render_all(ds_resp *rs, ds_req **reqs, int n, ds_tbuf *out, ds_api_error *err) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", rs->id);
+    cJSON_AddStringToObject(o, "object", rs->kind == DS_API_CHAT ? "chat.completion" : "text_completion");
+    cJSON_AddNumberToObject(o, "created", (double)rs->created);
+    cJSON_AddStringToObject(o, "model", rs->model);
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    for (int i = 0; i < n; i++) {
+        cJSON *c = choice_json(&rs[i], reqs[i], err);
+        if (!c) {
+            cJSON_Delete(o);
+            return -1;
+        }
+        cJSON_AddItemToArray(choices, c);
+    }
+    cJSON_AddItemToObject(o, "usage", usage_obj(rs, reqs, n));
+    ds_json_print(o, out);
     cJSON_Delete(o);
+    return 0;
 }

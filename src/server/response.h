@@ -29,6 +29,16 @@ typedef struct ds_resp {
     size_t text_seen;                /* bytes of released text consumed */
     size_t text_offset;              /* completions text_offset of the next token */
     bool role_sent, done;
+    int index;                       /* choice index (prompt index * n + sample index) */
+    bool first_of_prompt;            /* usage counts this choice's prompt */
+    const char *echo;                /* completions echo: prompt text shown before the output */
+    size_t echo_len;
+    bool echo_sent;
+    bool aborted;                    /* ended by the shutdown deadline: finish_reason "abort" */
+    bool failed;                     /* an error event was sent */
+    bool tool_required;              /* tool_choice "required" or named */
+    const char *required_tool;       /* named tool_choice (borrowed from the request) */
+    bool required_seen;
     /* whole-response accumulation */
     ds_tbuf text;
     cJSON *lp_content;               /* chat logprobs.content or completions logprob arrays */
@@ -40,10 +50,19 @@ void ds_resp_init(ds_resp *rs, const ds_api_request *ar, const ds_tokenizer *tok
 void ds_resp_free(ds_resp *rs);
 
 /* Consume new output of r (caller holds r->mu).  In streaming mode the SSE events for it are
- * appended to `sse`; a finished request also gets its final chunk, the usage chunk when asked
- * for, and `data: [DONE]`. */
+ * appended to `sse`; a finished request also gets its final choice chunk (or an error event,
+ * which sets rs->failed).  The stream's end comes from ds_resp_stream_tail. */
 void ds_resp_consume(ds_resp *rs, ds_req *r, ds_tbuf *sse);
-/* Whole response body for a finished request (caller holds r->mu, after consuming all). */
-void ds_resp_render(ds_resp *rs, ds_req *r, ds_tbuf *out);
+/* After every choice is done: the usage chunk when asked for (summed over choices; not after
+ * an error event), then `data: [DONE]`. */
+void ds_resp_stream_tail(ds_resp *rs, ds_req **reqs, int n, ds_tbuf *sse);
+/* Whole response body for n finished choices (caller holds every reqs[i]->mu, after consuming
+ * all).  -1 with err set when the reply does not meet tool_choice. */
+int ds_resp_render_all(ds_resp *rs, ds_req **reqs, int n, ds_tbuf *out, ds_api_error *err);
+
+/* A JSON string for text that may hold NUL bytes (printed as \u0000 by ds_json_print). */
+cJSON *ds_json_text(const char *s, size_t n);
+/* Print o unformatted, appending to out, with NUL bytes of ds_json_text strings restored. */
+void ds_json_print(cJSON *o, ds_tbuf *out);
 
 #endif

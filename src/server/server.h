@@ -13,6 +13,8 @@
 #include "engine/engine.h"
 #include "tokenizer/tokenizer.h"
 
+#define DS_SERVER_VERSION "0.1.0"
+
 typedef struct ds_server ds_server;
 
 typedef struct ds_server_config {
@@ -24,8 +26,9 @@ typedef struct ds_server_config {
     const char *root;                /* checkpoint name for /v1/models */
     int64_t max_model_len;
     uint64_t max_body;               /* bytes; larger bodies get 413 */
-    int http_threads;                /* connection handling threads hint (echoed) */
+    int http_threads;                /* most simultaneous connections = connection threads (0: max_connections) */
     int max_connections;
+    double http_timeout_s;           /* a request must arrive within this of connecting / the last reply (0: 30) */
     bool dev_endpoints;
     bool default_thinking;
     int limit_images;
@@ -43,6 +46,12 @@ void ds_server_set_info(ds_server *s, const char *server_info_json);
 /* Before READY: /health answers 503 {"status":"starting","phase":phase}. */
 void ds_server_set_phase(ds_server *s, const char *phase);
 void ds_server_set_ready(ds_server *s, const char *instance_id);
+/* Graceful shutdown, first half: stop accepting (the listening socket is closed, so a new
+ * server can bind at once), answer /health 503 and new requests 503, and let running requests
+ * finish for up to timeout_s; then end the rest (streams: finish_reason "abort" + [DONE];
+ * whole replies: 503).  Returns how many requests were still running at the deadline.  Call
+ * ds_server_stop afterwards. */
+int ds_server_drain(ds_server *s, double timeout_s);
 void ds_server_stop(ds_server *s);
 /* The bound port (useful with port 0). */
 int ds_server_port(const ds_server *s);

@@ -538,6 +538,7 @@ done:
 int ds_chat_encode(const ds_tokenizer *tok, const ds_chat_request *req, ds_chat_prompt *out,
                    ds_tokens *ids, ds_error *err) {
     if (ds_chat_render(tok, req, out, err) < 0) return -1;
+    out->len = ds_json_nul_restore(out->text, out->len); /* client text may hold U+0000 */
     if (ds_tokenizer_encode(tok, out->text, out->len, true, ids, err) < 0) {
         ds_error_prefix(err, "tokenizing the rendered prompt");
         return -1;

@@ -175,6 +175,7 @@ typedef struct jp {
     int depth;
     ds_error *err;
     bool failed;
+    ds_json_capture *cap;
 } jp;
 
 static cJSON *jfail(jp *p, const char *what) {
@@ -200,6 +201,14 @@ static int hex4(jp *p, uint32_t *v) {
 }
 
 /* Parse a string body after the opening quote into a new NUL-terminated buffer. */
+/* Append a run of raw source bytes; each run is validated on its own because the escapes between
+ * runs are ASCII (a run never splits a character) and the NUL stand-in must not meet the check. */
+static bool append_run(jp *p, ds_strbuf *b, size_t from, size_t to) {
+    if (ds_utf8_validate((const uint8_t *)p->s + from, to - from) != to - from) return false;
+    ds_strbuf_append(b, p->s + from, to - from);
+    return true;
+}
+
 static char *parse_str(jp *p) {
     ds_strbuf b = {0};
     ds_strbuf_append(&b, "", 0);
@@ -207,10 +216,14 @@ static char *parse_str(jp *p) {
     while (1) {
         if (p->i >= p->n) { ds_strbuf_free(&b); jfail(p, "unterminated string"); return NULL; }
         unsigned char c = (unsigned char)p->s[p->i];
-        if (c == '"') { ds_strbuf_append(&b, p->s + run, p->i - run); p->i++; break; }
+        if (c == '"') {
+            if (!append_run(p, &b, run, p->i)) { ds_strbuf_free(&b); jfail(p, "string is not valid UTF-8"); return NULL; }
+            p->i++;
+            break;
+        }
         if (c < 0x20) { ds_strbuf_free(&b); jfail(p, "control character in string"); return NULL; }
         if (c != '\\') { p->i++; continue; }
-        ds_strbuf_append(&b, p->s + run, p->i - run);
+        if (!append_run(p, &b, run, p->i)) { ds_strbuf_free(&b); jfail(p, "string is not valid UTF-8"); return NULL; }
         p->i++;
         if (p->i >= p->n) { ds_strbuf_free(&b); jfail(p, "unterminated escape"); return NULL; }
         char e = p->s[p->i++];
@@ -238,7 +251,7 @@ static char *parse_str(jp *p) {
             } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
                 ds_strbuf_free(&b); jfail(p, "unpaired surrogate"); return NULL;
             }
-            if (cp == 0) { ds_strbuf_free(&b); jfail(p, "\\u0000 in a string is not supported"); return NULL; }
+            if (cp == 0) { ds_strbuf_append(&b, DS_JSON_NUL, 2); break; } /* see json_canon.h */
             char u[4];
             ds_strbuf_append(&b, u, (size_t)ds_utf8_encode(cp, u));
             break;
@@ -247,7 +260,6 @@ static char *parse_str(jp *p) {
         }
         run = p->i;
     }
-    if (ds_utf8_validate((const uint8_t *)b.s, b.n) != b.n) { ds_strbuf_free(&b); jfail(p, "string is not valid UTF-8"); return NULL; }
     return b.s;
 }
 
@@ -271,11 +283,78 @@ static cJSON *parse_number(jp *p) {
         while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') p->i++;
     }
     size_t len = p->i - st;
+    if (len <= 15 && !memchr(p->s + st, '.', len) && !memchr(p->s + st, 'e', len) && !memchr(p->s + st, 'E', len)) {
+        /* a plain integer below 2^53: its double is exact and writes back with the same digits,
+         * so no lexeme is kept (one allocation per number instead of two: 5M-id arrays) */
+        bool neg = p->s[st] == '-';
+        int64_t x = 0;
+        for (size_t k = neg; k < len; k++) x = x * 10 + (p->s[st + k] - '0');
+        return cJSON_CreateNumber(neg ? -(double)x : (double)x);
+    }
     char *lex = cJSON_malloc(len + 1);
     memcpy(lex, p->s + st, len);
     lex[len] = 0;
     cJSON *v = cJSON_CreateNumber(strtod(lex, NULL));
     v->valuestring = lex;   /* freed by cJSON_Delete like any valuestring */
+    return v;
+}
+
+/* A clean int32 literal at p->i: -?(0|[1-9][0-9]{0,9}) not followed by a fraction, exponent or
+ * digit.  Anything else leaves p->i alone and returns false (the general parser takes over). */
+static bool plain_int32(jp *p, int32_t *out) {
+    size_t i = p->i;
+    bool neg = i < p->n && p->s[i] == '-';
+    if (neg) i++;
+    if (i >= p->n || p->s[i] < '0' || p->s[i] > '9') return false;
+    size_t d0 = i;
+    int64_t x = 0;
+    if (p->s[i] == '0') i++;
+    else
+        while (i < p->n && p->s[i] >= '0' && p->s[i] <= '9' && i - d0 < 10) x = x * 10 + (p->s[i++] - '0');
+    if (i < p->n && (p->s[i] == '.' || p->s[i] == 'e' || p->s[i] == 'E' || (p->s[i] >= '0' && p->s[i] <= '9'))) return false;
+    if (neg) x = -x;
+    if (x < INT32_MIN || x > INT32_MAX) return false;
+    *out = (int32_t)x;
+    p->i = i;
+    return true;
+}
+
+/* The captured member's array (see ds_json_capture): clean integers go to cap->ids, no nodes.
+ * At the first element that is not one, the ids so far become nodes and the general parser
+ * continues, so grammar and errors are exactly those of parse_value. */
+static cJSON *parse_value(jp *p);
+static cJSON *parse_captured_array(jp *p) {
+    ds_json_capture *cap = p->cap;
+    p->i++; /* '[' */
+    cap->n = 0;
+    ws(p);
+    if (p->i < p->n && p->s[p->i] == ']') { p->i++; cap->captured = true; return cJSON_CreateArray(); }
+    while (1) {
+        ws(p);
+        int32_t x;
+        if (!plain_int32(p, &x)) break;
+        if (cap->n == cap->cap) cap->ids = ds_xrealloc(cap->ids, sizeof(int32_t) * (cap->cap = cap->cap ? cap->cap * 2 : 1024));
+        cap->ids[cap->n++] = x;
+        ws(p);
+        if (p->i < p->n && p->s[p->i] == ',') { p->i++; continue; }
+        if (p->i < p->n && p->s[p->i] == ']') { p->i++; cap->captured = true; return cJSON_CreateArray(); }
+        return jfail(p, "expected ',' or ']'");
+    }
+    cJSON *v = cJSON_CreateArray(); /* fall back: the rest of the array as ordinary nodes */
+    for (size_t k = 0; k < cap->n; k++) cJSON_AddItemToArray(v, cJSON_CreateNumber(cap->ids[k]));
+    cap->n = 0;
+    p->depth++;
+    while (1) {
+        cJSON *item = parse_value(p);
+        if (!item) { cJSON_Delete(v); return NULL; }
+        cJSON_AddItemToArray(v, item);
+        ws(p);
+        if (p->i < p->n && p->s[p->i] == ',') { p->i++; continue; }
+        if (p->i < p->n && p->s[p->i] == ']') { p->i++; break; }
+        cJSON_Delete(v);
+        return jfail(p, "expected ',' or ']'");
+    }
+    p->depth--;
     return v;
 }
 
@@ -299,7 +378,10 @@ static cJSON *parse_value(jp *p) {
             ws(p);
             if (p->i >= p->n || p->s[p->i] != ':') { free(key); cJSON_Delete(v); return jfail(p, "expected ':'"); }
             p->i++;
-            cJSON *item = parse_value(p);
+            ws(p);
+            bool capture = p->cap && p->depth == 1 && !p->cap->captured && !strcmp(key, p->cap->key) &&
+                           !cJSON_GetObjectItemCaseSensitive(v, key) && p->i < p->n && p->s[p->i] == '[';
+            cJSON *item = capture ? parse_captured_array(p) : parse_value(p);
             if (!item) { free(key); cJSON_Delete(v); return NULL; }
             cJSON_AddItemToObject(v, key, item);
             free(key);
@@ -345,8 +427,27 @@ static cJSON *parse_value(jp *p) {
     return v;
 }
 
+size_t ds_json_nul_restore(char *s, size_t len) {
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] == DS_JSON_NUL[0] && i + 1 < len && s[i + 1] == DS_JSON_NUL[1]) {
+            s[o++] = 0;
+            i++;
+        } else {
+            s[o++] = s[i];
+        }
+    }
+    if (o < len) s[o] = 0;
+    return o;
+}
+
 cJSON *ds_json_parse_exact(const char *text, size_t len, ds_error *err) {
-    jp p = {text, len, 0, 0, err, false};
+    return ds_json_parse_capture(text, len, NULL, err);
+}
+
+cJSON *ds_json_parse_capture(const char *text, size_t len, ds_json_capture *cap, ds_error *err) {
+    if (cap) cap->captured = false, cap->n = 0;
+    jp p = {text, len, 0, 0, err, false, cap};
     cJSON *v = parse_value(&p);
     if (!v) return NULL;
     ws(&p);

@@ -5,7 +5,8 @@
  * digits (even beyond 2^53) and other numbers as the shortest round-trip double.  cJSON stores
  * numbers only as doubles, so ds_json_parse_exact builds an ordinary cJSON tree but also keeps
  * each number's source lexeme in the node's (otherwise unused) `valuestring`; cJSON_Delete frees
- * it like any string.  Trees from plain cJSON_Parse still serialise, with integral doubles
+ * it like any string.  Plain integers of at most 15 digits carry no lexeme: their double is
+ * exact and prints back with the same digits.  Trees from plain cJSON_Parse still serialise, with integral doubles
  * written as integers. */
 #ifndef DS_TOKENIZER_JSON_CANON_H
 #define DS_TOKENIZER_JSON_CANON_H
@@ -29,6 +30,24 @@ void ds_strbuf_free(ds_strbuf *b);
  * with err set (E_JSON, naming the byte offset) on malformed input.  Strings must be valid UTF-8;
  * \u escapes (surrogate pairs included) are decoded.  Free with cJSON_Delete. */
 cJSON *ds_json_parse_exact(const char *text, size_t len, ds_error *err);
+/* Large integer arrays (token ids: 5M ids are a 24 MB body) would cost two cJSON nodes' worth of
+ * allocation each; a capture takes the array of one top-level member (`key`) as plain int32s
+ * instead.  When captured, the tree holds an empty array for that member and the ids are in
+ * ids[0..n); when any element is not a clean int32 literal the array is parsed as usual
+ * (captured false).  ids is owned by the caller (free it). */
+typedef struct ds_json_capture {
+    const char *key;
+    int32_t *ids;
+    size_t n, cap;
+    bool captured;
+} ds_json_capture;
+cJSON *ds_json_parse_capture(const char *text, size_t len, ds_json_capture *cap, ds_error *err);
+
+/* A `\u0000` escape cannot live in a NUL-terminated cJSON string, so the parser stores it as the
+ * two bytes C0 80 (never valid UTF-8, so never client text); whoever hands the text to the
+ * tokenizer turns them back into a NUL byte with ds_json_nul_restore (returns the new length). */
+#define DS_JSON_NUL "\xC0\x80"
+size_t ds_json_nul_restore(char *s, size_t len);
 
 /* Serialise `v` canonically.  A non-NULL `esc` applies the client-text escaping of §11.2
  * (chat.h) to every key and string value. */

@@ -254,6 +254,9 @@ static void handle_tag(ds_output_parser *p, ds_parse_delta *d, const tag *t) {
 /* Find the next DSML tag start ('<' or '</' before the marker) in s[from..L); returns its
  * position, or L and sets *hold to the first position that might still begin one. */
 static size_t find_tag_start(const char *s, size_t from, size_t L, size_t floor_, size_t *hold) {
+    /* never back up before `from`: a '<' or '</' there was already tried and rejected, and
+     * returning it again loops forever (fuzz/regress/output_parser) */
+    if (floor_ < from) floor_ = from;
     const char *q = from < L ? memmem(s + from, L - from, MARK, MARK_LEN) : NULL;
     if (q) {
         size_t m = (size_t)(q - s);

@@ -90,7 +90,7 @@ static int build_full(cJSON *root, int vocab_size, int noise_id, int image_id, c
     if (!content_present(added, NOISE_LITERAL, &nid) || nid != noise_id)
         return ds_fail(err, "E_TOKENIZER_RELEASE", "%s: noise id %d: the base must hold %s there (the full layout keeps the base ids)", base, noise_id, NOISE_LITERAL);
     if (!content_present(added, "<｜Assistant｜>", &nid) || nid != 128804)
-        return ds_fail(err, "E_TOKENIZER_RELEASE", "%s: <｜Assistant｜> is not at id 128804 (SERVING.md §11.1)", base);
+        return ds_fail(err, "E_TOKENIZER_RELEASE", "%s: <｜Assistant｜> is not at id 128804 (the V4.1 chat layout needs it there)", base);
     if (image_id <= max_id + (int)DS_ARRAY_LEN(V41_TOKENS) || image_id >= vocab_size)
         return ds_fail(err, "E_TOKENIZER_RELEASE", "image id %d must lie in (%d, %d)", image_id, max_id + (int)DS_ARRAY_LEN(V41_TOKENS), vocab_size);
     int id = max_id + 1;

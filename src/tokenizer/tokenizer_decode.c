@@ -72,13 +72,13 @@ void ds_detok_stream_free(ds_detok_stream *s) {
 static const char *emit(ds_detok_stream *s, const uint8_t *add, size_t addn, bool final, size_t *len) {
     size_t n = s->npend + addn;
     if (n > s->workcap) { s->workcap = 2 * n + 16; s->work = ds_xrealloc(s->work, s->workcap); }
-    memcpy(s->work, s->pend, s->npend);
+    if (s->npend) memcpy(s->work, s->pend, s->npend); /* work may still be NULL when nothing is pending */
     if (addn) memcpy(s->work + s->npend, add, addn);
     if (3 * n + 1 > s->outcap) { s->outcap = 3 * n + 64; s->out = ds_xrealloc(s->out, s->outcap); }
     size_t consumed;
     *len = ds_utf8_lossy(s->work, n, final, s->out, &consumed);
     s->npend = n - consumed;                /* < 4: only an incomplete sequence is held */
-    memcpy(s->pend, s->work + consumed, s->npend);
+    if (s->npend) memcpy(s->pend, s->work + consumed, s->npend);
     return s->out;
 }
 

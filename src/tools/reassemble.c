@@ -10,6 +10,7 @@
 #include "tools/hash_pipeline.h"
 #include "tools/progress.h"
 #include <cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -496,38 +497,109 @@ static int reassemble_target(const ds_reassemble_opts *o, const ds_parts_target 
     return rc;
 }
 
-int ds_reassemble_run(const ds_reassemble_opts *o) {
+/* Counters of one run over one or more manifests (for the single summary line). */
+typedef struct run_tally {
+    int rc, failed, need, done, n;
+    bool *target_seen;   /* [o->n_targets]: listed in some manifest */
+} run_tally;
+
+/* Every requested target of DIR/PARTS.sha256 (with --target: only those this manifest lists,
+ * unless it is the only manifest, where an unlisted name is a failure). */
+static void run_manifest(const ds_reassemble_opts *o, bool only_manifest, run_tally *rt) {
     ds_parts_manifest m;
     ds_error err;
     ds_error_clear(&err);
-    if (!o->quiet) printf("reassemble: sha256 via %s\n", ds_sha256_impl());
     if (ds_parts_load(o->dir, &m, &err) != 0) {
-        printf("[FAIL] %s\n", err.msg);
-        printf("reassemble: 0 targets processed\n");
-        return !strcmp(err.code, "E_MISSING_FILE") ? DS_EXIT_MISSING : !strcmp(err.code, "E_IO") ? DS_EXIT_IO : DS_EXIT_CHECK;
+        printf("[FAIL] %s%s\n", err.msg,
+               only_manifest && !strcmp(err.code, "E_MISSING_FILE") ? " (nor does any subdirectory hold one)" : "");
+        int r = !strcmp(err.code, "E_MISSING_FILE") ? DS_EXIT_MISSING : !strcmp(err.code, "E_IO") ? DS_EXIT_IO : DS_EXIT_CHECK;
+        rt->rc = ds_exit_merge(rt->rc, r);
+        return;
     }
     int n = o->n_targets ? o->n_targets : m.n_targets;
-    int rc = DS_EXIT_OK, failed = 0, need = 0, done = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && rt->rc < 128; i++) {
         const ds_parts_target *t = o->n_targets ? ds_parts_find(&m, o->targets[i]) : &m.targets[i];
         int r;
+        if (!t && !only_manifest) continue;   /* may be listed in another manifest */
+        if (o->n_targets && t) rt->target_seen[i] = true;
         if (!t) {
             printf("[FAIL] %s: not listed in %s/%s\n", o->targets[i], o->dir, DS_PARTS_FILE);
             r = DS_EXIT_MISSING;
+            rt->target_seen[i] = true;
         } else {
             r = reassemble_target(o, t);
         }
-        done++;
-        rc = ds_exit_merge(rc, r);
-        if (r == DS_EXIT_NEED) need++;
-        else if (r != DS_EXIT_OK) failed++;
-        if (r >= 128) break;
+        rt->done++;
+        rt->n++;
+        rt->rc = ds_exit_merge(rt->rc, r);
+        if (r == DS_EXIT_NEED) rt->need++;
+        else if (r != DS_EXIT_OK) rt->failed++;
     }
-    if (rc >= 128) printf("reassemble: interrupted after %d of %d targets\n", done, n);
-    else if (failed) printf("reassemble: %d of %d targets failed\n", failed, n);
-    else if (need) printf("reassemble: %d targets need reassembly\n", need);
-    else printf("reassemble: all %d targets passed\n", n);
     ds_parts_free(&m);
+}
+
+static int cmp_cstr(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Subdirectories of a model directory that hold a PARTS.sha256 (e.g. engram_int8/), sorted.  Why:
+ * a model directory is what users have at hand (and what the loader's error names), while the
+ * manifest sits beside the split tables one level down. */
+static int manifest_subdirs(const char *dir, char ***out) {
+    DIR *d = opendir(dir);
+    int n = 0, cap = 0;
+    *out = NULL;
+    if (!d) return 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.') continue;
+        char *sub = ds_path_join(dir, de->d_name);
+        char *man = ds_path_join(sub, DS_PARTS_FILE);
+        struct stat st;
+        if (stat(sub, &st) == 0 && S_ISDIR(st.st_mode) && ds_file_exists(man)) {
+            if (n == cap) *out = ds_xrealloc(*out, sizeof(char *) * (size_t)(cap = cap ? 2 * cap : 4));
+            (*out)[n++] = sub;
+            sub = NULL;
+        }
+        free(sub);
+        free(man);
+    }
+    closedir(d);
+    if (n) qsort(*out, (size_t)n, sizeof(char *), cmp_cstr);
+    return n;
+}
+
+int ds_reassemble_run(const ds_reassemble_opts *o) {
+    if (!o->quiet) printf("reassemble: sha256 via %s\n", ds_sha256_impl());
+    run_tally rt = {0};
+    rt.target_seen = ds_xcalloc((size_t)(o->n_targets ? o->n_targets : 1), sizeof(bool));
+    char *own = ds_path_join(o->dir, DS_PARTS_FILE);
+    char **subs = NULL;
+    int n_subs = ds_file_exists(own) ? 0 : manifest_subdirs(o->dir, &subs);
+    free(own);
+    if (n_subs == 0) {
+        run_manifest(o, true, &rt);
+    } else {
+        for (int i = 0; i < n_subs && rt.rc < 128; i++) {
+            if (!o->quiet) printf("reassemble: %s: using %s/%s\n", o->dir, subs[i], DS_PARTS_FILE);
+            ds_reassemble_opts so = *o;
+            so.dir = subs[i];
+            run_manifest(&so, false, &rt);
+        }
+        for (int i = 0; i < o->n_targets; i++)
+            if (!rt.target_seen[i]) {
+                printf("[FAIL] %s: not listed in any %s under %s\n", o->targets[i], DS_PARTS_FILE, o->dir);
+                rt.rc = ds_exit_merge(rt.rc, DS_EXIT_MISSING);
+                rt.failed++;
+                rt.n++;
+            }
+    }
+    for (int i = 0; i < n_subs; i++) free(subs[i]);
+    free(subs);
+    free(rt.target_seen);
+    if (rt.rc >= 128) printf("reassemble: interrupted after %d targets\n", rt.done);
+    else if (rt.failed) printf("reassemble: %d of %d targets failed\n", rt.failed, rt.n);
+    else if (rt.need) printf("reassemble: %d targets need reassembly\n", rt.need);
+    else if (rt.rc == DS_EXIT_OK) printf("reassemble: all %d targets passed\n", rt.n);
+    else printf("reassemble: 0 targets processed\n");
     fflush(stdout);
-    return rc;
+    return rt.rc;
 }

@@ -30,7 +30,7 @@ void ds_verify_opts_default(ds_verify_opts *o) {
 /* ------------------------------------------------------------------------------------------ */
 /* Report                                                                                       */
 
-static const char *status_name(vstatus s) {
+const char *v_status_name(vstatus s) {
     static const char *n[] = {"PASS", "WARN", "NEED", "FAIL", "SKIP"};
     return n[s];
 }
@@ -304,13 +304,12 @@ static int need_file(vctx *v, vcheck *c, const char *rel, bool required) {
     } else if (stat(full, &st) == 0) {
         ok = 1;
     } else if (parts_next_to(full)) {
-        vc_issue(c, VS_NEED, "%s present only as split parts: NEED reassembly (dsflash reassemble %s)", rel,
-                 strchr(rel, '/') ? "engram_int8" : ".");
+        vc_issue(c, VS_NEED, "%s present only as split parts: NEED reassembly (dsflash reassemble %s)", rel, v->m.dir);
     } else if (required) {
         vc_issue(c, VS_FAIL, "%s is missing", rel);
     }
     if (ok && S_ISREG(st.st_mode) && parts_next_to(full) && !ds_reassemble_stamp_ok(full, NULL))
-        vc_issue(c, VS_WARN, "%s sits next to its split parts without a matching .verified stamp (run dsflash reassemble)", rel);
+        vc_issue(c, VS_WARN, "%s sits next to its split parts without a matching .verified stamp (run dsflash reassemble %s)", rel, v->m.dir);
     free(full);
     return ok;
 }
@@ -473,7 +472,7 @@ static int engram_extra_check(const struct ds_checkpoint *ck, void *ctx, ds_erro
 }
 
 static void check_loader(vctx *v) {
-    vcheck *c = vc_begin(v, "LOAD", "loader checklist (CHECKPOINT.md §15, full)");
+    vcheck *c = vc_begin(v, "LOAD", "loader checklist (every check the loader makes, full)");
     if (!v->m.cfg_ok) { vc_issue(c, VS_SKIP, "config did not load"); return; }
     ds_ckpt_opts o;
     ds_ckpt_opts_default(&o);
@@ -593,7 +592,7 @@ static void check_headers(vctx *v) {
 /* ------------------------------------------------------------------------------------------ */
 /* N1: counts                                                                                   */
 
-static ds_label name_label(const vckpt *k, const vname *n) {
+ds_label v_name_label(const vckpt *k, const vname *n) {
     const char *l = vk_label(k, n->name);
     if (l) return ds_label_parse(l);
     if (v_is_engram(n->name) && strstr(n->name, ".engram.embed.")) return DS_LABEL_ENGRAM;
@@ -612,7 +611,7 @@ static void check_counts(vctx *v) {
             vision_bytes += (int64_t)n->t->nbytes;
             vision_nonbf16 += n->t->dtype != DS_DT_BF16;
         } else if (v_is_engram(n->name)) engram++;
-        else trunk[name_label(k, n)]++;
+        else trunk[v_name_label(k, n)]++;
     }
     int64_t tt = trunk[DS_LABEL_W4A8] + trunk[DS_LABEL_W8A8] + trunk[DS_LABEL_FLOAT] + trunk[DS_LABEL_NONE] + trunk[DS_LABEL_OTHER];
     char brk[256];
@@ -713,54 +712,6 @@ static void check_labels(vctx *v) {
 /* ------------------------------------------------------------------------------------------ */
 /* Driver, report, JSON                                                                         */
 
-static void count_all(const vckpt *k, cJSON *counts) {
-    int64_t by_label[DS_LABEL_ENGRAM + 1] = {0}, by_dtype[DS_DT_COUNT] = {0}, bytes = 0;
-    for (int i = 0; i < k->n_names; i++) {
-        by_label[name_label(k, &k->names[i])]++;
-        by_dtype[k->names[i].t->dtype]++;
-        bytes += (int64_t)k->names[i].t->nbytes;
-    }
-    cJSON_AddNumberToObject(counts, "tensors", k->n_names);
-    cJSON *bl = cJSON_AddObjectToObject(counts, "by_label");
-    for (int l = 0; l <= DS_LABEL_ENGRAM; l++)
-        if (by_label[l]) cJSON_AddNumberToObject(bl, ds_label_name((ds_label)l), (double)by_label[l]);
-    cJSON *bd = cJSON_AddObjectToObject(counts, "by_dtype");
-    for (int d = 0; d < DS_DT_COUNT; d++)
-        if (by_dtype[d]) cJSON_AddNumberToObject(bd, ds_dtype_name((ds_dtype)d), (double)by_dtype[d]);
-    cJSON_AddNumberToObject(counts, "bytes", (double)bytes);
-}
-
-static int write_json(vctx *v, const char *verdict, int n_checks, int n_failed, int n_warn, const char *started) {
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "schema", "dsflash-verify/1");
-    cJSON_AddStringToObject(j, "tool_version", "dsflash verify 1");
-    cJSON_AddStringToObject(j, "started_utc", started);
-    cJSON_AddStringToObject(j, "command", v->o->cmdline ? v->o->cmdline : "");
-    cJSON_AddStringToObject(j, "dir", v->o->dir);
-    cJSON_AddStringToObject(j, "profile", v->profile ? "v41-flash-w4a8" : "none");
-    cJSON *arr = cJSON_AddArrayToObject(j, "checks");
-    for (int i = 0; i < v->n_checks; i++) {
-        cJSON *c = cJSON_CreateObject();
-        cJSON_AddStringToObject(c, "id", v->checks[i].id);
-        cJSON_AddStringToObject(c, "status", status_name(v->checks[i].st));
-        cJSON_AddStringToObject(c, "detail", v->checks[i].detail);
-        cJSON_AddItemToArray(arr, c);
-    }
-    count_all(&v->m, cJSON_AddObjectToObject(j, "counts"));
-    cJSON *s = cJSON_AddObjectToObject(j, "summary");
-    cJSON_AddStringToObject(s, "status", verdict);
-    cJSON_AddNumberToObject(s, "checks", n_checks);
-    cJSON_AddNumberToObject(s, "failed", n_failed);
-    cJSON_AddNumberToObject(s, "warnings", n_warn);
-    char *text = cJSON_Print(j);
-    cJSON_Delete(j);
-    ds_error err;
-    int rc = ds_write_file_atomic(v->o->json_out, text, strlen(text), &err);
-    if (rc) printf("verify: cannot write %s: %s\n", v->o->json_out, err.msg);
-    free(text);
-    return rc;
-}
-
 int ds_verify_run(const ds_verify_opts *o) {
     struct stat st;
     if (stat(o->dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
@@ -802,14 +753,14 @@ int ds_verify_run(const ds_verify_opts *o) {
         n_warn += c->n_warn;
         char more[48] = "";
         if (c->n_issues > c->n_shown && c->n_issues > 0) snprintf(more, sizeof more, " (+%d more)", c->n_issues - c->n_shown);
-        printf("  %-4s  %-4s  %s: %s%s\n", c->id, status_name(c->st), c->title, c->detail, more);
+        printf("  %-4s  %-4s  %s: %s%s\n", c->id, v_status_name(c->st), c->title, c->detail, more);
     }
     const char *verdict = n_failed ? "FAIL" : n_need ? "NEED" : "PASS";
     if (n_failed) printf("verify: FAIL (%d of %d checks failed, warnings %d)\n", n_failed, v->n_checks, n_warn);
     else if (n_need) printf("verify: NEED (reassembly required first; checks %d, warnings %d)\n", v->n_checks, n_warn);
     else printf("verify: PASS (checks %d, warnings %d)\n", v->n_checks, n_warn);
     int rc = n_failed ? DS_EXIT_CHECK : n_need ? DS_EXIT_NEED : DS_EXIT_OK;
-    if (o->json_out && write_json(v, verdict, v->n_checks, n_failed, n_warn, started) != 0) rc = ds_exit_merge(rc, DS_EXIT_IO);
+    if (o->json_out && v_write_json(v, verdict, v->n_checks, n_failed, n_warn, started) != 0) rc = ds_exit_merge(rc, DS_EXIT_IO);
     ds_plan_free(&v->plan);
     vk_free(&v->m);
     free(v);

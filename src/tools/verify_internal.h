@@ -81,6 +81,11 @@ bool v_is_draft(const char *name);
 bool v_is_vision(const char *name);
 bool v_is_engram(const char *name);
 
+const char *v_status_name(vstatus s);
+ds_label v_name_label(const vckpt *k, const vname *n);   /* description label, else derived */
+/* verify_json.c: write the --json-out result; 0 or -1 (message printed) */
+int v_write_json(vctx *v, const char *verdict, int n_checks, int n_failed, int n_warn, const char *started);
+
 /* verify_tensors.c */
 void v_check_shapes(vctx *v);
 void v_check_rotation(vctx *v);

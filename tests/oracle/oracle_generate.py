@@ -44,6 +44,7 @@ def main():
     ap.add_argument("--trace", required=True)
     ap.add_argument("--perturb", default="")
     ap.add_argument("--kernels", default="reference")
+    ap.add_argument("--numerics", default="exact", choices=("exact",))  # the oracle is the exact tier
     ap.add_argument("--ignore-eos", action="store_true")  # the oracle never stops early
     a = ap.parse_args()
     prompt = [int(v) for v in a.prompt_ids.split(",")]

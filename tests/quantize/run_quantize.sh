@@ -55,7 +55,7 @@ else bad "thread-count determinism (exit $rc/$rc2)" "$(cat thr.log q1.log q2.log
 
 # ---- 3. the quantized checkpoint loads and runs; its logits against the float model's
 toks=$(seq -s, 3 66)
-rc=$(run gen.log "$B" generate --model rel --prompt-ids "$toks" --max-tokens 1 --trace tr.st)
+rc=$(run gen.log "$B" generate --model rel --prompt-ids "$toks" --max-tokens 1 --trace tr.st --numerics exact)
 out=$($PY "$HERE/float_vs_quant.py" --float flt --release rel --view view --trace tr.st 2>&1)
 if [ "$rc" = 0 ] && [ $? = 0 ] && grep -q 'C engine on the quantized release' <<< "$out"; then
     ok "quantized release runs in the engine; $(grep -o 'quantized vs float model.*' <<< "$out"); $(grep -o 'C engine.*' <<< "$out")"

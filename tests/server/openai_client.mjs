@@ -112,8 +112,8 @@ async function expectError(fn, cls, status, code, param) {
 test('errors arrive as the client error classes', async () => {
     await expectError(() => client.chat.completions.create({ model: MODEL, messages, temperature: 3 }),
                       OpenAI.BadRequestError, 400, 'invalid_value', 'temperature');
-    await expectError(() => client.chat.completions.create({ model: MODEL, messages, n: 2 }),
-                      OpenAI.BadRequestError, 400, 'unsupported_parameter', 'n');
+    await expectError(() => client.chat.completions.create({ model: MODEL, messages, n: 65 }),
+                      OpenAI.BadRequestError, 400, 'invalid_value', 'n');
     await expectError(() => client.chat.completions.create({ model: 'no-such-model', messages }),
                       OpenAI.NotFoundError, 404, 'model_not_found', 'model');
     await expectError(() => client.completions.create({ model: MODEL, prompt: 'x', max_tokens: 10000000 }),
@@ -121,7 +121,7 @@ test('errors arrive as the client error classes', async () => {
     const bad = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'wrong-key', maxRetries: 0 });
     await expectError(() => bad.models.list(), OpenAI.AuthenticationError, 401, 'invalid_api_key');
     await expectError(() => client.chat.completions.create({ model: MODEL, messages, tool_choice: 'required',
-        tools: [{ type: 'function', function: { name: 'f' } }] }), OpenAI.BadRequestError, 400, 'unsupported_parameter', 'tool_choice');
+        tools: [{ type: 'function', function: { name: 'f' } }], max_tokens: 4 }), OpenAI.BadRequestError, 400, 'tool_choice_not_satisfied', 'tool_choice');
 });
 
 run();

@@ -19,5 +19,26 @@ if start_server "$DS_TEST_TMP/serve-http-b.log" --max-num-batched-tokens 256 --k
     "$NODE" tests/server/load_tests.mjs "$BASE" | tee "$OUT"; tally "$OUT"
 else fail=$((fail + 1)); fi
 stop_server
+if start_server "$DS_TEST_TMP/serve-http-c.log" --kv-cache-memory 256MiB; then
+    "$NODE" tests/server/hardening.mjs "$BASE" | tee "$OUT"; tally "$OUT"
+else fail=$((fail + 1)); fi
+stop_server
+# Graceful shutdown: SIGTERM with requests in flight, exit status 0, and a restart on the same
+# port at once (SO_REUSEADDR; the drained server's connections linger in TIME_WAIT).
+if start_server "$DS_TEST_TMP/serve-http-d.log" --kv-cache-memory 256MiB --shutdown-timeout 1; then
+    "$NODE" tests/server/shutdown.mjs "$BASE" "$SERVER_PID" | tee "$OUT"; tally "$OUT"
+    t0=$(date +%s.%N); wait "$SERVER_PID"; rc=$?; t1=$(date +%s.%N); SERVER_PID=""
+    if [ "$rc" = 0 ] && grep -q 'drained (2 request' "$DS_TEST_TMP/serve-http-d.log"; then
+        pass=$((pass + 1)); echo "ok SIGTERM exit status 0 after the drain ($(echo "$t1 - $t0" | bc) s after the client finished)"
+    else
+        fail=$((fail + 1)); echo "not ok SIGTERM exit status $rc; log:"; tail -5 "$DS_TEST_TMP/serve-http-d.log"
+    fi
+    if FIXED_PORT=$PORT start_server "$DS_TEST_TMP/serve-http-e.log" --kv-cache-memory 256MiB; then
+        pass=$((pass + 1)); echo "ok restart binds port $PORT right after the shutdown"
+    else
+        fail=$((fail + 1)); echo "not ok restart on port $PORT"
+    fi
+    stop_server
+else fail=$((fail + 1)); fi
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -2,7 +2,8 @@
 # READY (/health 200), and stop exactly the process we started (by recorded pid, never by name).
 # The model is the default one: with no --model the server generates the tiny checkpoint once into
 # --model-cache ($DS_TEST_TMP/models, shared by the suites of one run), which is the README's path.
-# Usage: start_server LOGFILE [serve flags...]; sets BASE and SERVER_PID.  stop_server.
+# Usage: start_server LOGFILE [serve flags...]; sets BASE, PORT and SERVER_PID (FIXED_PORT=N reuses
+# a port, for restart tests).  stop_server.
 
 DSFLASH_BIN=${DSFLASH_BIN:-$PWD/build/${BUILD:-release}/dsflash}
 DS_TEST_TMP=${DS_TEST_TMP:-$(mktemp -d)}
@@ -16,7 +17,8 @@ free_port() {
 
 start_server() {
     local log=$1; shift
-    local port; port=$(free_port)
+    local port; port=${FIXED_PORT:-$(free_port)}
+    PORT=$port
     BASE="http://127.0.0.1:$port"
     mkdir -p "$MODEL_CACHE"
     "$DSFLASH_BIN" serve --model-cache "$MODEL_CACHE" --host 127.0.0.1 --port "$port" --self-check quick "$@" >"$log" 2>&1 &

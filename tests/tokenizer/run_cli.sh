@@ -8,7 +8,7 @@ cd "$(dirname "$0")/../.."
 BIN=${DSFLASH_BIN:-$PWD/build/${BUILD:-release}/dsflash}
 TMP=${DS_TEST_TMP:-$(mktemp -d)}/tokenizer-cli
 BASE=.cache/tokenizer-data/deepseek_v3/tokenizer.json
-GOLDEN=../shared/spec/data/encoding_golden.jsonl
+GOLDEN=tests/data/encoding_golden.jsonl
 PY=/usr/bin/python3
 pass=0; fail=0
 ok() { echo "ok $1"; pass=$((pass + 1)); }
@@ -19,7 +19,7 @@ expect_rc() {  # want name cmd...
     local rc=$?
     if [ "$rc" = "$want" ]; then ok "$name (exit $rc)"; else no "$name: exit $rc, want $want: $(head -c 300 "$TMP/err")"; fi
 }
-if [ ! -f "$BASE" ] || [ ! -f "$GOLDEN" ]; then no "inputs missing (scripts/install-deps.sh, ../shared/spec/data)"; echo "$pass passed, $fail failed"; exit 1; fi
+if [ ! -f "$BASE" ] || [ ! -f "$GOLDEN" ]; then no "inputs missing (scripts/install-deps.sh, tests/data)"; echo "$pass passed, $fail failed"; exit 1; fi
 rm -rf "$TMP"; mkdir -p "$TMP"
 "$BIN" tokenize --write-release-tokenizer "$TMP/v41" --vocab-size 129280 --noise-id 128799 --image-id 129264 --base "$BASE" >/dev/null || no "write tokenizer"
 T="$TMP/v41/tokenizer.json"

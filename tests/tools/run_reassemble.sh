@@ -180,7 +180,7 @@ if [ $mounted = 1 ] && [ -s "$C/log" ]; then
     check "tmpfs too small: message names the free space" grep -q "not enough free space" "$C/log"
     check "tmpfs too small: nothing left behind" grep -q "^clean=yes$" "$C/log"
 else
-    echo "skip tmpfs case: cannot mount a tmpfs here (neither root nor user namespaces)"
+    bad "full-disk case not run: cannot mount a tmpfs here (needs root or user namespaces)"
 fi
 
 # --- kill -9 mid-write, then rerun resumes --------------------------------------------------------
@@ -264,11 +264,17 @@ mkparts "$D" "$T" $((1 * MiB)) $MiB
 sed -i '2s/^\(.\)/\U\1/; 2s/^[0-9]/A/' "$D/PARTS.sha256"
 "$B" reassemble "$D" > "$LOG" 2>&1; expect_rc "malformed PARTS.sha256" 1 $? "$LOG"
 check "message names file and line" grep -q "PARTS.sha256:2: expected '<64 lowercase hex digits>  <file name>'" "$LOG"
-"$B" reassemble "$C" > "$LOG" 2>&1; expect_rc "missing PARTS.sha256" 5 $? "$LOG"
+"$B" reassemble "$C" > "$LOG" 2>&1; expect_rc "parent directory: uses the manifest one level down" 1 $? "$LOG"
+check "parent directory: names the subdirectory's manifest" grep -q "using $D/PARTS.sha256" "$LOG"
+mkdir -p "$C/empty"
+"$B" reassemble "$C/empty" > "$LOG" 2>&1; expect_rc "missing PARTS.sha256" 5 $? "$LOG"
+check "missing PARTS.sha256: says no subdirectory holds one" grep -q "PARTS.sha256: cannot open.*(nor does any subdirectory hold one)" "$LOG"
 "$B" reassemble "$D" --checkonly > "$LOG" 2>&1; expect_rc "unknown option" 2 $? "$LOG"
 check "usage printed" grep -q "^usage: dsflash reassemble" "$LOG"
 "$B" reassemble "$D" --check > "$LOG" 2>&1; expect_rc "abbreviated option is not accepted" 2 $? "$LOG"
 "$B" reassemble "$D" --jobs 0 > "$LOG" 2>&1; expect_rc "bad --jobs value" 2 $? "$LOG"
+"$B" reassemble "$D" --jobs 4 > "$LOG" 2>&1; expect_rc "--jobs without --check-only (it would be ignored)" 2 $? "$LOG"
+check "--jobs refusal says why" grep -q "^dsflash reassemble: --jobs: applies to --check-only only" "$LOG"
 "$B" reassemble "$D" --check-only --delete-parts > "$LOG" 2>&1; expect_rc "--check-only with --delete-parts" 2 $? "$LOG"
 
 # --- progress: plain periodic lines when not a terminal, one refreshed line on a terminal --------

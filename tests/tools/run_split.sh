@@ -85,6 +85,8 @@ done
 head -c 10000 /dev/zero > "$C/z.bin"
 "$B" split "$C/z.bin" --part-size 1 > "$LOG" 2>&1; expect_rc "10000 parts exceed the limit" 2 $? "$LOG"
 "$B" split "$C/u.bin" --part > "$LOG" 2>&1; expect_rc "abbreviated option" 2 $? "$LOG"
+"$B" split "$C/u.bin" --no-verify --jobs 4 > "$LOG" 2>&1; expect_rc "--jobs with --no-verify (it would be ignored)" 2 $? "$LOG"
+check "--jobs refusal says why" grep -q "^dsflash split: --jobs: .*--no-verify turns off" "$LOG"
 "$B" split > "$LOG" 2>&1; expect_rc "no FILE" 2 $? "$LOG"
 "$B" split "$C/none.bin" > "$LOG" 2>&1; expect_rc "missing FILE" 5 $? "$LOG"
 : > "$C/empty.bin"

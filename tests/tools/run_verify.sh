@@ -76,6 +76,48 @@ check "F1 warns, LOAD fails with E_ENGRAM_PARTS_NOT_REASSEMBLED" bash -c "grep -
 "$B" reassemble "$C/engram_int8" --quiet > /dev/null 2>&1
 "$B" verify "$C" > "$LOG" 2>&1; expect_rc "reassemble re-hashes and stamps it" 0 $? "$LOG"
 
+# --- a copied model directory (cp -r): refused with the exact command, which then works ----------
+C=$ROOT/copied; rm -rf "$C"; cp -r "$BASE" "$C"; LOG=$ROOT/copied.log
+"$B" verify "$C" > "$LOG" 2>&1; expect_rc "cp -r copy before re-stamping" 1 $? "$LOG"
+check "LOAD names the exact command with the directory" grep -qF "run \`dsflash reassemble $C\`" "$LOG"
+cmdline=$(grep -oE "run \`dsflash reassemble [^\`]*\`" "$LOG" | head -1 | sed -e 's/^run `dsflash //' -e 's/`$//')
+"$B" $cmdline > "$ROOT/copied.restamp.log" 2>&1; expect_rc "the named command (reassemble MODEL_DIR) succeeds" 0 $? "$ROOT/copied.restamp.log"
+check "it found the tables under engram_int8/" grep -q "^reassemble: all [1-9][0-9]* targets passed$" "$ROOT/copied.restamp.log"
+"$B" verify "$C" > "$LOG" 2>&1; expect_rc "the copy verifies after the named command" 0 $? "$LOG"
+"$B" reassemble "$C" --target no-such-table > "$LOG" 2>&1; expect_rc "MODEL_DIR with an unlisted --target" 5 $? "$LOG"
+check "unlisted target named" grep -q "no-such-table: not listed in any PARTS.sha256 under $C" "$LOG"
+
+# --- NaN weights: 4 KiB of 0xFF inside a BF16 tensor, an Inf scale ------------------------------------
+fresh nanweights
+# the first BF16 tensor (by name) of at least 5 KiB, and the byte offset of its element 500, read from
+# the index and the header (independent of the C reader)
+read -r s tn off < <($PY - "$C" <<'EOP'
+import json, struct, sys
+d = sys.argv[1]
+wm = json.load(open(d + "/quant_model_weights.safetensors.index.json"))["weight_map"]
+for name in sorted(wm):
+    f = open(d + "/" + wm[name], "rb"); n = struct.unpack("<Q", f.read(8))[0]; t = json.loads(f.read(n))[name]
+    if t["dtype"] == "BF16" and t["data_offsets"][1] - t["data_offsets"][0] >= 1000 + 4096:
+        print(wm[name], name, 8 + n + t["data_offsets"][0] + 1000); break
+EOP
+)
+head -c 4096 /dev/zero | tr '\0' '\377' | dd of="$C/$s" bs=4096 seek="$off" oflag=seek_bytes conv=notrunc status=none
+"$B" verify "$C" --deep > "$LOG" 2>&1; expect_rc "--deep on 4 KiB of 0xFF in a BF16 weight ($tn)" 1 $? "$LOG"
+check "D1 names file, tensor and first element (500) and counts 2048" grep -q "D1    FAIL .*$s: $tn (BF16) element 500 is not finite (2048 non-finite of" "$LOG"
+"$B" verify "$C" > "$LOG" 2>&1; expect_rc "without --deep the values are not read (structure only)" 0 $? "$LOG"
+timeout 300 "$B" serve "$C" --host 127.0.0.1 --port 0 --self-check quick --kv-cache-memory 64MiB > "$LOG" 2>&1
+expect_rc "serve refuses the NaN weights at its warm-up probe" 1 $? "$LOG"
+check "serve points at the command that names the tensor" grep -qF "\`dsflash verify $C --deep\` names the file, tensor and element" "$LOG"
+fresh infscale
+s=$(shard_of "$C" layers.0.attn.wq_a.weight_scale)
+$ED set "$C/$s" layers.0.attn.wq_a.weight_scale 7 inf
+"$B" verify "$C" --deep > "$LOG" 2>&1; expect_rc "--deep on an Inf scale" 1 $? "$LOG"
+check "D1 names the scale's file, tensor and element 7" grep -q "D1    FAIL .*$s: layers.0.attn.wq_a.weight_scale (F32) element 7 is not finite (1 non-finite of" "$LOG"
+fresh nanengram
+$ED set "$C/engram_extra.safetensors" layers.1.engram.wkv.weight 3 nan
+"$B" verify "$C" --deep > "$LOG" 2>&1; expect_rc "--deep on a NaN in an auxiliary file" 1 $? "$LOG"
+check "D1 names engram_extra.safetensors" grep -q "D1    FAIL .*engram_extra.safetensors: layers.1.engram.wkv.weight (BF16) element 3 is not finite" "$LOG"
+
 # --- file-level faults -------------------------------------------------------------------------------
 fresh notok
 rm "$C/tokenizer.json"

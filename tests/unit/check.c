@@ -9,6 +9,8 @@
 
 struct ds_test_case ds_tests[512];
 int ds_ntests, ds_case_failed;
+ds_test_fn ds_cleanups[16];
+int ds_ncleanups;
 
 const char *ds_test_tmpdir(void) {
     static char dir[512];
@@ -82,6 +84,7 @@ int ds_test_main(int argc, char **argv) {
         else { passed++; printf("ok %s\n", ds_tests[i].name); }
         fflush(stdout);
     }
+    for (int i = 0; i < ds_ncleanups; i++) ds_cleanups[i]();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -20,6 +20,17 @@ extern int ds_ntests, ds_case_failed;
     }                                                                           \
     static void tname(void)
 
+/* CLEANUP(name): runs after every case (leak checkers then see freed shared fixtures); not a test
+ * case, so it is neither counted nor printed as one. */
+extern ds_test_fn ds_cleanups[16];
+extern int ds_ncleanups;
+#define CLEANUP(cname)                                                          \
+    static void cname(void);                                                    \
+    __attribute__((constructor)) static void reg_##cname(void) {                \
+        ds_cleanups[ds_ncleanups++] = cname;                                    \
+    }                                                                           \
+    static void cname(void)
+
 #define CHECK(cond, ...)                                                        \
     do {                                                                        \
         if (!(cond)) {                                                          \

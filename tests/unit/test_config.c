@@ -278,7 +278,7 @@ TEST(each_validation_rule_is_named) {
         {"text_config.dspark_target_layer_ids", "[7,6]", "rule 5: expected strictly increasing"},
         {"text_config.engram_num_embeddings", "[6126]", "rule 5: expected 2 entries"},
         {"text_config.engram_head_dim", "48", "rule 5: expected a multiple of 32"},
-        {"text_config.engram_compressed_vocab_size", "1500000000", "Appendix A bound"},
+        {"text_config.engram_compressed_vocab_size", "1500000000", "Engram multiplier bound"},
         {"text_config.n_shared_experts", "2", "rule 6: expected 1"},
         {"text_config.qk_rope_head_dim", "15", "rule 6: expected an even value"},
         {"text_config.qk_rope_head_dim", "48", "rule 6: expected <= index_head_dim 32"},

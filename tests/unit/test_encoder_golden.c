@@ -1,4 +1,4 @@
-/* deepseek_v41 encoder: the 45 golden prompts of data/encoding_golden.jsonl (SERVING.md §11.6),
+/* deepseek_v41 encoder: the 45 golden prompts of tests/data/encoding_golden.jsonl (SERVING.md §11.6),
  * the rule that escaped client text never tokenizes to a control id, the request errors of
  * §10.3/§11.2/§11.3, and the §11.4 JSON serializer (spec examples, and 3000 random doubles checked
  * against Python's repr, the serializer the reference used). */
@@ -9,7 +9,7 @@
 #include "tokenizer/release_tokenizer.h"
 #include "base/fsutil.h"
 
-#define GOLDEN "../shared/spec/data/encoding_golden.jsonl"
+#define GOLDEN "tests/data/encoding_golden.jsonl"   /* a copy of the specification's golden vectors */
 
 static ds_tokenizer *g_tok;   /* the V4.1-style tokenizer (all §11.1 literals are added tokens) */
 static ds_tokenizer *v41(void) {
@@ -270,6 +270,6 @@ TEST(doubles_match_python_repr) {
     CHECK(rc == 0, "python repr disagrees: %s", out);
 }
 
-TEST(zz_cleanup) { ds_tokenizer_free(g_tok); g_tok = NULL; }
+CLEANUP(free_shared_tokenizer) { ds_tokenizer_free(g_tok); g_tok = NULL; }
 
 RUN_ALL()

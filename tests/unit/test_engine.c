@@ -201,6 +201,84 @@ TEST(engine_prefix_cache_hits_and_stays_exact) {
     ds_metrics_destroy(&m);
 }
 
+/* One request through an engine; returns its cached_tokens and copies its output ids. */
+static int64_t run_one(ds_engine *e, const int32_t *p, int len, int32_t *out, int max_out) {
+    ds_sampling_params sp;
+    ds_sampling_defaults(&sp);
+    sp.temperature = 0;
+    sp.max_tokens = max_out;
+    sp.ignore_eos = true;
+    ds_req *r = ds_req_new("rep", p, len, &sp);
+    r->want_text = false;
+    ds_sampling_free(&sp);
+    CHECK(ds_engine_submit(e, r) == 0);
+    CHECK(ds_engine_wait_idle(e, 60) == 0, "engine did not go idle");
+    pthread_mutex_lock(&r->mu);
+    int64_t hit = r->cached_tokens;
+    CHECK(r->finished && r->n_out == max_out, "prompt %d: end %d after %lld tokens", len, r->end, (long long)r->n_out);
+    for (int k = 0; k < max_out && k < r->n_out; k++) out[k] = r->out_ids[k];
+    pthread_mutex_unlock(&r->mu);
+    ds_req_unref(r);
+    return hit;
+}
+
+/* Issue 10 #4: a prompt sent twice must hit every full block §7.2 allows, (P-1)/bs blocks, at
+ * every length — also when P ends more than a window past the last block boundary (a 1000-token
+ * prompt used to hit nothing) — and the hit must not change the output.  Windows shorter than,
+ * equal to and longer than a block; lengths up to max-model-len. */
+TEST(engine_repeated_prompt_hits_every_full_block) {
+    struct { int window, bs; } g[] = {{20, 16}, {16, 16}, {46, 16}, {46, 128}, {200, 64}};
+    const int lens[] = {17, 30, 33, 70, 100, 127, 129, 300, 1000, 1500, 2040};
+    const int max_len = 2048, n_out = 4;
+    for (size_t gi = 0; gi < DS_ARRAY_LEN(g); gi++) {
+        ds_backend *be = mk_backend(g[gi].window, -1);
+        ds_token_mask mask;
+        ds_token_mask_init(&mask, V, 300, 0, 2, 310, NULL, 0);
+        ds_engine_config ec;
+        ds_engine_config_defaults(&ec);
+        ec.max_num_seqs = 4;
+        ec.max_num_batched_tokens = 512;
+        ec.block_size = g[gi].bs;
+        ec.max_model_len = max_len;
+        ec.kv_budget_bytes = 64u << 20;
+        ec.fingerprint = "test";
+        ds_metrics m;
+        ds_metrics_init(&m);
+        ds_error err = {0};
+        ds_engine *e = ds_engine_create(&ec, be, &mask, &m, NULL, &err);
+        CHECK(e != NULL, "%s", err.msg);
+        if (!e) continue;
+        uint64_t want_hits = 0, queried = 0;
+        for (size_t li = 0; li < DS_ARRAY_LEN(lens); li++) {
+            int len = lens[li];
+            if (len + n_out > max_len) continue;
+            int32_t p[2048], first[8], second[8];
+            mk_prompt(1000 + (int)li, len, 0, p);
+            int64_t h1 = run_one(e, p, len, first, n_out);
+            int64_t h2 = run_one(e, p, len, second, n_out);
+            int64_t want = (int64_t)((len - 1) / g[gi].bs) * g[gi].bs;
+            CHECK(h1 == 0, "window %d bs %d prompt %d: first send hit %lld", g[gi].window, g[gi].bs, len, (long long)h1);
+            CHECK(h2 == want, "window %d bs %d prompt %d: repeat hit %lld tokens, expected %lld", g[gi].window, g[gi].bs,
+                  len, (long long)h2, (long long)want);
+            CHECK(!memcmp(first, second, sizeof(int32_t) * n_out), "window %d bs %d prompt %d: output changed on a hit",
+                  g[gi].window, g[gi].bs, len);
+            want_hits += (uint64_t)want;
+            queried += 2u * (uint64_t)len;
+        }
+        CHECK(atomic_load(&m.prefix_hits) == want_hits && atomic_load(&m.prefix_queries) == queried,
+              "window %d bs %d: metrics %llu hits / %llu queried, expected %llu / %llu", g[gi].window, g[gi].bs,
+              (unsigned long long)atomic_load(&m.prefix_hits), (unsigned long long)atomic_load(&m.prefix_queries),
+              (unsigned long long)want_hits, (unsigned long long)queried);
+        CHECK(ds_synthetic_corruptions(be) == 0, "window %d bs %d: corrupt page reads", g[gi].window, g[gi].bs);
+        char msg[256] = "";
+        CHECK(ds_engine_audit(e, msg, sizeof msg) == 0, "audit: %s", msg);
+        ds_engine_destroy(e);
+        ds_metrics_destroy(&m);
+        ds_backend_free(be);
+        ds_token_mask_free(&mask);
+    }
+}
+
 TEST(engine_preemption_under_tiny_kv_is_exact) {
     run_cfg c = base_cfg();
     c.max_num_seqs = 8;

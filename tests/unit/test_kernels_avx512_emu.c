@@ -28,7 +28,7 @@ static ds_qact make_qact(const int8_t *q, const float *s, int n, int in, int8_t 
 TEST(emulated_avx512_integer_kernels_equal_reference) {
     static const int outs[] = {1, 15, 16, 17, 33, 64, 65, 100};
     static const int ins[] = {1, 3, 4, 5, 8, 9, 63, 64, 65, 130, 257};
-    static const int ns[] = {1, 2, 7, 8, 9, 17};
+    static const int ns[] = {1, 2, 7, 8, 9, 17, 33, 40};
     int runs = 0;
     for (int trial = 0; trial < 60; trial++) {
         ds_lin_fmt fmt = trial % 2 ? DS_LIN_W4A8 : DS_LIN_W8A8;
@@ -93,6 +93,49 @@ TEST(emulated_avx512_float_kernels_within_tolerance) {
         tk_free(&t);
     }
     printf("  worst float rel diff %.3g\n", worst);
+}
+
+/* Fast tier: the FMA and the vdpbf16ps (emulated as documented: odd product first, one rounding
+ * each, DAZ/FTZ) kernels against the scalar reference, bit for bit, split over output ranges as
+ * the dispatcher may, including tiny values that the flush rule removes before DAZ could act. */
+TEST(emulated_avx512_fast_float_kernels_equal_reference) {
+    static const int ins[] = {1, 2, 15, 16, 17, 31, 32, 33, 64, 65, 100, 130, 2085}; /* 2085: several input blocks */
+    int runs = 0;
+    for (int trial = 0; trial < 45; trial++) {
+        int kind = trial % 3; /* DS_FF_F32, DS_FF_BF16_FMA, DS_FF_BF16_DOT */
+        ds_lin_fmt fmt = kind == DS_FF_F32 ? DS_LIN_F32 : DS_LIN_BF16;
+        int out = tk_range(1, 13), in = ins[tk_range(0, DS_ARRAY_LEN(ins) - 1)], n = 1 + trial % 9;
+        if (trial % 5 == 4) in = 2085; /* every kind meets long rows */
+        tk_lin t = tk_make(fmt, out, in);
+        t.L.numerics = DS_NUMERICS_FAST;
+        ds_bf16 *x = malloc(sizeof(ds_bf16) * n * in);
+        tk_fill_bf16(x, (size_t)n * in, 1.f);
+        if (trial % 4 == 1 && fmt == DS_LIN_BF16) { /* tiny and subnormal values */
+            for (int i = 0; i < out * in; i += 3) ((ds_bf16 *)t.w)[i] = ds_f32_to_bf16(i % 2 ? 0x1p-130f : 0x1p-52f);
+            for (int i = 0; i < n * in; i += 4) x[i] = ds_f32_to_bf16(i % 2 ? -0x1p-128f : 0x1p-49f);
+        }
+        size_t bytes;
+        ds_ffw *W = ds_ff_pack(&t.L, &bytes);
+        void *buf = malloc(sizeof(float) * (size_t)n * (((in + 31) & ~31) + 32));
+        ds_ffact X;
+        ds_ff_prepare_act(kind, x, n, in, buf, &X);
+        float *y = malloc(sizeof(float) * n * out), *yr = malloc(sizeof(float) * n * out);
+        tk_poison(y, (size_t)n * out);
+        int om = out / 2;
+        for (int part = 0; part < 2; part++) {
+            int o0 = part ? om : 0, o1 = part ? out : om;
+            if (o0 >= o1) continue;
+            if (kind == DS_FF_BF16_DOT) ds_kern_avx512_emu.ff_dot(W, &X, o0, o1, y, out);
+            else ds_kern_avx512_emu.ff_rows(W, &X, o0, o1, y, out);
+        }
+        ds_ref_linear_f(&t.L, x, n, yr);
+        CHECK(!memcmp(y, yr, sizeof(float) * n * out), "kind %d out=%d in=%d n=%d differs", kind, out, in, n);
+        runs++;
+        free(x); free(buf); free(y); free(yr);
+        ds_afree(W);
+        tk_free(&t);
+    }
+    printf("  %d emulated fast-tier float linears compared\n", runs);
 }
 
 RUN_ALL()

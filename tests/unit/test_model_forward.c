@@ -5,7 +5,9 @@
  * gives identical logits, batched sequences equal each alone, and results do not depend on the KV
  * block size or the thread count.  The absolute numbers are checked against the independent NumPy
  * oracle by tests/oracle/run_oracle.sh; here the oracle is the same engine under another schedule,
- * which must agree exactly.  Also: step argument errors, the trace hook, the margin probe.
+ * which must agree exactly.  Every invariance case runs in both numerics tiers (exact and fast:
+ * docs/NUMERICS.md), each compared only with itself.  Also: step argument errors, the trace hook,
+ * the margin probe.
  *
  * The fixture comes from `dsflash mkmodel --config tiny` ($DSFLASH_BIN, else build/$BUILD/dsflash). */
 #include "check.h"
@@ -17,14 +19,18 @@
 #include <stdlib.h>
 
 
+/* The numerics tier of the case being run (the invariance cases run once per tier). */
+static const char *g_tier = "exact";
+
 /* kernels: "reference" (the scalar ground truth) or "auto" (the SIMD path the server runs) */
 static ds_model *load_k(const char *kernels) {
     const char *d = ds_test_tiny_fixture();
     if (!d) return NULL;
     char eb[1024];
-    ds_load_options o = {.kernels = kernels};
+    ds_load_options o = {.kernels = kernels, .numerics = g_tier};
     ds_model *m = ds_model_load(d, &o, eb, sizeof eb);
     if (!m) fprintf(stderr, "  load: %s\n", eb);
+    if (m) CHECK(!strcmp(ds_model_numerics(m), g_tier), "model runs tier %s, asked %s", ds_model_numerics(m), g_tier);
     return m;
 }
 static ds_model *load(void) { return load_k("reference"); }
@@ -52,7 +58,10 @@ static int run_chunks(ds_model *m, ds_seq *s, const int32_t *t, int n, int chunk
 
 static int same(const float *a, const float *b, size_t n) { return !memcmp(a, b, sizeof(float) * n); }
 
-TEST(chunked_prefill_equals_one_shot) {
+static void chunked_prefill_equals_one_shot(void);
+TEST(chunked_prefill_equals_one_shot_exact) { g_tier = "exact"; chunked_prefill_equals_one_shot(); }
+TEST(chunked_prefill_equals_one_shot_fast) { g_tier = "fast"; chunked_prefill_equals_one_shot(); g_tier = "exact"; }
+static void chunked_prefill_equals_one_shot(void) {
     ds_model *m = load();
     CHECK(m != NULL, "tiny fixture");
     if (!m) return;
@@ -86,7 +95,10 @@ TEST(chunked_prefill_equals_one_shot) {
     ds_model_free(m);
 }
 
-TEST(decode_after_prefill_equals_longer_prefill) {
+static void decode_after_prefill_equals_longer_prefill(void);
+TEST(decode_after_prefill_equals_longer_prefill_exact) { g_tier = "exact"; decode_after_prefill_equals_longer_prefill(); }
+TEST(decode_after_prefill_equals_longer_prefill_fast) { g_tier = "fast"; decode_after_prefill_equals_longer_prefill(); g_tier = "exact"; }
+static void decode_after_prefill_equals_longer_prefill(void) {
     ds_model *m = load();
     if (!m) { CHECK(0, "fixture"); return; }
     const int V = ds_model_vocab_size(m), P = 101, P1 = 61;
@@ -108,7 +120,10 @@ TEST(decode_after_prefill_equals_longer_prefill) {
     ds_model_free(m);
 }
 
-TEST(rollback_then_reprocess_is_identical) {
+static void rollback_then_reprocess_is_identical(void);
+TEST(rollback_then_reprocess_is_identical_exact) { g_tier = "exact"; rollback_then_reprocess_is_identical(); }
+TEST(rollback_then_reprocess_is_identical_fast) { g_tier = "fast"; rollback_then_reprocess_is_identical(); g_tier = "exact"; }
+static void rollback_then_reprocess_is_identical(void) {
     ds_model *m = load();
     if (!m) { CHECK(0, "fixture"); return; }
     const int V = ds_model_vocab_size(m), P = 130;
@@ -150,7 +165,10 @@ TEST(rollback_then_reprocess_is_identical) {
     ds_model_free(m);
 }
 
-TEST(batched_sequences_equal_each_alone) {
+static void batched_sequences_equal_each_alone(void);
+TEST(batched_sequences_equal_each_alone_exact) { g_tier = "exact"; batched_sequences_equal_each_alone(); }
+TEST(batched_sequences_equal_each_alone_fast) { g_tier = "fast"; batched_sequences_equal_each_alone(); g_tier = "exact"; }
+static void batched_sequences_equal_each_alone(void) {
     ds_model *m = load_k("auto");
     if (!m) { CHECK(0, "fixture"); return; }
     const int V = ds_model_vocab_size(m), PA = 90, PB = 45, PC = 60;
@@ -195,7 +213,10 @@ TEST(batched_sequences_equal_each_alone) {
     ds_model_free(m);
 }
 
-TEST(block_size_and_threads_do_not_matter) {
+static void block_size_and_threads_do_not_matter(void);
+TEST(block_size_and_threads_do_not_matter_exact) { g_tier = "exact"; block_size_and_threads_do_not_matter(); }
+TEST(block_size_and_threads_do_not_matter_fast) { g_tier = "fast"; block_size_and_threads_do_not_matter(); g_tier = "exact"; }
+static void block_size_and_threads_do_not_matter(void) {
     ds_model *m = load_k("auto");
     if (!m) { CHECK(0, "fixture"); return; }
     const int V = ds_model_vocab_size(m), P = 150;
@@ -219,6 +240,11 @@ TEST(block_size_and_threads_do_not_matter) {
     s = ds_seq_new(m);
     run_chunks(m, s, t, P, 64, got);
     CHECK(same(ref, got, (size_t)P * V), "one thread");
+    ds_seq_free(s);
+    ds_pool_init(2);
+    s = ds_seq_new(m);
+    run_chunks(m, s, t, P, 64, got);
+    CHECK(same(ref, got, (size_t)P * V), "two threads");
     ds_seq_free(s);
     ds_pool_init(3);
     s = ds_seq_new(m);

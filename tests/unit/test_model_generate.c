@@ -25,6 +25,9 @@ TEST(usage_errors_exit_2) {
     CHECK(ds_test_sh(out, sizeof out, "%s generate --model x --prompt-ids 1 --max-tokens 0 2>&1", ds_test_bin()) == 2);
     CHECK(ds_test_sh(out, sizeof out, "%s generate --model x --prompt-ids 1 --max-tokens 3 --chunk -1 2>&1", ds_test_bin()) == 2);
     CHECK(ds_test_sh(out, sizeof out, "%s generate --help", ds_test_bin()) == 0 && strstr(out, "--max-tokens"));
+    CHECK(ds_test_sh(out, sizeof out, "%s generate --model x --prompt-ids 1 --max-tokens 3 --numerics fp32 2>&1", ds_test_bin()) == 2 &&
+          strstr(out, "--numerics") && strstr(out, "fp32") && strstr(out, "exact or fast"), "%s", out);
+    CHECK(ds_test_sh(out, sizeof out, "%s generate --help", ds_test_bin()) == 0 && strstr(out, "--numerics exact|fast"));
 }
 
 TEST(input_errors) {

@@ -1,4 +1,4 @@
-/* Output-parser golden vectors (SERVING.md §11.6, data/dsml_parse_golden.jsonl): each vector is
+/* Output-parser golden vectors (SERVING.md §11.6, tests/data/dsml_parse_golden.jsonl): each vector is
  * parsed in one shot and must match the expected reasoning, content and tool calls exactly; then it
  * is fed through the streaming parser in 40 random chunkings (including byte-by-byte) and the
  * accumulated deltas and final result must be identical to the one-shot result. */
@@ -8,7 +8,7 @@
 #include "base/fsutil.h"
 #include <cJSON.h>
 
-#define GOLDEN "../shared/spec/data/dsml_parse_golden.jsonl"
+#define GOLDEN "tests/data/dsml_parse_golden.jsonl"   /* a copy of the specification's golden vectors */
 
 static uint64_t rng_state = 88172645463325252ull;
 static uint64_t rnd(void) {

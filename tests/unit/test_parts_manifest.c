@@ -89,6 +89,8 @@ TEST(parse_rejections) {
     expect_reject("0123  t.bin\n", "PARTS.sha256:1:");
     expect_reject(H0 "\tt.bin\n", "PARTS.sha256:1:");
     expect_reject(H0 "  ../t.bin\n", "must be a plain name");
+    /* fuzz/regress/parts: a space in a name made the canonical header "# x.bin size=30 size=..." ambiguous */
+    expect_reject(H0 "  x.bin size=30\n", "must be a plain name");
     expect_reject(H0 "  t.bin\n" H1 "  t.bin\n", "whole-file line for t.bin is listed twice");
     expect_reject(H0 "  t.bin\n" H1 "  t.bin.part-00-of-01\n" H1 "  t.bin.part-00-of-01\n", "listed twice");
     expect_reject(H1 "  t.bin.part-00-of-01\n", "has part lines but no whole-file line");

@@ -298,6 +298,6 @@ TEST(release_tokenizers_have_the_spec_ids) {
     CHECK(ds_tokenizer_write_release("/nonexistent/tokenizer.json", 1024, 1001, 1010, tiny, &err) < 0 && strstr(err.msg, "/nonexistent"), "%s", err.msg);
 }
 
-TEST(zz_cleanup) { ds_tokenizer_free(g_base); g_base = NULL; }
+CLEANUP(free_shared_tokenizer) { ds_tokenizer_free(g_base); g_base = NULL; }
 
 RUN_ALL()

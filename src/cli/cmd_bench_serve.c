@@ -1,0 +1,274 @@
+/* dsflash bench serve: serving speed against this host's limits, in process, in one run.
+ *
+ *   bench serve --model DIR [--threads N] [--numerics exact|fast|both] [--kernels PATH] [--quick]
+ *               [--json FILE]
+ *
+ * Why in process and through ds_batch_step: an HTTP sweep measures the client, the sockets and
+ * the scheduler's waits as much as the model, and cannot tell which weight bytes a step read.
+ * The engine's model backend runs exactly one ds_batch_step per scheduler step (every running
+ * sequence contributes its rows), so timing ds_batch_step with C sequences of one decode row each
+ * is the steady state of continuous batching at concurrency C, without the engine thread's queue
+ * hand-offs blurring the per-step figure.  The kernel layer's weight-byte counter, read around
+ * each step, gives the bytes of the distinct weights that step touched (dense weights plus the
+ * union of the experts its rows route to): the numerator of the batched roofline.
+ *
+ * What it measures, per numerics tier: decode at concurrency 1/4/16/32 (concurrency 1 is the
+ * single-stream figure), the time to first token of a 2,048-token prompt prefilled in 512-token
+ * chunks, and the multiply-adds of that prefill.  Host limits (read bandwidth, int8 peak) are
+ * sampled before, between and after the sections; the report uses the best sample of each, so a
+ * sample taken while another process held a core cannot make the code look better than it is. */
+#include "cli/cmd_bench_serve.h"
+#include "kernels/kernels.h"
+#include "kernels/membench.h"
+#include "base/threadpool.h"
+#include "dsflash.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Read-bandwidth probe working set: beyond every cache level (as bench kernels). */
+#define PROBE_BYTES ((size_t)512 << 20)
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: dsflash bench serve --model DIR [--threads N] [--numerics exact|fast|both]\n"
+               "                           [--kernels auto|avx512-vnni|avx2|reference] [--quick] [--json FILE]\n"
+               "  decode at concurrency 1/4/16/32 against the batched roofline, TTFT of a 2048-token prompt\n"
+               "  (512-token chunks) and its prefill rate against the int8 peak; --quick: fewer steps, a\n"
+               "  512-token prompt in 128-token chunks. Default numerics: fast.\n");
+}
+
+static int parse_int(const char *opt, const char *v, int lo, int hi, int *out) {
+    char *end;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || *end || x < lo || x > hi) {
+        fprintf(stderr, "dsflash bench serve: %s: expected an integer in [%d, %d], got '%s'\n", opt, lo, hi, v ? v : "");
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+static int parse_numerics(const char *v, bs_opts *o) {
+    if (v && !strcmp(v, "both")) {
+        o->tiers[0] = "exact";
+        o->tiers[1] = "fast";
+        o->n_tiers = 2;
+        return 0;
+    }
+    if (v && ds_numerics_parse(v) >= 0) {
+        o->tiers[0] = !strcmp(v, "fast") ? "fast" : "exact";
+        o->n_tiers = 1;
+        return 0;
+    }
+    fprintf(stderr, "dsflash bench serve: --numerics: expected exact, fast or both, got '%s'\n", v ? v : "");
+    return -1;
+}
+
+static int parse(int argc, char **argv, bs_opts *o) {
+    *o = (bs_opts){.kernels = "auto", .n_tiers = 1, .tiers = {"fast"}, .levels = {1, 4, 16, 32}};
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--threads")) { if (parse_int(a, v, 1, 1024, &o->threads)) return -1; i++; }
+        else if (!strcmp(a, "--model")) { if (!v) goto missing; o->model = v; i++; }
+        else if (!strcmp(a, "--kernels")) { if (!v) goto missing; o->kernels = v; i++; }
+        else if (!strcmp(a, "--json")) { if (!v) goto missing; o->json = v; i++; }
+        else if (!strcmp(a, "--numerics")) { if (parse_numerics(v, o)) return -1; i++; }
+        else if (!strcmp(a, "--quick")) o->quick = 1;
+        else { fprintf(stderr, "dsflash bench serve: unknown option '%s'\n", a); return -1; }
+        continue;
+    missing:
+        fprintf(stderr, "dsflash bench serve: %s needs a value\n", a);
+        return -1;
+    }
+    if (!o->model) { fprintf(stderr, "dsflash bench serve: --model DIR is required\n"); return -1; }
+    o->decode_steps = o->quick ? 3 : 16;
+    o->context_tokens = o->quick ? 8 : 16;
+    o->prompt_tokens = o->quick ? 512 : 2048;
+    o->chunk = o->quick ? 128 : 512;
+    return 0;
+}
+
+/* One more sample of each limit; keeps the best. */
+static void sample_limits(bs_limits *l, int quick) {
+    double bw = ds_bench_read_bw(PROBE_BYTES, (size_t)64 << 20, quick ? 4 : 8, quick ? 0.3 : 1.0);
+    const char *what = NULL;
+    double pk = ds_bench_int8_peak(&what);
+    if (bw > l->read_bw) l->read_bw = bw;
+    if (pk > l->peak) { l->peak = pk; l->peak_what = what; }
+    l->samples++;
+    fprintf(stderr, "  limits sample %d: read %.1f GB/s, int8 %.0f GOP/s (best so far %.1f GB/s, %.0f GOP/s)\n",
+            l->samples, bw, pk, l->read_bw, l->peak);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Deterministic ordinary-text ids: clear of BOS/EOS/PAD (0..2) and, on a large vocabulary, of
+ * the special ids at the top (image, draft noise); `salt` gives every sequence its own text. */
+static void fill_prompt(int32_t *p, int n, int vocab, int salt) {
+    int lo = vocab > 2000 ? 1000 : 3, hi = vocab > 2000 ? vocab - 1000 : DS_MIN(vocab, 1000);
+    for (int i = 0; i < n; i++)
+        p[i] = (int32_t)(lo + ((int64_t)i * 7919 + (int64_t)salt * 104729 + 17) % (hi - lo));
+}
+
+typedef struct {
+    ds_model *m;
+    int vocab;
+    char err[1024];
+} bs_run;
+
+/* `steps` timed decode steps of the first `conc` sequences (one greedy row each), after one
+ * untimed step at this batch size. */
+static int run_level(bs_run *r, ds_seq **seqs, float **logits, int conc, int steps, bs_level *out) {
+    int32_t tok[32];
+    const int32_t *tp[32];
+    int rows[32], nl[32];
+    double *t = ds_xmalloc(sizeof(double) * (size_t)steps);
+    double bytes = 0;
+    for (int i = 0; i < conc; i++) { tp[i] = &tok[i]; rows[i] = 1; nl[i] = 1; }
+    for (int s = -1; s < steps; s++) {
+        for (int i = 0; i < conc; i++) tok[i] = ds_argmax(logits[i], r->vocab);
+        uint64_t b0 = ds_kernels_weight_bytes_read();
+        double t0 = ds_now();
+        if (ds_batch_step(r->m, conc, seqs, tp, rows, logits, nl, r->err, sizeof r->err)) { free(t); return -1; }
+        double dt = ds_now() - t0;
+        if (s < 0) continue;
+        t[s] = dt;
+        bytes += (double)(ds_kernels_weight_bytes_read() - b0);
+    }
+    double sum = 0;
+    for (int s = 0; s < steps; s++) sum += t[s];
+    qsort(t, (size_t)steps, sizeof(double), cmp_double);
+    *out = (bs_level){.conc = conc, .steps = steps, .t_mean = sum / steps, .bytes_step = bytes / steps,
+                      .t_median = steps % 2 ? t[steps / 2] : 0.5 * (t[steps / 2 - 1] + t[steps / 2])};
+    free(t);
+    fprintf(stderr, "  concurrency %2d: %.1f ms/step (median of %d), %.1f MB read per step\n", conc,
+            1e3 * out->t_median, steps, out->bytes_step / 1e6);
+    return 0;
+}
+
+/* The concurrency sweep: the largest level's sequences are prefilled together once (a short
+ * context each, every one a different text so the rows route differently), then each level
+ * steps its first `conc` of them. */
+static int decode_sweep(bs_run *r, const bs_opts *o, bs_tier *t) {
+    int nmax = 0, P = o->context_tokens, rc = 0;
+    for (int l = 0; l < BS_N_LEVELS; l++) nmax = DS_MAX(nmax, o->levels[l]);
+    ds_seq **seqs = ds_xcalloc((size_t)nmax, sizeof(ds_seq *));
+    float **logits = ds_xcalloc((size_t)nmax, sizeof(float *));
+    int32_t *prompts = ds_xmalloc(sizeof(int32_t) * (size_t)nmax * P);
+    const int32_t **tp = ds_xmalloc(sizeof(int32_t *) * (size_t)nmax);
+    int *rows = ds_xmalloc(sizeof(int) * (size_t)nmax), *nl = ds_xmalloc(sizeof(int) * (size_t)nmax);
+    for (int i = 0; i < nmax; i++) {
+        seqs[i] = ds_seq_new(r->m);
+        logits[i] = ds_xmalloc(sizeof(float) * (size_t)r->vocab);
+        fill_prompt(prompts + (size_t)i * P, P, r->vocab, i + 1);
+        tp[i] = prompts + (size_t)i * P;
+        rows[i] = P;
+        nl[i] = 1;
+    }
+    fprintf(stderr, "  prefilling %d sequences of %d tokens\n", nmax, P);
+    if (ds_batch_step(r->m, nmax, seqs, tp, rows, logits, nl, r->err, sizeof r->err)) rc = -1;
+    for (int l = 0; !rc && l < BS_N_LEVELS; l++)
+        rc = run_level(r, seqs, logits, o->levels[l], o->decode_steps, &t->lv[l]);
+    for (int i = 0; i < nmax; i++) { ds_seq_free(seqs[i]); free(logits[i]); }
+    free(seqs); free(logits); free(prompts); free(tp); free(rows); free(nl);
+    return rc;
+}
+
+/* Time to first token of one long prompt, prefilled chunk by chunk as the scheduler does. */
+static int ttft(bs_run *r, const bs_opts *o, bs_tier *t) {
+    int P = o->prompt_tokens, C = o->chunk, rc = 0;
+    int32_t *prompt = ds_xmalloc(sizeof(int32_t) * (size_t)P);
+    float *logits = ds_xmalloc(sizeof(float) * (size_t)r->vocab);
+    fill_prompt(prompt, P, r->vocab, 1000);
+    ds_seq *s = ds_seq_new(r->m);
+    fprintf(stderr, "  prefilling a %d-token prompt in %d-token chunks\n", P, C);
+    uint64_t mac0 = ds_kernels_macs();
+    double t0 = ds_now();
+    for (int p = 0; p < P && !rc; p += C) {
+        int n = DS_MIN(C, P - p), last = p + n == P;
+        rc = ds_seq_step(r->m, s, prompt + p, n, last ? logits : NULL, last, r->err, sizeof r->err);
+    }
+    if (!rc) {
+        volatile int32_t first = ds_argmax(logits, r->vocab);
+        (void)first;
+        t->ttft_s = ds_now() - t0;
+        t->prefill_macs = (double)(ds_kernels_macs() - mac0);
+        t->prompt_tokens = P;
+        t->chunk = C;
+        fprintf(stderr, "  TTFT %.2f s\n", t->ttft_s);
+    }
+    ds_seq_free(s);
+    free(prompt);
+    free(logits);
+    return rc;
+}
+
+/* Touches (and repacks on first use) every linear and the experts before anything is timed. */
+static int warm_up(bs_run *r) {
+    int32_t p[16];
+    float *logits = ds_xmalloc(sizeof(float) * (size_t)r->vocab);
+    fill_prompt(p, 16, r->vocab, 7);
+    ds_seq *s = ds_seq_new(r->m);
+    int rc = ds_seq_step(r->m, s, p, 16, logits, 1, r->err, sizeof r->err);
+    for (int i = 0; i < 2 && !rc; i++) {
+        int32_t tk = ds_argmax(logits, r->vocab);
+        rc = ds_seq_step(r->m, s, &tk, 1, logits, 1, r->err, sizeof r->err);
+    }
+    ds_seq_free(s);
+    free(logits);
+    return rc;
+}
+
+static int run_tier(const bs_opts *o, const char *numerics, bs_limits *lim, bs_tier *t) {
+    bs_run r;
+    ds_load_options lo = {.kernels = o->kernels, .threads = o->threads, .numerics = numerics};
+    memset(t, 0, sizeof *t);
+    t->numerics = numerics;
+    fprintf(stderr, "bench serve: loading %s (numerics %s)\n", o->model, numerics);
+    double t0 = ds_now();
+    r.m = ds_model_load(o->model, &lo, r.err, sizeof r.err);
+    if (!r.m) { fprintf(stderr, "dsflash bench serve: %s\n", r.err); return 3; }
+    t->load_s = ds_now() - t0;
+    r.vocab = ds_model_vocab_size(r.m);
+    if (!lim->samples) sample_limits(lim, o->quick);   /* first sample once the checkpoint loaded */
+    int rc = warm_up(&r);
+    if (!rc) rc = decode_sweep(&r, o, t);
+    if (!rc) sample_limits(lim, o->quick);
+    if (!rc) rc = ttft(&r, o, t);
+    if (!rc) sample_limits(lim, o->quick);
+    if (rc) fprintf(stderr, "dsflash bench serve: %s\n", r.err);
+    ds_model_free(r.m);
+    return rc ? 1 : 0;
+}
+
+/* Refuse an unwritable --json before minutes of measuring, not after. */
+static int json_writable(const char *path) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (f) { fclose(f); remove(tmp); return 1; }
+    fprintf(stderr, "dsflash bench serve: --json %s: cannot write the file\n", path);
+    return 0;
+}
+
+int cmd_bench_serve(int argc, char **argv) {
+    bs_opts o;
+    if (argc > 2 && !strcmp(argv[2], "--help")) { usage(stdout); return 0; }
+    if (parse(argc, argv, &o)) { usage(stderr); return 2; }
+    ds_error err;
+    if (ds_kernels_select(o.kernels, &err)) { fprintf(stderr, "dsflash bench serve: %s\n", err.msg); return 2; }
+    ds_pool_init(o.threads);
+    if (o.json && !json_writable(o.json)) return 3;
+    bs_limits lim = {0};
+    bs_tier tiers[BS_MAX_TIERS];
+    for (int i = 0; i < o.n_tiers; i++) {
+        int rc = run_tier(&o, o.tiers[i], &lim, &tiers[i]);
+        if (rc) return rc;
+    }
+    int over = bs_report(&o, &lim, tiers, o.n_tiers, ds_kernels_active());
+    if (over < 0) return 3;
+    return 0;
+}

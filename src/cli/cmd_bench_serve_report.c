@@ -1,0 +1,160 @@
+/* The table (and --json record) of `dsflash bench serve`.
+ *
+ * Why its own file: the measurements stay raw (seconds, bytes, multiply-adds) until here, where
+ * each becomes a ratio against the best limit sampled in the same run.  A ratio above 100% means
+ * the limit is wrong (a probe under-reports what this host can do), never that the code beat the
+ * hardware; it is printed with a warning naming the probe instead of being hidden or clipped.
+ *
+ * Rates use the median step (what the code does when the host lets it run); the mean, which also
+ * counts every moment another process held a core, is printed beside it as "wall". */
+#include "cli/cmd_bench_serve.h"
+#include "base/common.h"
+#include "base/threadpool.h"
+#include <cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define BW_PROBE "read-bandwidth probe (ds_bench_read_bw, src/kernels/membench.c)"
+#define PEAK_PROBE "int8-peak probe (ds_bench_int8_peak, src/kernels/membench.c)"
+
+/* Percentage of a limit; counts and announces the ones above 100%. */
+static double pct(double achieved, double limit, const char *what, const char *probe, int *over) {
+    double p = limit > 0 ? 100.0 * achieved / limit : 0;
+    if (p > 100.0) {
+        printf("WARNING: %s reached %.1f%% of the %s: that probe under-reports this host's limit\n", what, p, probe);
+        (*over)++;
+    }
+    return p;
+}
+
+/* One decimal from 1% up; two significant digits below, so a small share never prints as 0.0%. */
+typedef struct { char s[24]; } pct_text;
+static pct_text fmt_pct(double p) {
+    pct_text t;
+    snprintf(t.s, sizeof t.s, p >= 1.0 || p <= 0.0 ? "%.1f%%" : "%.2g%%", p);
+    return t;
+}
+
+typedef struct {
+    double tok_s, tok_s_wall, roof_tok_s, pct_roof, vs_conc1;
+} level_figs;
+
+static level_figs level_figures(const bs_level *lv, const bs_level *lv1, const bs_limits *lim, const char *tier,
+                                int *over) {
+    level_figs f;
+    char what[96];
+    f.tok_s = lv->conc / lv->t_median;
+    f.tok_s_wall = lv->conc / lv->t_mean;
+    /* one step must stream the distinct weights it touched: steps/s <= BW / bytes, times its rows */
+    f.roof_tok_s = lv->bytes_step > 0 ? lv->conc * lim->read_bw * 1e9 / lv->bytes_step : 0;
+    snprintf(what, sizeof what, "%s decode at concurrency %d", tier, lv->conc);
+    f.pct_roof = pct(f.tok_s, f.roof_tok_s, what, BW_PROBE, over);
+    f.vs_conc1 = f.tok_s / (lv1->conc / lv1->t_median);
+    return f;
+}
+
+static void print_tier(const bs_tier *t, const bs_limits *lim, int *over) {
+    const bs_level *l1 = &t->lv[0];
+    level_figs f1 = level_figures(l1, l1, lim, t->numerics, over);
+    double pf_tok_s = t->prompt_tokens / t->ttft_s, pf_gops = 2.0 * t->prefill_macs / t->ttft_s / 1e9;
+    char what[96];
+    snprintf(what, sizeof what, "%s prefill", t->numerics);
+    double pf_pct = pct(pf_gops, lim->peak, what, PEAK_PROBE, over);
+    printf("\nnumerics %s (model load %.1f s)\n", t->numerics, t->load_s);
+    printf("| metric | measured | limit | %% of limit |\n|---|---|---|---|\n");
+    printf("| single-stream decode | %.2f tok/s (%.1f ms/token median of %d; wall %.2f tok/s) | roofline %.2f tok/s "
+           "(%.1f MB read per token) | %s |\n", f1.tok_s, 1e3 * l1->t_median, l1->steps, f1.tok_s_wall,
+           f1.roof_tok_s, l1->bytes_step / 1e6, fmt_pct(f1.pct_roof).s);
+    printf("| TTFT, %d-token prompt in %d-token chunks | %.2f s | | |\n", t->prompt_tokens, t->chunk, t->ttft_s);
+    printf("| prefill, %d-token chunks | %.1f tok/s, %.1f GOP/s (%.1f MMAC/token) | int8 peak %.0f GOP/s | %s |\n",
+           t->chunk, pf_tok_s, pf_gops, t->prefill_macs / t->prompt_tokens / 1e6, lim->peak, fmt_pct(pf_pct).s);
+    printf("\n| concurrency | ms/step (median) | aggregate tok/s | wall tok/s | MB read/step | batched roofline tok/s "
+           "| %% of roofline | vs concurrency 1 |\n|---|---|---|---|---|---|---|---|\n");
+    for (int l = 0; l < BS_N_LEVELS; l++) {
+        const bs_level *lv = &t->lv[l];
+        level_figs f = l ? level_figures(lv, l1, lim, t->numerics, over) : f1;
+        printf("| %d | %.1f | %.2f | %.2f | %.1f | %.2f | %s | %.2fx |\n", lv->conc, 1e3 * lv->t_median, f.tok_s,
+               f.tok_s_wall, lv->bytes_step / 1e6, f.roof_tok_s, fmt_pct(f.pct_roof).s, f.vs_conc1);
+    }
+}
+
+static cJSON *tier_json(const bs_tier *t, const bs_limits *lim) {
+    int ignored = 0;
+    cJSON *j = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(j, "concurrency");
+    cJSON_AddStringToObject(j, "numerics", t->numerics);
+    cJSON_AddNumberToObject(j, "load_s", t->load_s);
+    for (int l = 0; l < BS_N_LEVELS; l++) {
+        const bs_level *lv = &t->lv[l];
+        level_figs f = level_figures(lv, &t->lv[0], lim, t->numerics, &ignored);
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "conc", lv->conc);
+        cJSON_AddNumberToObject(e, "steps", lv->steps);
+        cJSON_AddNumberToObject(e, "step_s_median", lv->t_median);
+        cJSON_AddNumberToObject(e, "step_s_mean", lv->t_mean);
+        cJSON_AddNumberToObject(e, "bytes_per_step", lv->bytes_step);
+        cJSON_AddNumberToObject(e, "tok_s", f.tok_s);
+        cJSON_AddNumberToObject(e, "tok_s_wall", f.tok_s_wall);
+        cJSON_AddNumberToObject(e, "roofline_tok_s", f.roof_tok_s);
+        cJSON_AddNumberToObject(e, "pct_roofline", f.pct_roof);
+        cJSON_AddNumberToObject(e, "vs_conc1", f.vs_conc1);
+        cJSON_AddItemToArray(arr, e);
+    }
+    cJSON *p = cJSON_AddObjectToObject(j, "prefill");
+    double gops = 2.0 * t->prefill_macs / t->ttft_s / 1e9;
+    cJSON_AddNumberToObject(p, "prompt_tokens", t->prompt_tokens);
+    cJSON_AddNumberToObject(p, "chunk", t->chunk);
+    cJSON_AddNumberToObject(p, "ttft_s", t->ttft_s);
+    cJSON_AddNumberToObject(p, "tok_s", t->prompt_tokens / t->ttft_s);
+    cJSON_AddNumberToObject(p, "macs", t->prefill_macs);
+    cJSON_AddNumberToObject(p, "gops", gops);
+    cJSON_AddNumberToObject(p, "pct_int8_peak", 100.0 * gops / lim->peak);
+    return j;
+}
+
+/* Written whole to FILE.tmp, then renamed: never a partial record under the asked name. */
+static int write_json(const char *path, const bs_opts *o, const bs_limits *lim, const bs_tier *t, int n,
+                      const char *kernel_path) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "schema", "dsflash-bench-serve/1");
+    cJSON_AddStringToObject(root, "model", o->model);
+    cJSON_AddNumberToObject(root, "threads", ds_pool_threads());
+    cJSON_AddStringToObject(root, "kernel_path", kernel_path);
+    cJSON_AddBoolToObject(root, "quick", o->quick);
+    cJSON *l = cJSON_AddObjectToObject(root, "limits");
+    cJSON_AddNumberToObject(l, "read_bw_gbs", lim->read_bw);
+    cJSON_AddNumberToObject(l, "int8_peak_gops", lim->peak);
+    cJSON_AddStringToObject(l, "int8_peak_what", lim->peak_what ? lim->peak_what : "");
+    cJSON_AddNumberToObject(l, "samples", lim->samples);
+    cJSON *arr = cJSON_AddArrayToObject(root, "tiers");
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, tier_json(&t[i], lim));
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = text ? fopen(tmp, "w") : NULL;
+    int ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+    if (f && fclose(f)) ok = 0;
+    free(text);
+    if (!ok || rename(tmp, path)) {
+        remove(tmp);
+        fprintf(stderr, "dsflash bench serve: --json %s: cannot write the file\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+int bs_report(const bs_opts *o, const bs_limits *lim, const bs_tier *t, int n_tiers, const char *kernel_path) {
+    int over = 0;
+    printf("dsflash bench serve: model %s, %d threads, kernel path %s%s\n", o->model, ds_pool_threads(), kernel_path,
+           o->quick ? " (--quick)" : "");
+    printf("limits (best of %d samples through this run): read-only %.1f GB/s | int8 peak %.0f GOP/s (%s)\n",
+           lim->samples, lim->read_bw, lim->peak, lim->peak_what ? lim->peak_what : "?");
+    for (int i = 0; i < n_tiers; i++) print_tier(&t[i], lim, &over);
+    printf("\n(rates from the median step, 'wall' from the mean; MB read = distinct weight bytes the kernels streamed"
+           " (dense + the union of routed experts); batched roofline = rows x read BW / MB read per step; prefill ops"
+           " = 2 x linear multiply-adds; TTFT ends at the argmax of the last chunk's logits)\n");
+    if (over) printf("WARNING: %d ratio(s) above 100%%: the limits above are too low to judge against\n", over);
+    fflush(stdout);
+    if (o->json && write_json(o->json, o, lim, t, n_tiers, kernel_path)) return -1;
+    return over;
+}

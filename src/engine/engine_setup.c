@@ -1,0 +1,110 @@
+/* Start-up policy: the memory plan and the sampler mask (see engine_setup.h for why). */
+#include "engine/engine_setup.h"
+#include "io/checkpoint.h"
+#include "model/model.h"
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+uint64_t ds_model_weights_mapped(const ds_model *m) {
+    uint64_t sum = 0;
+    for (int i = 0; m && m->ckpt && i < m->ckpt->n_files; i++) sum += m->ckpt->files[i]->file_size;
+    return sum;
+}
+
+uint64_t ds_model_weights_packed(const ds_model *m) { return m ? (uint64_t)m->packed_bytes : 0; }
+
+int ds_meminfo_read(const char *path, uint64_t *total, uint64_t *available, ds_error *err) {
+    if (!path) path = getenv("DSFLASH_MEMINFO");
+    if (!path || !*path) path = "/proc/meminfo";
+    FILE *f = fopen(path, "r");
+    if (!f) return ds_fail(err, "E_IO", "%s: cannot open: %s", path, strerror(errno));
+    unsigned long long t = 0, a = 0, kb;
+    bool have_t = false, have_a = false;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) t = kb, have_t = true;
+        else if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) a = kb, have_a = true;
+    }
+    fclose(f);
+    if (!have_t || !have_a)
+        return ds_fail(err, "E_IO", "%s: expected MemTotal and MemAvailable lines in kB, found %s", path,
+                       have_t ? "no MemAvailable" : have_a ? "no MemTotal" : "neither");
+    *total = (uint64_t)t * 1024u;
+    *available = (uint64_t)a * 1024u;
+    return 0;
+}
+
+static uint64_t sub_or_zero(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
+
+int ds_mem_plan_compute(const ds_mem_inputs *in, ds_mem_plan *p, ds_error *err) {
+    memset(p, 0, sizeof *p);
+    const char *path = getenv("DSFLASH_MEMINFO");
+    snprintf(p->meminfo, sizeof p->meminfo, "%s", path && *path ? path : "/proc/meminfo");
+    if (ds_meminfo_read(p->meminfo, &p->mem_total, &p->mem_available, err)) return -1;
+    p->weights_mapped = in->weights_mapped;
+    p->weights_packed = in->weights_packed;
+    double rows = (double)DS_MAX(in->max_num_batched_tokens, in->max_num_seqs);
+    p->activations = (uint64_t)(1.5 * rows * ((double)in->vocab * 4.0 + 64.0 * (double)in->dim * 4.0));
+    p->misc = 2ull << 30;
+    uint64_t share = (uint64_t)(in->utilization * (double)p->mem_total);
+    uint64_t fixed = p->activations + p->misc;
+    p->from_share = sub_or_zero(share, p->weights_mapped + p->weights_packed + fixed);
+    p->from_available = sub_or_zero(p->mem_available, p->weights_mapped + fixed);
+    if (in->kv_explicit) {
+        p->kv_explicit = true;
+        p->kv_bytes = in->kv_explicit;
+        p->explicit_exceeds_available = in->kv_explicit > p->from_available;
+        return 0;
+    }
+    p->kv_bytes = DS_MIN(p->from_share, p->from_available);
+    if (p->kv_bytes == 0)
+        return ds_fail(err, "E_KV_BUDGET",
+                       "no memory left for the KV cache: min(%.2f x MemTotal %llu B, MemAvailable %llu B) (%s) is not above "
+                       "weights %llu B mapped + %llu B repacked, activations %llu B and misc %llu B; free memory or pass "
+                       "--kv-cache-memory",
+                       in->utilization, (unsigned long long)p->mem_total, (unsigned long long)p->mem_available, p->meminfo,
+                       (unsigned long long)p->weights_mapped, (unsigned long long)p->weights_packed,
+                       (unsigned long long)p->activations, (unsigned long long)p->misc);
+    return 0;
+}
+
+void ds_mem_plan_line(const ds_mem_plan *p, const char *residency, char *buf, size_t n) {
+    int k = snprintf(buf, n, "weights %llu B mapped (%s) + %llu B repacked, activation reservation %llu B (estimate x1.5), "
+                             "misc %llu B; ",
+                     (unsigned long long)p->weights_mapped, residency, (unsigned long long)p->weights_packed,
+                     (unsigned long long)p->activations, (unsigned long long)p->misc);
+    if (k < 0 || (size_t)k >= n) return;
+    if (p->kv_explicit)
+        snprintf(buf + k, n - (size_t)k, "KV budget %llu B (--kv-cache-memory%s; MemAvailable %llu B in %s)",
+                 (unsigned long long)p->kv_bytes,
+                 p->explicit_exceeds_available ? ", WARN: more than the memory available now after weights and reservations"
+                                               : "",
+                 (unsigned long long)p->mem_available, p->meminfo);
+    else
+        snprintf(buf + k, n - (size_t)k,
+                 "KV budget %llu B = min(share of MemTotal %llu B: %llu B, MemAvailable %llu B: %llu B) after weights and "
+                 "reservations (%s)",
+                 (unsigned long long)p->kv_bytes, (unsigned long long)p->mem_total, (unsigned long long)p->from_share,
+                 (unsigned long long)p->mem_available, (unsigned long long)p->from_available, p->meminfo);
+}
+
+const char *const ds_control_tokens[] = {"<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>",
+                                         "<｜Assistant｜>", "<｜System｜>", "<think>", "</think>", "｜DSML｜",
+                                         "<｜latest_reminder｜>"};
+const int ds_n_control_tokens = (int)DS_ARRAY_LEN(ds_control_tokens);
+
+void ds_engine_sampler_mask(const ds_backend *be, ds_token_id_fn lookup, const void *ctx, ds_token_mask *mask, char *line,
+                            size_t n) {
+    int32_t spare[DS_ARRAY_LEN(ds_control_tokens)];
+    int n_spare = 0;
+    for (int k = 0; k < ds_n_control_tokens; k++) {
+        int32_t id = lookup(ctx, ds_control_tokens[k]);
+        if (id >= 0 && id < be->vocab) spare[n_spare++] = id;   /* an unresolved one fails the self-check */
+    }
+    ds_token_mask_init(mask, be->vocab, be->noise_id, be->bos_id, be->pad_id, be->image_id, spare, n_spare);
+    int w = snprintf(line, n, "sampler mask: %d ids (noise %d, BOS %d, PAD %d, sentinel ranges within the vocabulary); "
+                              "spared control ids:", mask->count, be->noise_id, be->bos_id, be->pad_id);
+    for (int i = 0; i < n_spare && w > 0 && (size_t)w < n; i++) w += snprintf(line + w, n - (size_t)w, " %d", spare[i]);
+}

@@ -1,0 +1,72 @@
+/* Fast-tier float linears: the parts shared by every SIMD path (activation layouts, the load-time
+ * weight scan) — see the order in kernels.h and the layouts in kern_internal.h.
+ *
+ * Why a flush rule at all: vdpbf16ps treats subnormal inputs as zero and flushes subnormal
+ * results, FMA does neither, and both must give the same bits.  With every nonzero weight and
+ * activation at least 2^-50 in magnitude, each product is a multiple of 2^-114, so is every
+ * rounded partial sum, and no value can ever be subnormal: the two instruction families then
+ * compute the same IEEE operations.  Activations are flushed when they are laid out per call
+ * (cheap: n x in); weights are scanned once at load and copied (flushed) only if the scan finds a
+ * value to flush — a trained checkpoint has none, so the cost is one read of the matrix. */
+#include "kernels/kern_internal.h"
+#include <string.h>
+
+static int bf16_is_tiny_nonzero(ds_bf16 v) {
+    return (v & 0x7fff) != 0 && ((v >> 7) & 0xff) < DS_FF_MIN_EXP_FIELD;
+}
+
+static ds_bf16 bf16_flushed(ds_bf16 v) { return ((v >> 7) & 0xff) < DS_FF_MIN_EXP_FIELD ? 0 : v; }
+
+static float f32_of_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+void ds_ff_prepare_act(int kind, const ds_bf16 *x, int n, int in, void *buf, ds_ffact *X) {
+    const int kpad = kind == DS_FF_F32 ? (in + 15) & ~15 : (in + 31) & ~31;
+    const int stride = kpad + (kind == DS_FF_BF16_DOT ? 32 : 16);
+    *X = (ds_ffact){.x = buf, .n = n, .kpad = kpad, .kind = kind, .stride = stride};
+    for (int r = 0; r < n; r++) {
+        const ds_bf16 *xr = x + (size_t)r * in;
+        if (kind == DS_FF_BF16_DOT) {
+            ds_bf16 *d = (ds_bf16 *)buf + (size_t)r * stride;
+            for (int i = 0; i < in; i++) d[i] = bf16_flushed(xr[i]);
+            memset(d + in, 0, sizeof(ds_bf16) * (size_t)(kpad - in));
+        } else if (kind == DS_FF_BF16_FMA) {
+            float *d = (float *)buf + (size_t)r * stride;
+            for (int b = 0; b < kpad; b += 32)
+                for (int j = 0; j < 16; j++) {
+                    int i1 = b + 2 * j + 1, i0 = b + 2 * j;
+                    d[b + j] = i1 < in ? f32_of_bits((uint32_t)bf16_flushed(xr[i1]) << 16) : 0.f;
+                    d[b + 16 + j] = i0 < in ? f32_of_bits((uint32_t)bf16_flushed(xr[i0]) << 16) : 0.f;
+                }
+        } else {
+            float *d = (float *)buf + (size_t)r * stride;
+            for (int i = 0; i < in; i++) d[i] = ds_bf16_to_f32(xr[i]);
+            for (int i = in; i < kpad; i++) d[i] = 0.f;
+        }
+    }
+}
+
+/* Load-time form of a fast-tier float linear: a header naming the matrix the kernels read, plus
+ * the flushed copy when the scan needs one.  One aligned block, freed by ds_linear_release. */
+ds_ffw *ds_ff_pack(const ds_linear *L, size_t *bytes) {
+    const size_t count = (size_t)L->out * (size_t)L->in, head = 64;
+    int copy = 0;
+    if (L->fmt == DS_LIN_BF16) {
+        const ds_bf16 *w = L->w;
+        for (size_t i = 0; i < count && !copy; i++) copy = bf16_is_tiny_nonzero(w[i]);
+    }
+    *bytes = head + (copy ? count * sizeof(ds_bf16) : 0);
+    uint8_t *base = ds_amalloc(*bytes);
+    ds_ffw *W = (ds_ffw *)base;
+    *W = (ds_ffw){.fmt = L->fmt, .out = L->out, .in = L->in, .w = L->w};
+    if (copy) {
+        ds_bf16 *d = (ds_bf16 *)(base + head);
+        const ds_bf16 *w = L->w;
+        for (size_t i = 0; i < count; i++) d[i] = bf16_flushed(w[i]);
+        W->w = d;
+    }
+    return W;
+}

@@ -1,0 +1,272 @@
+/* Fast-tier float math (see fast_ops.h for the contract and docs/NUMERICS.md "Fast tier").
+ *
+ * Why portable C and not intrinsics: the evaluation order is what must not change between hosts, and
+ * in these loops the order is written in the source — 32 independent fp32 lanes (held as four
+ * 8-wide GCC vector-extension values in the dot products), a fixed tree, or an element-wise update —
+ * so the compiler can only map lanes to vector elements.  The hot
+ * loops are compiled as clones for AVX-512, AVX2 and baseline x86-64 (selected by the loader at
+ * start-up); -ffp-contract=off forbids fused multiply-adds in all of them, and nothing here calls
+ * libm except sqrtf (correctly rounded by IEEE 754), so every clone gives the same bits. */
+#include "model/fast_ops.h"
+#include <math.h>
+
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__clang__)   /* clang: one version (same bits) */
+#define DS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define DS_CLONES
+#endif
+
+#define LANES DS_FAST_LANES
+
+/* ds_f32_to_bf16 without a branch (same bits: NaN stays a quiet NaN, otherwise round to nearest
+ * even), so that element-wise loops storing bf16 vectorize. */
+static inline ds_bf16 to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, q = (u >> 16) | 0x40u;
+    return (ds_bf16)((u & 0x7fffffffu) > 0x7f800000u ? q : r);
+}
+
+static inline float tree(float *l) { return ds_ftree(l); }
+
+/* The 32 lanes as four 8-wide vectors (GCC vector extensions: lowered to whatever the clone's ISA
+ * offers, element-wise, so the bits do not depend on it): v[q] holds lanes 8q..8q+7.  The tree of
+ * ds_ftree in vector form: l[j] += l[j+16] is v0+v2, v1+v3; l[j] += l[j+8] adds those two; the last
+ * three levels run on the remaining eight lanes in ds_ftree's order. */
+/* the helpers below pass 32-byte vectors by value; they are static and inlined, so no ABI boundary
+ * exists for the baseline clone to disagree on */
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float v8f __attribute__((vector_size(32)));
+typedef uint32_t v8u __attribute__((vector_size(32)));
+typedef uint16_t v8h __attribute__((vector_size(16)));
+
+static inline __attribute__((always_inline)) v8f load_f(const float *p) {
+    v8f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline __attribute__((always_inline)) v8f load_b(const ds_bf16 *p) {
+    v8h h;
+    memcpy(&h, p, sizeof h);
+    v8u u = __builtin_convertvector(h, v8u) << 16;
+    v8f f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static inline __attribute__((always_inline)) float vtree(v8f v0, v8f v1, v8f v2, v8f v3, float *l) {
+    const v8f s = (v0 + v2) + (v1 + v3);
+    memcpy(l, &s, sizeof s);
+    for (int j = 0; j < 4; j++) l[j] = l[j] + l[j + 4];
+    l[0] = l[0] + l[2];
+    l[1] = l[1] + l[3];
+    return l[0] + l[1];
+}
+/* Lanes of a tail (n mod 32 elements, in index order) added to the vectors lane by lane. */
+static inline __attribute__((always_inline)) float vfinish(v8f v0, v8f v1, v8f v2, v8f v3, const float *tail, int nt) {
+    float l[LANES];
+    memcpy(l, &v0, sizeof v0);
+    memcpy(l + 8, &v1, sizeof v1);
+    memcpy(l + 16, &v2, sizeof v2);
+    memcpy(l + 24, &v3, sizeof v3);
+    for (int j = 0; j < nt; j++) l[j] = l[j] + tail[j];
+    return vtree(load_f(l), load_f(l + 8), load_f(l + 16), load_f(l + 24), l);
+}
+
+DS_CLONES float ds_fdot_bb(const ds_bf16 *a, const ds_bf16 *b, int n) {
+    v8f v0 = {0}, v1 = {0}, v2 = {0}, v3 = {0};
+    int i = 0;
+    for (; i + LANES <= n; i += LANES) {
+        v0 = v0 + load_b(a + i) * load_b(b + i);
+        v1 = v1 + load_b(a + i + 8) * load_b(b + i + 8);
+        v2 = v2 + load_b(a + i + 16) * load_b(b + i + 16);
+        v3 = v3 + load_b(a + i + 24) * load_b(b + i + 24);
+    }
+    float t[LANES];
+    const int nt = n - i;
+    for (int j = 0; j < nt; j++) t[j] = ds_bf16_to_f32(a[i + j]) * ds_bf16_to_f32(b[i + j]);
+    return vfinish(v0, v1, v2, v3, t, nt);
+}
+
+DS_CLONES float ds_fdot_fb(const float *a, const ds_bf16 *b, int n) {
+    v8f v0 = {0}, v1 = {0}, v2 = {0}, v3 = {0};
+    int i = 0;
+    for (; i + LANES <= n; i += LANES) {
+        v0 = v0 + load_f(a + i) * load_b(b + i);
+        v1 = v1 + load_f(a + i + 8) * load_b(b + i + 8);
+        v2 = v2 + load_f(a + i + 16) * load_b(b + i + 16);
+        v3 = v3 + load_f(a + i + 24) * load_b(b + i + 24);
+    }
+    float t[LANES];
+    const int nt = n - i;
+    for (int j = 0; j < nt; j++) t[j] = a[i + j] * ds_bf16_to_f32(b[i + j]);
+    return vfinish(v0, v1, v2, v3, t, nt);
+}
+
+DS_CLONES float ds_fdot_ff(const float *a, const float *b, int n) {
+    v8f v0 = {0}, v1 = {0}, v2 = {0}, v3 = {0};
+    int i = 0;
+    for (; i + LANES <= n; i += LANES) {
+        v0 = v0 + load_f(a + i) * load_f(b + i);
+        v1 = v1 + load_f(a + i + 8) * load_f(b + i + 8);
+        v2 = v2 + load_f(a + i + 16) * load_f(b + i + 16);
+        v3 = v3 + load_f(a + i + 24) * load_f(b + i + 24);
+    }
+    float t[LANES];
+    const int nt = n - i;
+    for (int j = 0; j < nt; j++) t[j] = a[i + j] * b[i + j];
+    return vfinish(v0, v1, v2, v3, t, nt);
+}
+
+float ds_fsum(const float *a, int n) {
+    float l[LANES] = {0};
+    int i = 0;
+    for (; i + LANES <= n; i += LANES)
+#pragma GCC unroll 32
+        for (int j = 0; j < LANES; j++) l[j] = l[j] + a[i + j];
+    for (int j = 0; i + j < n; j++) l[j] = l[j] + a[i + j];
+    return tree(l);
+}
+
+DS_CLONES void ds_faxpy_bf16(float *restrict acc, float p, const ds_bf16 *restrict k, int n) {
+#pragma omp simd
+    for (int i = 0; i < n; i++) acc[i] = acc[i] + p * ds_bf16_to_f32(k[i]);
+}
+
+/* exp(x) = 2^k · e^r, k = round(x·log2 e) (the 1.5·2^23 trick rounds to nearest even in fp32),
+ * r = (x − k·ln2_hi) − k·ln2_lo (ln2_hi has 9 significant bits, so k·ln2_hi is exact), e^r by
+ * the Taylor polynomial of degree 7 on |r| ≤ 0.347 (truncation < 1e-8 relative). */
+static inline float fexp_inline(float x) {
+    float xc = x > 88.0f ? 88.0f : x;
+    xc = xc < -87.0f ? -87.0f : xc;
+    float t = xc * 1.44269504f + 12582912.0f;
+    float kf = t - 12582912.0f;
+    float r = (xc - kf * 0.693359375f) - kf * -2.12194440e-4f;
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t bits = ((int32_t)kf + 127) << 23;
+    float s;
+    memcpy(&s, &bits, sizeof s);
+    float y = p * s;
+    return x < -87.0f ? 0.0f : y;
+}
+
+float ds_fexp(float x) { return fexp_inline(x); }
+
+DS_CLONES void ds_fexp_sub(float *x, float sub, int n) {
+#pragma omp simd
+    for (int i = 0; i < n; i++) x[i] = fexp_inline(x[i] - sub);
+}
+
+/* ---- building blocks ---- */
+
+DS_CLONES void ds_rmsnorm_bf16_fast(const ds_bf16 *x, const float *w, int n, double eps, ds_bf16 *y) {
+    const float ss = ds_fdot_bb(x, x, n);
+    const float rs = 1.0f / sqrtf(ss / (float)n + (float)eps);
+#pragma omp simd
+    for (int i = 0; i < n; i++) y[i] = to_bf16(ds_bf16_to_f32(x[i]) * rs * w[i]);
+}
+
+void ds_rope_apply_fast(ds_bf16 *v, int len, int rd, const float *cs, int inverse) {
+    ds_bf16 *tail = v + (len - rd);
+    const float sg = inverse ? -1.0f : 1.0f;     /* exact: inverse rotation = angle negated */
+    for (int i = 0; i < rd / 2; i++) {
+        const float a = ds_bf16_to_f32(tail[2 * i]), b = ds_bf16_to_f32(tail[2 * i + 1]);
+        const float c = cs[2 * i], s = sg * cs[2 * i + 1];
+        tail[2 * i] = ds_f32_to_bf16(a * c - b * s);
+        tail[2 * i + 1] = ds_f32_to_bf16(a * s + b * c);
+    }
+}
+
+float ds_hc_mix_dot_fast(const ds_hc_params *p, const ds_bf16 *X, int i) {
+    const int n = p->hc * p->dim;
+    return ds_fdot_fb(p->fn + (size_t)i * n, X, n);
+}
+
+/* Row softmax (+eps), then alternating column/row normalizations, all sums in index order. */
+void ds_hc_sinkhorn_fast(float *C, int hc, int iters, float eps) {
+    for (int i = 0; i < hc; i++) {
+        float *r = C + i * hc;
+        float mx = r[0];
+        for (int j = 1; j < hc; j++) if (r[j] > mx) mx = r[j];
+        float den = 0.0f;
+        for (int j = 0; j < hc; j++) {
+            r[j] = ds_fexp(r[j] - mx);
+            den = den + r[j];
+        }
+        for (int j = 0; j < hc; j++) r[j] = r[j] / den + eps;
+    }
+    for (int it = 0; it < iters; it++) {
+        if (it > 0)
+            for (int i = 0; i < hc; i++) {
+                float s = 0.0f;
+                for (int j = 0; j < hc; j++) s = s + C[i * hc + j];
+                const float t = s + eps;
+                for (int j = 0; j < hc; j++) C[i * hc + j] /= t;
+            }
+        for (int j = 0; j < hc; j++) {
+            float s = 0.0f;
+            for (int i = 0; i < hc; i++) s = s + C[i * hc + j];
+            const float t = s + eps;
+            for (int i = 0; i < hc; i++) C[i * hc + j] /= t;
+        }
+    }
+}
+
+void ds_hc_mixes_from_dots_fast(const ds_hc_params *p, const ds_bf16 *X, const float *dots, ds_hc_mix *out) {
+    const int hc = p->hc, n = hc * p->dim, nmix = (2 + hc) * hc;
+    const float ss = ds_fdot_bb(X, X, n);
+    const float rs = 1.0f / sqrtf(ss / (float)n + (float)p->norm_eps);
+    float m[(2 + DS_HC_MAX) * DS_HC_MAX];
+    for (int i = 0; i < nmix; i++) m[i] = dots[i] * rs;
+    const float s0 = p->scale[0], s1 = p->scale[1], s2 = p->scale[2];
+    for (int k = 0; k < hc; k++) {
+        out->pre[k] = ds_fsigmoid(m[k] * s0 + p->base[k]) + p->hc_eps;
+        out->post[k] = 2.0f * ds_fsigmoid(m[hc + k] * s1 + p->base[hc + k]);
+    }
+    for (int i = 0; i < hc * hc; i++) out->comb[i] = m[2 * hc + i] * s2 + p->base[2 * hc + i];
+    ds_hc_sinkhorn_fast(out->comb, hc, p->iters, p->hc_eps);
+}
+
+/* Σ over copies in copy order, vectorized over the channels (blocks of 64 on the stack). */
+DS_CLONES void ds_hc_collapse_fast(const ds_bf16 *X, const float *w, int hc, int dim, ds_bf16 *y) {
+    float acc[64];
+    for (int d0 = 0; d0 < dim; d0 += 64) {
+        const int nb = dim - d0 < 64 ? dim - d0 : 64;
+        for (int d = 0; d < nb; d++) acc[d] = 0.0f;
+        for (int k = 0; k < hc; k++) {
+            const ds_bf16 *xk = X + (size_t)k * dim + d0;
+            const float wk = w[k];
+#pragma omp simd
+            for (int d = 0; d < nb; d++) acc[d] = acc[d] + wk * ds_bf16_to_f32(xk[d]);
+        }
+#pragma omp simd
+        for (int d = 0; d < nb; d++) y[d0 + d] = to_bf16(acc[d]);
+    }
+}
+
+DS_CLONES void ds_hc_expand_fast(const ds_bf16 *y, const ds_bf16 *R, const ds_hc_mix *mx, int hc, int dim, ds_bf16 *X) {
+    float acc[64];
+    for (int j = 0; j < hc; j++) {
+        ds_bf16 *xj = X + (size_t)j * dim;
+        const float pj = mx->post[j];
+        for (int d0 = 0; d0 < dim; d0 += 64) {
+            const int nb = dim - d0 < 64 ? dim - d0 : 64;
+#pragma omp simd
+            for (int d = 0; d < nb; d++) acc[d] = pj * ds_bf16_to_f32(y[d0 + d]);
+            for (int i = 0; i < hc; i++) {
+                const ds_bf16 *ri = R + (size_t)i * dim + d0;
+                const float c = mx->comb[i * hc + j];
+#pragma omp simd
+                for (int d = 0; d < nb; d++) acc[d] = acc[d] + c * ds_bf16_to_f32(ri[d]);
+            }
+#pragma omp simd
+            for (int d = 0; d < nb; d++) xj[d0 + d] = to_bf16(acc[d]);
+        }
+    }
+}

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Smoke test of `dsflash bench serve` on the tiny fixture with --quick, in both numerics tiers.
+#
+# Why: the serving table is what issue reports quote, so CI checks that every row is printed,
+# that every percentage lies in (0, 100] (a ratio above 100% means a limit probe under-reports
+# the host and must be fixed, not shipped), that the --json record agrees with the table and
+# with the ratios recomputed here from its raw figures (seconds, bytes, rows, GB/s), and that bad
+# flags are refused with exit 2 and a message naming the flag.  Needs DSFLASH_BIN (tests/run.sh
+# sets it) and node.
+set -u
+B=${DSFLASH_BIN:-$(cd "$(dirname "$0")/../.." && pwd)/build/${BUILD:-release}/dsflash}
+TMP=${DS_TEST_TMP:-$(mktemp -d)}/bench.$$
+mkdir -p "$TMP"
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "  ok   $1"; }
+bad() { fail=$((fail + 1)); echo "  FAIL $1"; [ -n "${2:-}" ] && [ -f "$2" ] && sed 's/^/       /' "$2" | tail -20; }
+check() { local name=$1; shift; if "$@" >/dev/null 2>&1; then ok "$name"; else bad "$name"; fi; }
+
+finish() {
+    rm -rf "$TMP"
+    echo "$pass passed, $fail failed"
+    [ "$fail" = 0 ]
+    exit $?
+}
+
+if [ ! -x "$B" ] || ! command -v node >/dev/null; then
+    bad "needs an executable dsflash ($B) and node"
+    finish
+fi
+if ! "$B" mkmodel --config tiny --out "$TMP/tiny" --quiet > "$TMP/mk.log" 2>&1; then
+    bad "mkmodel --config tiny" "$TMP/mk.log"
+    finish
+fi
+
+OUT=$TMP/table.txt JSON=$TMP/serve.json
+"$B" bench serve --model "$TMP/tiny" --threads 2 --numerics both --quick --json "$JSON" > "$OUT" 2> "$TMP/err.log"
+rc=$?
+if [ $rc = 0 ]; then ok "bench serve --quick --numerics both exits 0"; else bad "bench serve exits 0 (rc $rc)" "$TMP/err.log"; fi
+
+# ---- the table's rows ----
+check "limits line names read bandwidth and int8 peak" grep -qE '^limits .*read-only [0-9.]+ GB/s \| int8 peak [0-9]+ GOP/s' "$OUT"
+for tier in exact fast; do
+    check "tier $tier has its own section" grep -q "^numerics $tier " "$OUT"
+done
+rows() { [ "$(grep -c "$1" "$OUT")" = 2 ]; }
+check "single-stream decode row in both tiers, with roofline" rows '^| single-stream decode | [0-9.]* tok/s .* roofline [0-9.]* tok/s'
+check "TTFT row in both tiers (512-token prompt, 128-token chunks)" rows '^| TTFT, 512-token prompt in 128-token chunks | [0-9.]* s'
+check "prefill row against the int8 peak in both tiers" rows '^| prefill, 128-token chunks | [0-9.]* tok/s, .* int8 peak'
+for c in 1 4 16 32; do
+    check "concurrency $c row in both tiers" rows "^| $c | [0-9.]* | [0-9.]* | [0-9.]* | [0-9.]* | [0-9.]* | [0-9.]*% | [0-9.]*x |"
+done
+
+# ---- every percentage in (0, 100] and no warning ----
+pcts=$(grep '^|' "$OUT" | grep -oE '[0-9]+(\.[0-9]+)?%' | tr -d '%')
+n=$(echo "$pcts" | grep -c .)
+check "12 percentages printed (2 per tier above the sweep, 4 per sweep)" [ "$n" = 12 ]
+badp=$(echo "$pcts" | awk '$1 <= 0 || $1 > 100' | tr '\n' ' ')
+if [ -z "$badp" ]; then ok "every % is in (0, 100]"; else bad "percentages outside (0, 100]: $badp" "$OUT"; fi
+if grep -q WARNING "$OUT"; then bad "no ratio above 100% (warnings printed)" "$OUT"; else ok "no over-100% warning"; fi
+
+# ---- the JSON record: complete, and its ratios recomputed from raw figures ----
+cat > "$TMP/check.mjs" <<'EOF'
+import { readFileSync } from "node:fs";
+const j = JSON.parse(readFileSync(process.argv[2], "utf8")), errs = [];
+const near = (a, b, what) => { if (!(Math.abs(a - b) <= 1e-6 * Math.max(1, Math.abs(b)))) errs.push(`${what}: ${a} vs ${b}`); };
+if (j.schema !== "dsflash-bench-serve/1") errs.push("schema");
+if (!(j.limits.read_bw_gbs > 0 && j.limits.int8_peak_gops > 0)) errs.push("limits");
+if (j.tiers.map(t => t.numerics).join() !== "exact,fast") errs.push("tiers " + j.tiers.map(t => t.numerics));
+for (const t of j.tiers) {
+    if (t.concurrency.map(c => c.conc).join() !== "1,4,16,32") errs.push("levels");
+    const c1 = t.concurrency[0];
+    for (const c of t.concurrency) {
+        near(c.tok_s, c.conc / c.step_s_median, `${t.numerics} c${c.conc} tok/s`);
+        near(c.roofline_tok_s, c.conc * j.limits.read_bw_gbs * 1e9 / c.bytes_per_step, `${t.numerics} c${c.conc} roofline`);
+        near(c.pct_roofline, 100 * c.tok_s / c.roofline_tok_s, `${t.numerics} c${c.conc} %`);
+        near(c.vs_conc1, c.tok_s / c1.tok_s, `${t.numerics} c${c.conc} vs 1`);
+        if (!(c.bytes_per_step > 0 && c.steps === 3)) errs.push(`${t.numerics} c${c.conc} bytes/steps`);
+    }
+    // a batch touches at least the weights of one row: bytes per step never shrink with more rows
+    for (let i = 1; i < 4; i++) if (t.concurrency[i].bytes_per_step < t.concurrency[0].bytes_per_step) errs.push("bytes shrink");
+    const p = t.prefill;
+    if (p.prompt_tokens !== 512 || p.chunk !== 128) errs.push("prefill shape");
+    near(p.gops, 2 * p.macs / p.ttft_s / 1e9, `${t.numerics} prefill GOP/s`);
+    near(p.pct_int8_peak, 100 * p.gops / j.limits.int8_peak_gops, `${t.numerics} prefill %`);
+}
+if (errs.length) { console.log(errs.join("\n")); process.exit(1); }
+EOF
+if node "$TMP/check.mjs" "$JSON" > "$TMP/json.log" 2>&1; then ok "--json record complete, ratios recompute from raw figures"
+else bad "--json record complete, ratios recompute from raw figures" "$TMP/json.log"; fi
+check "no temporary file left beside the JSON" bash -c "[ ! -e '$JSON.tmp' ]"
+
+# ---- refusals: exit 2, message naming the flag; no partial JSON ----
+refuse() {   # name, expected rc, expected message, args...
+    local name=$1 want=$2 msg=$3; shift 3
+    "$B" bench serve "$@" > "$TMP/r.out" 2> "$TMP/r.err"; local got=$?
+    if [ "$got" = "$want" ] && grep -q -- "$msg" "$TMP/r.err"; then ok "$name"; else bad "$name (rc $got)" "$TMP/r.err"; fi
+}
+refuse "--numerics bogus is refused" 2 "--numerics: expected exact, fast or both, got 'bogus'" --model "$TMP/tiny" --numerics bogus
+refuse "--model is required" 2 "--model DIR is required" --quick
+refuse "--threads 0 is refused" 2 "--threads: expected an integer in \[1, 1024\], got '0'" --model "$TMP/tiny" --threads 0
+refuse "unknown flag is refused" 2 "unknown option '--bogus'" --model "$TMP/tiny" --bogus
+refuse "missing checkpoint folder is an I/O error" 3 "dsflash bench serve:" --model "$TMP/none" --quick
+refuse "unwritable --json is an I/O error" 3 "--json $TMP/nodir/x.json: cannot write the file" \
+    --model "$TMP/tiny" --quick --numerics fast --json "$TMP/nodir/x.json"
+check "no partial JSON under the asked name" bash -c "[ ! -e '$TMP/nodir/x.json' ]"
+finish

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Command-line flags of serve, generate and bench (issue: flags accepted and then ignored, e.g.
+# `--spec-tokens-per-batch-size banana` reached READY): every malformed or unsupported value exits 2
+# before any work with one line naming the flag, the value and what is expected; then a live server
+# started with a fake /proc/meminfo (DSFLASH_MEMINFO: 24 GiB total, 4 GiB available, as when another
+# process holds the memory) must size its KV budget from MemAvailable and say so in the capacity
+# line, the figure checked against the formula computed here from config.json.
+set -u
+cd "$(dirname "$0")/../.."
+. tests/server/serve_lib.sh
+pass=0; fail=0
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && echo "     $2"; return 0; }
+B=$DSFLASH_BIN
+OUT=$DS_TEST_TMP/flags.$$
+mkdir -p "$OUT"
+
+# expect_usage "description" "exact first line" command...
+expect_usage() {
+    local d=$1 want=$2; shift 2
+    timeout 20 "$@" > "$OUT/out" 2> "$OUT/err"; local rc=$?
+    local first; first=$(head -1 "$OUT/err")
+    if [ $rc = 2 ] && [ "$first" = "$want" ]; then ok "$d"
+    else bad "$d" "exit $rc, first line: $first (wanted: $want)"; fi
+}
+NS="speculative decoding is not available in this build"
+ONE="this build runs one process (--tensor-parallel-size 1)"
+S=(serve --model /nonexistent)
+expect_usage "serve --spec-tokens-per-batch-size banana" \
+    "dsflash serve: --spec-tokens-per-batch-size: not accepted ($NS), got 'banana'" "$B" "${S[@]}" --spec-tokens-per-batch-size banana
+expect_usage "serve --expert-parallel on" \
+    "dsflash serve: --expert-parallel: expected off (expert parallelism needs --tensor-parallel-size > 1; $ONE), got 'on'" "$B" "${S[@]}" --expert-parallel on
+expect_usage "serve --expert-parallel banana" "dsflash serve: --expert-parallel: expected on or off, got 'banana'" "$B" "${S[@]}" --expert-parallel banana
+expect_usage "serve --reduce-mode fast" \
+    "dsflash serve: --reduce-mode: expected ordered (fast reorders cross-process reductions only; $ONE), got 'fast'" "$B" "${S[@]}" --reduce-mode fast
+expect_usage "serve --num-speculative-tokens 5" "dsflash serve: --num-speculative-tokens: expected 0 ($NS), got '5'" "$B" "${S[@]}" --num-speculative-tokens 5
+expect_usage "serve --spec-guard warn" "dsflash serve: --spec-guard: expected on ($NS), got 'warn'" "$B" "${S[@]}" --spec-guard warn
+expect_usage "serve --max-num-seqs x" "dsflash serve: --max-num-seqs: expected an integer in [1, 4096], got 'x'" "$B" "${S[@]}" --max-num-seqs x
+expect_usage "serve --max-num-seqs=0" "dsflash serve: --max-num-seqs: expected an integer in [1, 4096], got '0'" "$B" "${S[@]}" --max-num-seqs=0
+expect_usage "serve --max-num-seq (abbreviation)" "dsflash serve: --max-num-seq: unknown option (long options must match exactly)" "$B" "${S[@]}" --max-num-seq 4
+expect_usage "serve --kv-cache-memory 4Gx" \
+    "dsflash serve: --kv-cache-memory: expected a size of at least 1 byte (suffixes K, M, G, T, KiB.., KB..), got '4Gx'" "$B" "${S[@]}" --kv-cache-memory 4Gx
+expect_usage "serve --memory-utilization 1.5" "dsflash serve: --memory-utilization: expected a number in (0, 1], got '1.5'" "$B" "${S[@]}" --memory-utilization 1.5
+expect_usage "serve --gpu-memory-utilization 0 (alias)" "dsflash serve: --gpu-memory-utilization: expected a number in (0, 1], got '0'" "$B" "${S[@]}" --gpu-memory-utilization 0
+expect_usage "serve --numerics fastest" "dsflash serve: --numerics: expected exact or fast, got 'fastest'" "$B" "${S[@]}" --numerics fastest
+expect_usage "serve --block-size 48" "dsflash serve: --block-size: expected a power of two in [16, 256], got '48'" "$B" "${S[@]}" --block-size 48
+expect_usage "serve --kernels amx" "dsflash serve: --kernels: expected auto, avx512-vnni, avx2 or reference, got 'amx'" "$B" "${S[@]}" --kernels amx
+expect_usage "serve --engram-residency locked" \
+    "dsflash serve: --engram-residency: expected page-cache (locked and disk are not available in this build), got 'locked'" "$B" "${S[@]}" --engram-residency locked
+expect_usage "serve --default-chat-template-kwargs []" "dsflash serve: --default-chat-template-kwargs: expected a JSON object, got '[]'" "$B" "${S[@]}" --default-chat-template-kwargs '[]'
+expect_usage "generate --max-tokens 0" "dsflash generate: --max-tokens: expected an integer in [1, 16777216], got '0'" \
+    "$B" generate --model /nonexistent --prompt-ids 1 --max-tokens 0
+expect_usage "generate --prompt-ids 1,a" "dsflash generate: --prompt-ids: 'a' at offset 2: expected an integer token id in [0, 2147483647], got '1,a'" \
+    "$B" generate --model /nonexistent --prompt-ids 1,a --max-tokens 1
+expect_usage "generate --numerics slow" "dsflash generate: --numerics: expected exact or fast, got 'slow'" \
+    "$B" generate --model /nonexistent --prompt-ids 1 --max-tokens 1 --numerics slow
+expect_usage "bench decode --tokens x" "dsflash bench decode: --tokens: expected an integer in [1, 100000], got 'x'" "$B" bench decode --model /nonexistent --tokens x
+expect_usage "bench kernels --tokens 3 (a decode flag)" "dsflash bench kernels: --tokens: unknown option (long options must match exactly)" "$B" bench kernels --tokens 3
+expect_usage "bench decode without --model" "dsflash bench decode: --model: required (the checkpoint directory to time)" "$B" bench decode
+
+# --- the KV budget follows MemAvailable -------------------------------------------------------------
+printf 'MemTotal:       25165824 kB\nMemFree:          524288 kB\nMemAvailable:    4194304 kB\n' > "$OUT/meminfo"
+if DSFLASH_MEMINFO=$OUT/meminfo start_server "$OUT/serve.log" --numerics exact; then
+    line=$(grep '^\[selfcheck\] memory: OK' "$OUT/serve.log")
+    curl -s "$BASE/server_info" > "$OUT/info.json"
+    if /usr/bin/python3 - "$OUT/info.json" "$MODEL_CACHE/tiny/config.json" "$line" <<'EOP'
+import json, sys
+info = json.load(open(sys.argv[1])); cfg = json.load(open(sys.argv[2]))["text_config"]; line = sys.argv[3]
+act = int(1.5 * 8192 * (cfg["vocab_size"] * 4 + 64 * cfg["hidden_size"] * 4))
+want = 4194304 * 1024 - info["weights_mapped_bytes"] - act - 2 * 2**30
+assert info["activation_reservation_bytes"] == act, (info["activation_reservation_bytes"], act)
+assert info["kv_budget_bytes"] == want, (info["kv_budget_bytes"], want)
+assert info["numerics"] == "exact" and info["flags"]["numerics"] == "exact"
+assert f"KV budget {want} B = min(" in line and "MemAvailable 4294967296 B" in line, line
+EOP
+    then ok "KV budget = MemAvailable - mapped weights - reservations, stated in the capacity line; --numerics exact echoed"
+    else bad "KV budget from MemAvailable" "$line"; fi
+else bad "server with a fake meminfo did not start"; fi
+stop_server
+rm -rf "$OUT"
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]

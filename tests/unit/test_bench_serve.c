@@ -1,0 +1,114 @@
+/* The report of `dsflash bench serve` (cmd_bench_serve_report.c) on hand-made measurements.
+ *
+ * Why: the end-to-end smoke test (tests/bench/run_bench.sh) can only check that real ratios land
+ * in (0, 100]; it cannot make a probe under-report on purpose.  Here the raw figures are chosen
+ * so every ratio has a value worked out by hand below, and a second set puts ratios above 100%
+ * to prove the bench then warns and names the probe instead of printing the number quietly. */
+#include "check.h"
+#include "cli/cmd_bench_serve.h"
+#include <cJSON.h>
+#include <fcntl.h>
+#include <math.h>
+#include <unistd.h>
+
+/* Hand-made tier: step times, bytes per step and prefill figures with round ratios. */
+static void make_tier(bs_tier *t) {
+    memset(t, 0, sizeof *t);
+    t->numerics = "fast";
+    const int conc[4] = {1, 4, 16, 32};
+    const double secs[4] = {0.2, 0.5, 1.0, 2.0}, bytes[4] = {1e9, 2e9, 4e9, 5e9};
+    for (int l = 0; l < 4; l++)
+        t->lv[l] = (bs_level){.conc = conc[l], .steps = 5, .t_median = secs[l], .t_mean = secs[l], .bytes_step = bytes[l]};
+    t->prompt_tokens = 2048;
+    t->chunk = 512;
+    t->ttft_s = 10.0;
+    t->prefill_macs = 2.5e11;
+}
+
+/* Runs bs_report with stdout captured into `buf`; returns its result. */
+static int report_to(char *buf, size_t cap, const bs_opts *o, const bs_limits *lim, const bs_tier *t) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/report.txt", ds_test_tmpdir());
+    fflush(stdout);
+    int saved = dup(1), fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+    dup2(fd, 1);
+    int r = bs_report(o, lim, t, 1, "test-path");
+    fflush(stdout);
+    dup2(saved, 1);
+    close(fd);
+    close(saved);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
+    buf[n] = 0;
+    if (f) fclose(f);
+    return r;
+}
+
+TEST(ratios_match_hand_computed_values) {
+    bs_tier t;
+    make_tier(&t);
+    bs_limits lim = {.read_bw = 10.0, .peak = 100.0, .peak_what = "test", .samples = 3};
+    bs_opts o = {.model = "m"};
+    static char outbuf[16384];
+    const char *out = outbuf;
+    CHECK(report_to(outbuf, sizeof outbuf, &o, &lim, &t) == 0, "no ratio is above 100%%");
+    /* conc 1: 1/0.2 = 5 tok/s; roofline 10e9/1e9 = 10 tok/s -> 50% */
+    CHECK_STR_CONTAINS(out, "| single-stream decode | 5.00 tok/s (200.0 ms/token median of 5; wall 5.00 tok/s) "
+                            "| roofline 10.00 tok/s (1000.0 MB read per token) | 50.0% |");
+    /* conc 4: 8 tok/s; roofline 4*10e9/2e9 = 20 -> 40%, 8/5 = 1.6x */
+    CHECK_STR_CONTAINS(out, "| 4 | 500.0 | 8.00 | 8.00 | 2000.0 | 20.00 | 40.0% | 1.60x |");
+    /* conc 16: 16 tok/s; roofline 16*10e9/4e9 = 40 -> 40%, 3.2x */
+    CHECK_STR_CONTAINS(out, "| 16 | 1000.0 | 16.00 | 16.00 | 4000.0 | 40.00 | 40.0% | 3.20x |");
+    /* conc 32: 16 tok/s; roofline 32*10e9/5e9 = 64 -> 25% */
+    CHECK_STR_CONTAINS(out, "| 32 | 2000.0 | 16.00 | 16.00 | 5000.0 | 64.00 | 25.0% | 3.20x |");
+    /* prefill: 2048/10 = 204.8 tok/s; 2*2.5e11/10 = 50 GOP/s of 100 -> 50% */
+    CHECK_STR_CONTAINS(out, "| prefill, 512-token chunks | 204.8 tok/s, 50.0 GOP/s (122.1 MMAC/token) | int8 peak 100 GOP/s | 50.0% |");
+    CHECK_STR_CONTAINS(out, "| TTFT, 2048-token prompt in 512-token chunks | 10.00 s |");
+    CHECK(!strstr(out, "WARNING"), "no warning expected:\n%s", out);
+}
+
+TEST(ratio_above_100_percent_warns_naming_the_probe) {
+    bs_tier t;
+    make_tier(&t);
+    /* read BW 1 GB/s: every decode level lands above its roofline; int8 peak 10 GOP/s: prefill 500% */
+    bs_limits lim = {.read_bw = 1.0, .peak = 10.0, .peak_what = "test", .samples = 1};
+    bs_opts o = {.model = "m"};
+    static char outbuf[16384];
+    const char *out = outbuf;
+    CHECK(report_to(outbuf, sizeof outbuf, &o, &lim, &t) == 5, "5 ratios above 100%%: 4 decode levels + prefill");
+    CHECK_STR_CONTAINS(out, "WARNING: fast decode at concurrency 1 reached 500.0% of the read-bandwidth probe "
+                            "(ds_bench_read_bw, src/kernels/membench.c)");
+    CHECK_STR_CONTAINS(out, "WARNING: fast decode at concurrency 32 reached 250.0% of the read-bandwidth probe");
+    CHECK_STR_CONTAINS(out, "WARNING: fast prefill reached 500.0% of the int8-peak probe (ds_bench_int8_peak");
+    CHECK_STR_CONTAINS(out, "WARNING: 5 ratio(s) above 100%");
+}
+
+TEST(json_record_holds_the_same_figures) {
+    bs_tier t;
+    make_tier(&t);
+    bs_limits lim = {.read_bw = 10.0, .peak = 100.0, .peak_what = "test", .samples = 3};
+    char path[512];
+    snprintf(path, sizeof path, "%s/serve.json", ds_test_tmpdir());
+    bs_opts o = {.model = "m", .json = path};
+    static char outbuf[16384];
+    CHECK(report_to(outbuf, sizeof outbuf, &o, &lim, &t) == 0);
+    FILE *f = fopen(path, "r");
+    static char text[16384];
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    text[n] = 0;
+    if (f) fclose(f);
+    cJSON *j = cJSON_Parse(text);
+    CHECK(j != NULL, "JSON parses");
+    if (!j) return;
+    cJSON *tier = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "tiers"), 0);
+    cJSON *c4 = cJSON_GetArrayItem(cJSON_GetObjectItem(tier, "concurrency"), 1);
+    CHECK(cJSON_GetObjectItem(c4, "conc")->valuedouble == 4);
+    CHECK(fabs(cJSON_GetObjectItem(c4, "pct_roofline")->valuedouble - 40.0) < 1e-9);
+    CHECK(fabs(cJSON_GetObjectItem(c4, "vs_conc1")->valuedouble - 1.6) < 1e-9);
+    cJSON *p = cJSON_GetObjectItem(tier, "prefill");
+    CHECK(fabs(cJSON_GetObjectItem(p, "pct_int8_peak")->valuedouble - 50.0) < 1e-9);
+    CHECK(!strcmp(cJSON_GetObjectItem(tier, "numerics")->valuestring, "fast"));
+    cJSON_Delete(j);
+}
+
+RUN_ALL()

@@ -23,6 +23,9 @@ typedef struct ds_load_options {
     const char *numerics;     /* "exact" (default when NULL): bit-identical to the NumPy oracle, float64
                                  reductions; "fast": fp32 in a fixed blocked order, still deterministic
                                  and batch-invariant (docs/NUMERICS.md) */
+    int draft;                /* DSpark draft: 0 = not loaded (default), 1 = loaded when usable (a missing or
+                                 disabled draft logs an ERROR and leaves speculation off), 2 = required
+                                 (an unusable draft fails the load) */
 } ds_load_options;
 
 /* Returns NULL on failure and writes a one-line message (E_CODE: file: tensor: expected, found). */

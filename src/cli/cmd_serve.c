@@ -21,6 +21,7 @@
 #include "engine/engine_setup.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
+#include "cli/serve_spec.h"
 #include "server/api.h"
 #include "server/server.h"
 #include "tokenizer/tokenizer.h"
@@ -39,7 +40,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define NO_SPEC "speculative decoding is not available in this build"
 #define ONE_PROCESS "this build runs one process (--tensor-parallel-size 1)"
 
 /* One row per flag.  A new flag is a new row here, then read by name below. */
@@ -61,9 +61,9 @@ static ds_flag k_flags[] = {
     {.name = "--kv-cache-memory-bytes", .type = DS_FLAG_SIZE, .alias_of = "--kv-cache-memory"},
     {.name = "--enable-prefix-caching", .type = DS_FLAG_SWITCH, .help = "on by default"},
     {.name = "--no-enable-prefix-caching", .type = DS_FLAG_SWITCH},
-    {.name = "--num-speculative-tokens", .type = DS_FLAG_INT, .def = "0", .lo = 0, .hi = 5, .refuse = NO_SPEC},
-    {.name = "--spec-tokens-per-batch-size", .type = DS_FLAG_STRING, .refuse = NO_SPEC},
-    {.name = "--spec-guard", .type = DS_FLAG_ENUM, .def = "on", .choices = "on|warn|off", .refuse = NO_SPEC},
+    {.name = "--num-speculative-tokens", .type = DS_FLAG_INT, .def = "5", .lo = 0, .hi = 5, .help = "drafts per verify step (0 = off)"},
+    {.name = "--spec-tokens-per-batch-size", .type = DS_FLAG_STRING, .help = "schedule lo-hi:K,... over decoding requests"},
+    {.name = "--spec-guard", .type = DS_FLAG_ENUM, .def = "on", .choices = "on|warn|off", .help = "acceptance-collapse guard"},
     {.name = "--admission-gate", .type = DS_FLAG_SWITCH, .help = "on by default"},
     {.name = "--no-admission-gate", .type = DS_FLAG_SWITCH},
     {.name = "--max-prefill-seqs", .type = DS_FLAG_INT, .def = "1", .lo = 1, .hi = 4096},
@@ -265,6 +265,7 @@ typedef struct serve_run {
     ds_token_mask mask;
     ds_engine *eng;
     ds_mem_plan mem;
+    serve_spec spec;           /* speculative decoding decisions (serve_spec.c) */
     cJSON *echo;
     char *echo_s;
 } serve_run;
@@ -297,6 +298,10 @@ static int check_rules(serve_run *s) {
     for (char *sv, *t = strtok_r(s->names_buf, ",", &sv); t && s->n_names < 16; t = strtok_r(NULL, ",", &sv))
         s->names[s->n_names++] = t;
     if (!s->n_names) return ds_flags_fail(&g_fs, "--served-model-name", "expected at least one name, got '%s'", fv("--served-model-name"));
+    ds_error se = {0};
+    if (serve_spec_parse(&s->spec, fv("--num-speculative-tokens"), ds_flag_given(&g_fs, "--num-speculative-tokens"),
+                         fv("--spec-tokens-per-batch-size"), fv("--spec-guard"), &se))
+        return ds_flags_fail(&g_fs, "--num-speculative-tokens", "%s", se.msg);
     return 0;
 }
 
@@ -360,7 +365,8 @@ static int start_listener(serve_run *s) {
 /* §13 steps 2-3: the checkpoint, then every kernel family against the scalar reference. */
 static int load_model(serve_run *s) {
     ds_load_options lo = {.kernels = fv("--kernels"), .threads = (int)fi("--threads"), .full_validation = 0,
-                          .max_model_len = fv("--max-model-len") ? fi("--max-model-len") : 0, .numerics = fv("--numerics")};
+                          .max_model_len = fv("--max-model-len") ? fi("--max-model-len") : 0, .numerics = fv("--numerics"),
+                          .draft = serve_spec_draft_option(&s->spec)};
     char eb[1024] = "";
     double t0 = ds_now();
     s->model = ds_model_load(s->model_dir, &lo, eb, sizeof eb);
@@ -423,6 +429,10 @@ static int build_engine(serve_run *s) {
     snprintf(fingerprint, sizeof fingerprint, "%s|bs=%d|kv=bf16|numerics=%s", s->model_dir, ec.block_size,
              ds_model_numerics(s->model));
     ec.fingerprint = fingerprint;
+    if (serve_spec_configure(&s->spec, s->model, &ec, &e)) {
+        fprintf(stderr, "[selfcheck] configuration: FAIL %s\n", e.msg);
+        return 2;
+    }
     ds_detok_ops dops = ds_server_detok_ops(s->tok);
     s->eng = ds_engine_create(&ec, s->be, &s->mask, &s->metrics, &dops, &e);
     if (!s->eng) {
@@ -450,8 +460,8 @@ static int echo_config(serve_run *s) {
     int64_t max_seqs = fi("--max-num-seqs");
     cJSON_AddStringToObject(echo, "model_dir", s->model_dir);
     cJSON_AddNumberToObject(echo, "block_size", (double)fi("--block-size"));
-    cJSON_AddNumberToObject(echo, "num_speculative_tokens", 0);
-    cJSON_AddStringToObject(echo, "speculation", "OFF (not available in this build)");
+    cJSON_AddNumberToObject(echo, "num_speculative_tokens", s->model->draft ? s->spec.S : 0);
+    cJSON_AddStringToObject(echo, "speculation", s->spec.echo);
     cJSON_AddBoolToObject(echo, "admission_gate", s->gate);
     cJSON_AddBoolToObject(echo, "prefix_caching", s->prefix);
     cJSON_AddNumberToObject(echo, "max_num_seqs", (double)max_seqs);
@@ -488,7 +498,11 @@ static int echo_config(serve_run *s) {
 static int run_selfchecks(serve_run *s) {
     ds_server_set_phase(s->srv, "selfcheck");
     if (selfcheck_tokenizer(s->tok, &s->mask, s->be->vocab)) return 1;
-    fprintf(stderr, "[selfcheck] dspark: SKIP speculation is not available in this build\n");
+    ds_error pe = {0};
+    if (serve_spec_probe(&s->spec, s->model, s->tok, &pe)) {
+        fprintf(stderr, "[selfcheck] dspark: FAIL %s\n", pe.msg);
+        return 1;
+    }
     fprintf(stderr, "[selfcheck] vision: SKIP no vision tower (image inputs are rejected)\n");
     if (selfcheck_probe(s->eng, 16, s->be->vocab, "warm-up", s->model_dir)) return 1;
     if (!strcmp(fv("--self-check"), "full")) {

@@ -14,4 +14,5 @@ int cmd_bench(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_engram_map(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
 #endif

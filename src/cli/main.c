@@ -16,6 +16,7 @@ static const subcommand k_cmds[] = {
     {"verify-checkpoint", cmd_verify, "alias of verify"},
     {"quantize", cmd_quantize, "float checkpoint -> W4A8 release"},
     {"bench", cmd_bench, "benchmarks (kernels, decode, ...)"},
+    {"eval", cmd_eval, "held-out perplexity and DSpark acceptance on token files"},
     {"tokenize", cmd_tokenize, "text -> token ids"},
     {"detokenize", cmd_detokenize, "token ids -> text"},
     {"engram-map", cmd_engram_map, "write the Engram token normalization map"},

@@ -54,6 +54,16 @@ typedef struct ds_backend {
     void (*release)(void *impl, ds_kvm *km, void *seq, ds_kv_seqtab *tab);
     int (*step)(void *impl, ds_kv_pools *pools, ds_backend_item *items, int n_items, float *logits, ds_error *err);
     void (*destroy)(void *impl);
+    /* Speculative decoding (SERVING.md §8; 0 / NULL when the backend has no draft).  A verify
+     * item computes K+1 rows; after_step is then called with the committed length L <= pos0+n,
+     * which rolls the sequence back past the rejected rows and moves the draft context to L.
+     * propose: one draft pass for the anchor at the sequence's length (all earlier positions
+     * committed); pick chooses row i's proposal from its draft logits (NULL: greedy). */
+    int spec_block;
+    bool spec_trained;
+    bool spec_active;          /* set by the engine: the draft context is kept only while it speculates */         /* the checkpoint declares a trained draft (start-up probe applies) */
+    int (*propose)(void *impl, void *seq, int32_t anchor, int32_t (*pick)(void *ctx, int row, float *logits), void *pick_ctx,
+                   int32_t *drafts, ds_error *err);
 } ds_backend;
 
 /* The deterministic test backend.  Its "hidden state" at position p is a running hash of the

@@ -10,7 +10,7 @@
  * engine sizes both pools alike): the model asks for a CKV page and then the IDX page of the same
  * block, so the IDX request returns the id of the CKV page just given. */
 #include "engine/backend_model.h"
-#include "model/model.h"
+#include "model/draft.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,17 +19,25 @@ typedef struct mseq {
     ds_kvm *km;
     uint32_t pair[8];       /* CKV ids whose IDX twin has not been asked for yet */
     int n_pair;
+    ds_bf16 *aux;           /* draft features of the last step's rows (model with a draft) */
+    int64_t aux_p0;         /* position of aux row 0 */
+    int aux_n, aux_cap;     /* rows held, rows allocated */
 } mseq;
 
 typedef struct mback {
     ds_model *m;
+    const struct ds_backend *be;   /* its own interface (spec_active) */
     /* step argument arrays, grown to the largest batch seen (only the engine thread steps) */
     int cap;
     ds_seq **seqs;
     const int32_t **toks;
     int *rows, *nl;
     float **out;
+    ds_bf16 **auxp;                /* draft features of each item (while drafting) */
 } mback;
+
+/* The draft context (aux features, rings in DRAFT pages) is kept only while the engine speculates. */
+static bool drafting(const mback *b) { return b->m->draft && b->be && b->be->spec_active; }
 
 static int ops_alloc(void *ctx, ds_kv_kind kind, uint32_t *page) {
     mseq *q = ctx;
@@ -91,6 +99,8 @@ static void mb_needed(void *impl, ds_kvm *km, void *seq, const ds_kv_seqtab *tab
     mseq *q = seq;
     uint32_t c[DS_KV_KINDS];
     ds_seq_pages_needed(q->s, (int)(b - a), c);
+    mback *mb = impl;
+    if (drafting(mb)) c[DS_KV_DRAFT] = ds_draft_pages_needed(q->s, b);
     for (int k = 0; k < DS_KV_KINDS; k++) need[k] = c[k];
 }
 
@@ -100,6 +110,17 @@ static void mb_after(void *impl, ds_kvm *km, void *seq, ds_kv_seqtab *tab, const
                      const char *salt) {
     mseq *q = seq;
     ds_seq *s = q->s;
+    mback *mb = impl;
+    if (L < s->len) ds_seq_truncate(s, L);   /* rejected verify rows (§6.3: only the length moves) */
+    if (drafting(mb) && q->aux_n > 0 && L > q->aux_p0) {
+        /* the draft context follows the committed rows; an allocation failure only leaves the
+         * rings short, which stops drafting for this sequence (ds_draft_propose refuses) */
+        ds_error e2 = {{0}, {0}};
+        int64_t n = L - q->aux_p0 < q->aux_n ? L - q->aux_p0 : q->aux_n;
+        if (ds_draft_commit(mb->m, s, q->aux, q->aux_p0, (int)n, &e2) < 0)
+            ds_log(DS_LOG_WARN, "draft context not written: %s", e2.msg);
+        q->aux_n = 0;
+    }
     ds_kvm_seqtab_reserve(tab, (int)(s->n_kv_blocks + 1));
     for (int64_t i = 0; i < tab->cap; i++) {
         tab->blk[i] = i < s->n_kv_blocks ? s->ckv[i] : DS_KV_NONE;
@@ -113,6 +134,7 @@ static void mb_after(void *impl, ds_kvm *km, void *seq, ds_kv_seqtab *tab, const
 static void mb_release(void *impl, ds_kvm *km, void *seq, ds_kv_seqtab *tab) {
     mseq *q = seq;
     ds_seq_free(q->s); /* hands every page back through ops_release */
+    ds_afree(q->aux);
     free(q);
     ds_kvm_seqtab_clear(tab);
 }
@@ -126,15 +148,27 @@ static int mb_step(void *impl, ds_kv_pools *pools, ds_backend_item *items, int n
         b->rows = ds_xrealloc(b->rows, sizeof(int) * (size_t)n);
         b->nl = ds_xrealloc(b->nl, sizeof(int) * (size_t)n);
         b->out = ds_xrealloc(b->out, sizeof(float *) * (size_t)n);
+        b->auxp = ds_xrealloc(b->auxp, sizeof(ds_bf16 *) * (size_t)n);
     }
     ds_seq **seqs = b->seqs;
     const int32_t **toks = b->toks;
     int *rows = b->rows, *nl = b->nl;
     float **out = b->out;
     size_t off = 0;
-    int V = ds_model_vocab_size(b->m);
+    int V = ds_model_vocab_size(b->m), W = drafting(b) ? ds_draft_aux_width(b->m) : 0;
+    ds_bf16 **aux = W ? b->auxp : NULL;
     for (int i = 0; i < n; i++) {
         mseq *q = items[i].seq;
+        if (aux) { /* every row's features: which of them become committed is known after sampling */
+            if (q->aux_cap < items[i].n) {
+                ds_afree(q->aux);
+                q->aux_cap = items[i].n;
+                q->aux = ds_amalloc(sizeof(ds_bf16) * (size_t)q->aux_cap * W);
+            }
+            q->aux_p0 = items[i].pos0;
+            q->aux_n = items[i].n;
+            aux[i] = q->aux;
+        }
         seqs[i] = q->s;
         toks[i] = items[i].tokens + items[i].pos0;
         rows[i] = items[i].n;
@@ -143,8 +177,10 @@ static int mb_step(void *impl, ds_kv_pools *pools, ds_backend_item *items, int n
         off += (size_t)nl[i];
     }
     char eb[512] = "";
-    int rc = ds_batch_step(b->m, n, seqs, toks, rows, out, nl, eb, sizeof eb);
+    int rc = ds_batch_step_aux(b->m, n, seqs, toks, rows, out, nl, aux, eb, sizeof eb);
     if (rc) ds_fail(err, "E_FORWARD", "%s", eb);
+    if (rc && aux)
+        for (int i = 0; i < n; i++) ((mseq *)items[i].seq)->aux_n = 0;
     return rc;
 }
 
@@ -155,13 +191,22 @@ static void mb_destroy(void *impl) {
     free(b->rows);
     free(b->nl);
     free(b->out);
+    free(b->auxp);
     free(b);
+}
+
+static int mb_propose(void *impl, void *seq, int32_t anchor, int32_t (*pick)(void *ctx, int row, float *logits), void *pick_ctx,
+                      int32_t *drafts, ds_error *err) {
+    mback *b = impl;
+    mseq *q = seq;
+    return ds_draft_propose(b->m, q->s, anchor, pick, pick_ctx, drafts, NULL, NULL, err);
 }
 
 ds_backend *ds_backend_model_new(ds_model *m) {
     mback *mb = ds_xcalloc(1, sizeof *mb);
     mb->m = m;
     ds_backend *b = ds_xcalloc(1, sizeof *b);
+    mb->be = b;
     b->name = "model";
     b->impl = mb;
     b->vocab = ds_model_vocab_size(m);
@@ -180,5 +225,10 @@ ds_backend *ds_backend_model_new(ds_model *m) {
     b->release = mb_release;
     b->step = mb_step;
     b->destroy = mb_destroy;
+    if (m->draft) {
+        b->spec_block = m->draft->block;
+        b->spec_trained = m->draft->trained;
+        b->propose = mb_propose;
+    }
     return b;
 }

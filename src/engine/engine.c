@@ -129,6 +129,7 @@ static void preempt(ds_engine *e, ds_req *r) {
     release_kv(e, r);
     r->n_computed = 0;
     r->in_step = false;
+    r->spec_k = r->n_drafts = 0;
     r->state = DS_REQ_WAITING;
     waiting_push_front(e, r);
     if (!r->exclude_metrics) atomic_fetch_add(&e->m->preemptions, 1);
@@ -151,7 +152,7 @@ static ds_req *latest_admitted(ds_engine *e) {
 /* Room for `need` pages after what this step already promised (lazy backends take their pages
  * only inside the forward pass). */
 static bool kv_fits(ds_engine *e, const uint64_t need[DS_KV_KINDS], uint64_t ckv_watermark) {
-    static const ds_kv_kind k[] = {DS_KV_CKV, DS_KV_WIN, DS_KV_STATE};
+    static const ds_kv_kind k[] = {DS_KV_CKV, DS_KV_WIN, DS_KV_STATE, DS_KV_DRAFT};
     for (size_t i = 0; i < DS_ARRAY_LEN(k); i++) {
         uint64_t avail = ds_kvm_available(&e->km, k[i]), want = need[k[i]] + e->promised[k[i]];
         if (k[i] == DS_KV_CKV) want += ckv_watermark;
@@ -277,12 +278,15 @@ static int build_prefill(ds_engine *e, int64_t tokens_left, int max_seqs, bool *
 /* Decode rows for every request in DECODE; when pages run out, the most recently admitted running
  * request is preempted (it may be the one asking) and the scan restarts over the changed list. */
 static int build_decode(ds_engine *e) {
-    int rows = 0;
+    int rows = 0, n_decoding = 0;
+    for (int i = 0; i < e->n_running; i++) n_decoding += e->running[i]->state == DS_REQ_DECODE;
 restart:
     for (int i = 0; i < e->n_running; i++) {
         ds_req *r = e->running[i];
         if (r->state != DS_REQ_DECODE || r->in_step) continue;
-        int64_t a = r->n_computed, end = r->n_tokens;
+        /* a verify row set: the last token and K drafts (stored after it in the token array) */
+        const int K = ds_spec_k_for(e, r, n_decoding);
+        int64_t a = r->n_computed, end = r->n_tokens + K;
         bool preempted = false, self = false;
         while (!reserve_pages(e, r, a, end, 0)) {
             ds_req *v = latest_admitted(e);
@@ -302,6 +306,8 @@ restart:
         }
         if (!self) {
             add_item(e, r, a, end);
+            if (K > 0) e->items[e->n_items - 1].n_logits = K + 1;
+            r->spec_k = K;
             r->in_step = true;
             rows++;
         }
@@ -417,6 +423,7 @@ static void after_forward(ds_engine *e) {
         int64_t end = it->pos0 + it->n;
         const float *rows = e->logits + row * (size_t)V;
         row += (size_t)it->n_logits;
+        if (r->spec_k > 0) continue;   /* a verify row set: accepted and committed below (spec_engine.c) */
         if (r->state == DS_REQ_PREFILL && !r->exclude_metrics) atomic_fetch_add(&e->m->prompt_tokens, (uint64_t)it->n);
         r->n_computed = end;
         e->be->after_step(e->be->impl, &e->km, r->seq, &r->tab, r->tokens, end, r->cache_salt);
@@ -445,6 +452,10 @@ static void after_forward(ds_engine *e) {
     int jn = 0;
     for (int k = 0; k < e->n_items; k++) {
         ds_req *r = e->item_req[k];
+        if (r->spec_k > 0) {
+            ds_spec_finish_item(e, k, e->logits + e->item_row[k] * (size_t)V);
+            continue;
+        }
         if (failed[k]) {
             fail_numeric(e, r);
             continue;
@@ -594,6 +605,7 @@ static void run_step(ds_engine *e) {
     ds_hist_observe(e->m, prefill_only ? &e->m->step_prefill : &e->m->step_decode, dt);
     after_forward(e);
     e->n_items = 0;
+    ds_spec_after_step(e);
 }
 
 static void process_cancels(ds_engine *e) {
@@ -672,7 +684,8 @@ ds_engine *ds_engine_create(const ds_engine_config *cfg, ds_backend *be, const d
     be->layout(be->impl, cfg->block_size, &lay);
     ds_kv_budget plan;
     int prefill_seqs = cfg->admission_gate ? cfg->max_prefill_seqs : cfg->max_num_seqs;
-    if (ds_kv_budget_plan(&plan, &lay, cfg->kv_budget_bytes, be->window, 0, cfg->max_num_seqs, prefill_seqs,
+    int spec = be->propose && be->spec_block > 0 ? cfg->spec_tokens : 0;
+    if (ds_kv_budget_plan(&plan, &lay, cfg->kv_budget_bytes, be->window, spec, cfg->max_num_seqs, prefill_seqs,
                           cfg->max_model_len, err) ||
         ds_kvm_init(&e->km, &lay, &plan, be->window, cfg->prefix_caching, cfg->kv_high_first, cfg->fingerprint, err)) {
         free(e);
@@ -684,6 +697,7 @@ ds_engine *ds_engine_create(const ds_engine_config *cfg, ds_backend *be, const d
     e->ss_pool[0] = e->ss;
     for (int i = 1; i < e->n_ss; i++) e->ss_pool[i] = ds_sampler_scratch_new(be->vocab);
     e->decode_since_prefill = 1 << 30;
+    ds_spec_engine_init(e);
     pthread_mutex_init(&e->mu, NULL);
     pthread_mutex_init(&e->state_mu, NULL);
     pthread_cond_init(&e->cv, NULL);
@@ -723,6 +737,7 @@ void ds_engine_destroy(ds_engine *e) {
     free(e->item_req);
     free(e->logits);
     free(e->item_row);
+    ds_spec_engine_free(e);
     for (int i = 0; i < e->n_ss; i++) ds_sampler_scratch_free(e->ss_pool[i]);
     free(e->ss_pool);
     ds_kvm_destroy(&e->km);
@@ -776,7 +791,12 @@ void ds_engine_reset_prefix_cache(ds_engine *e) {
     pthread_mutex_unlock(&e->mu);
 }
 
+void ds_engine_commit_token(ds_engine *e, ds_req *r, const ds_sample_result *res) { commit_token(e, r, res); }
+void ds_engine_fail_numeric(ds_engine *e, ds_req *r) { fail_numeric(e, r); }
+
 void ds_engine_gauges(ds_engine *e, ds_metrics_gauges *g) {
+    g->spec_enabled = atomic_load(&e->g_spec_enabled);
+    g->spec_positions = e->spec_on || g->spec_enabled || e->cfg.spec_tokens > 0 ? e->be->spec_block : 0;
     g->running = atomic_load(&e->g_running);
     g->waiting = atomic_load(&e->g_waiting);
     g->blocks_total = e->km.plan.num_blocks;

@@ -39,7 +39,17 @@ typedef struct ds_engine_config {
     bool kv_high_first;               /* --debug-kv-alloc-order high-first */
     const char *fingerprint;          /* model + KV format identity (prefix-cache seed) */
     int prompt_logprobs_chunk;        /* row cap per step for requests with prompt_logprobs (256) */
+    /* speculative decoding (SERVING.md §8): S, the batch-size schedule, the collapse guard */
+    int spec_tokens;                  /* S: 0 = off (needs a backend with a draft) */
+    int n_spec_sched;                 /* ranges of --spec-tokens-per-batch-size (0 = K = S always) */
+    struct { int lo, hi, k; } spec_sched[16];
+    int spec_guard;                   /* DS_SPEC_GUARD_* */
 } ds_engine_config;
+
+enum { DS_SPEC_GUARD_OFF = 0, DS_SPEC_GUARD_WARN, DS_SPEC_GUARD_ON };
+/* Parse "lo-hi:K,..." into cfg (ranges non-overlapping, covering 1..max_num_seqs, K <= S);
+ * -1 with err naming the offending range. */
+int ds_spec_schedule_parse(ds_engine_config *cfg, const char *text, ds_error *err);
 void ds_engine_config_defaults(ds_engine_config *c);
 
 /* Incremental detokenizer plugged in by the server. */
@@ -83,6 +93,15 @@ typedef struct ds_req {
     int64_t n_plp_done;           /* prompt-logprob positions captured */
     bool reached_decode;
     bool in_step;                 /* has a row in the step being built */
+    /* speculative decoding (spec_engine.c) */
+    int32_t drafts[8];            /* proposals for the positions after tokens[n_tokens-1] */
+    int n_drafts;                 /* proposals held (valid while drafts_at == n_tokens) */
+    int64_t drafts_at;
+    int spec_k;                   /* drafts verified by this request's row in the current step */
+    float *spec_q;                /* [block][vocab] draft distributions (sampled requests) */
+    uint8_t spec_hist[16];        /* accepted drafts of the last 16 verify steps (per-request guard) */
+    int spec_hist_n;
+    int spec_off;                 /* verify steps left with K = 0 after the per-request guard fired */
 
     /* ---- output, guarded by mu ---- */
     pthread_mutex_t mu;

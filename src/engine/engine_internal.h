@@ -48,8 +48,29 @@ struct ds_engine {
     int cap_item_row;
     uint64_t promised[DS_KV_KINDS];  /* pages promised to lazy-backend rows of the step being built */
 
+    /* speculative decoding (spec_engine.c) */
+    bool spec_on;                    /* drafting enabled (cleared by the global guard) */
+    atomic_int g_spec_enabled;
+    uint8_t spec_ring[256];          /* accepted drafts of the last 256 verify steps */
+    int spec_ring_n, spec_ring_i;
+    double spec_last_log, spec_last_warn;
+    uint64_t spec_log_base[3 + DS_SPEC_MAX_POS];   /* drafts, draft tokens, accepted, per pos at the last log */
+    float *spec_p;                   /* [K+1][vocab] target distributions of one verify row set */
+
     atomic_int g_running, g_waiting;
     atomic_uint_fast64_t g_blocks_used, g_blocks_evictable;
 };
+
+/* Engine pieces shared with spec_engine.c. */
+void ds_engine_commit_token(ds_engine *e, ds_req *r, const ds_sample_result *res);
+void ds_engine_fail_numeric(ds_engine *e, ds_req *r);
+void ds_spec_engine_init(ds_engine *e);
+void ds_spec_engine_free(ds_engine *e);
+/* Drafts this request verifies in the step being built (0: a plain decode row). */
+int ds_spec_k_for(ds_engine *e, ds_req *r, int n_decoding);
+/* Accept/commit of a verify item after the forward pass (rows = its K+1 logits rows). */
+void ds_spec_finish_item(ds_engine *e, int k, const float *rows);
+/* After a step: draft passes for the requests that committed tokens, metrics log line. */
+void ds_spec_after_step(ds_engine *e);
 
 #endif

@@ -25,7 +25,8 @@ int ds_kv_budget_plan(ds_kv_budget *b, const ds_kv_layout *lay, uint64_t budget_
     for (int k = 0; k < DS_KV_KINDS; k++) b->page_bytes[k] = lay->page_bytes[k];
     uint64_t bs = (uint64_t)lay->bs;
     b->win_pages_per_req = (int)(ceil_div((uint64_t)(window + spec_tokens), bs) + 1);
-    uint64_t draft_pages = spec_tokens > 0 ? 3 : 0;
+    /* draft rings: blocks of the last W committed positions plus the one being entered (3 at bs 128) */
+    uint64_t draft_pages = spec_tokens > 0 ? ceil_div((uint64_t)window, bs) + 2 : 0;
     b->fixed_per_request = (uint64_t)b->win_pages_per_req * lay->page_bytes[DS_KV_WIN] +
                            draft_pages * lay->page_bytes[DS_KV_DRAFT] + lay->page_bytes[DS_KV_STATE];
     b->win_transient_pages = (uint64_t)max_prefill_seqs * ceil_div((uint64_t)(window > 1 ? window - 1 : 1), bs);

@@ -30,8 +30,11 @@ void ds_metrics_reset(ds_metrics *m) {
                                    &m->success[2], &m->cancelled, &m->preemptions, &m->numeric_errors,
                                    &m->kernel_fallback, &m->prefix_queries, &m->prefix_hits, &m->gate_prefill,
                                    &m->gate_decode, &m->gate_forced, &m->gate_violations,
-                                   &m->gate_max_decode_stall, &m->tool_parse_failures, &m->tool_calls_dropped};
+                                   &m->gate_max_decode_stall, &m->tool_parse_failures, &m->tool_calls_dropped,
+                                   &m->spec_drafts, &m->spec_draft_tokens, &m->spec_accepted, &m->spec_guard_request,
+                                   &m->spec_guard_global};
     for (size_t i = 0; i < DS_ARRAY_LEN(all); i++) atomic_store(all[i], 0);
+    for (int i = 0; i < DS_SPEC_MAX_POS; i++) atomic_store(&m->spec_accepted_pos[i], 0);
     pthread_mutex_lock(&m->mu);
     m->n_rejected = m->n_http = 0;
     init_hists(m);
@@ -124,9 +127,20 @@ void ds_metrics_render(ds_metrics *m, const ds_metrics_gauges *g, ds_tbuf *o) {
     counter(o, "dsflash_kernel_fallback_total", "kernel implementation switches after start-up", atomic_load(&m->kernel_fallback));
     counter(o, "dsflash_prefix_cache_queries_total", "prompt tokens looked up in the prefix cache", atomic_load(&m->prefix_queries));
     counter(o, "dsflash_prefix_cache_hits_total", "prompt tokens served from the prefix cache", atomic_load(&m->prefix_hits));
-    counter(o, "dsflash_spec_decode_num_drafts_total", "verify steps with drafts", 0);
-    counter(o, "dsflash_spec_decode_num_draft_tokens_total", "draft tokens verified", 0);
-    counter(o, "dsflash_spec_decode_num_accepted_tokens_total", "draft tokens accepted", 0);
+    counter(o, "dsflash_spec_decode_num_drafts_total", "verify steps with drafts", atomic_load(&m->spec_drafts));
+    counter(o, "dsflash_spec_decode_num_draft_tokens_total", "draft tokens verified", atomic_load(&m->spec_draft_tokens));
+    counter(o, "dsflash_spec_decode_num_accepted_tokens_total", "draft tokens accepted", atomic_load(&m->spec_accepted));
+    ds_tbuf_puts(o, "# HELP dsflash_spec_decode_num_accepted_tokens_per_pos_total verify steps that accepted draft i\n"
+                    "# TYPE dsflash_spec_decode_num_accepted_tokens_per_pos_total counter\n");
+    for (int i = 0; i < g->spec_positions && i < DS_SPEC_MAX_POS; i++)
+        ds_tbuf_printf(o, "dsflash_spec_decode_num_accepted_tokens_per_pos_total{position=\"%d\"} %llu\n", i,
+                       (unsigned long long)atomic_load(&m->spec_accepted_pos[i]));
+    ds_tbuf_puts(o, "# HELP dsflash_spec_guard_disable_total drafting switched off by the acceptance-collapse guard\n"
+                    "# TYPE dsflash_spec_guard_disable_total counter\n");
+    ds_tbuf_printf(o, "dsflash_spec_guard_disable_total{scope=\"request\"} %llu\n",
+                   (unsigned long long)atomic_load(&m->spec_guard_request));
+    ds_tbuf_printf(o, "dsflash_spec_guard_disable_total{scope=\"global\"} %llu\n",
+                   (unsigned long long)atomic_load(&m->spec_guard_global));
     counter(o, "dsflash_admission_gate_prefill_steps_total", "prefill-only steps", atomic_load(&m->gate_prefill));
     counter(o, "dsflash_admission_gate_decode_steps_total", "decode-only steps", atomic_load(&m->gate_decode));
     counter(o, "dsflash_admission_gate_forced_decode_steps_total", "decode steps forced by KV pressure", atomic_load(&m->gate_forced));

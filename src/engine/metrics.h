@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 
 #define DS_HIST_BUCKETS 16
+#define DS_SPEC_MAX_POS 8        /* per-position acceptance counters (draft block <= 8) */
 typedef struct ds_histogram {
     int n;                                /* finite bucket bounds */
     double le[DS_HIST_BUCKETS];
@@ -38,6 +39,10 @@ typedef struct ds_metrics {
     atomic_uint_fast64_t gate_prefill, gate_decode, gate_forced, gate_violations;
     atomic_uint_fast64_t gate_max_decode_stall;     /* most prefill steps between two decode steps */
     atomic_uint_fast64_t tool_parse_failures, tool_calls_dropped;
+    /* speculative decoding (SERVING.md §8.4, §8.5) */
+    atomic_uint_fast64_t spec_drafts, spec_draft_tokens, spec_accepted;
+    atomic_uint_fast64_t spec_accepted_pos[DS_SPEC_MAX_POS];
+    atomic_uint_fast64_t spec_guard_request, spec_guard_global;
     pthread_mutex_t mu;
     int n_rejected, n_http;
     ds_labelled_counter rejected[DS_METRIC_MAX_LABELLED];
@@ -51,6 +56,7 @@ typedef struct ds_metrics_gauges {
     uint64_t blocks_total, blocks_used, blocks_evictable;
     uint64_t capacity_tokens;
     int ready, spec_enabled;
+    int spec_positions;           /* draft positions reported per position (0 without speculation) */
 } ds_metrics_gauges;
 
 void ds_metrics_init(ds_metrics *m);

@@ -49,6 +49,7 @@ void ds_req_unref(ds_req *r) {
     free(r->tokens);
     free(r->out_ids);
     free(r->out_lp);
+    free(r->spec_q);
     free(r->plp);
     free(r->cache_salt);
     ds_tbuf_free(&r->text);

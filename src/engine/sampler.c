@@ -249,6 +249,43 @@ static void apply_penalties(const ds_sampling_params *p, const ds_sample_history
     s->n_touched = 0;
 }
 
+/* Temperature and the top-k / top-p / min-p filters on the processed logits s->z: the candidate
+ * ids are s->order[0..n) (sorted by processed logit when a filter needed it), z scaled by 1/T. */
+static int candidates(const ds_sampling_params *p, ds_sampler_scratch *s, int vocab) {
+    float *z = s->z;
+    float inv_t = (float)p->temperature;
+    int n = 0;
+    for (int i = 0; i < vocab; i++)
+        if (z[i] != -INFINITY) {
+            z[i] = z[i] / inv_t;
+            s->order[n++] = i;
+        }
+    bool need_sort = (p->top_k > 1 && p->top_k < n) || p->top_p < 1.0 || p->min_p > 0.0;
+    if (need_sort) sort_candidates(s->order, n, z);
+    if (p->top_k > 1 && p->top_k < n) n = p->top_k;
+    if (n > 0 && (p->top_p < 1.0 || p->min_p > 0.0)) {
+        double zmax = z[s->order[0]], sum = 0.0;
+        for (int j = 0; j < n; j++) sum += exp((double)z[s->order[j]] - zmax);
+        if (p->top_p < 1.0) {
+            double acc = 0.0;
+            int keep = n;
+            for (int j = 0; j < n; j++) {
+                acc += exp((double)z[s->order[j]] - zmax) / sum;
+                if (acc >= p->top_p) { keep = j + 1; break; }
+            }
+            n = keep;
+        }
+        if (p->min_p > 0.0) {
+            /* p_i >= min_p * p_max  <=>  z_i - z_max >= log(min_p) */
+            double lim = log(p->min_p);
+            int keep = 0;
+            while (keep < n && (double)z[s->order[keep]] - zmax >= lim) keep++;
+            n = keep > 0 ? keep : 1;
+        }
+    }
+    return n;
+}
+
 /* Greedy without bias, penalties or logprobs: one pass (finiteness + masked argmax) instead of
  * the exponentials of the captured distribution, which dominate sampling at 129,280 ids. */
 static bool plain_greedy(const ds_sampling_params *p) {
@@ -302,36 +339,7 @@ int ds_sample_row(const float *logits, int vocab, const ds_token_mask *mask, con
         for (int i = 0; i < vocab; i++)
             if (z[i] > best) { best = z[i]; chosen = i; }
     } else {
-        float inv_t = (float)p->temperature;
-        int n = 0;
-        for (int i = 0; i < vocab; i++)
-            if (z[i] != -INFINITY) {
-                z[i] = z[i] / inv_t;
-                s->order[n++] = i;
-            }
-        bool need_sort = (p->top_k > 1 && p->top_k < n) || p->top_p < 1.0 || p->min_p > 0.0;
-        if (need_sort) sort_candidates(s->order, n, z);
-        if (p->top_k > 1 && p->top_k < n) n = p->top_k;
-        if (n > 0 && (p->top_p < 1.0 || p->min_p > 0.0)) {
-            double zmax = z[s->order[0]], sum = 0.0;
-            for (int j = 0; j < n; j++) sum += exp((double)z[s->order[j]] - zmax);
-            if (p->top_p < 1.0) {
-                double acc = 0.0;
-                int keep = n;
-                for (int j = 0; j < n; j++) {
-                    acc += exp((double)z[s->order[j]] - zmax) / sum;
-                    if (acc >= p->top_p) { keep = j + 1; break; }
-                }
-                n = keep;
-            }
-            if (p->min_p > 0.0) {
-                /* p_i >= min_p * p_max  <=>  z_i - z_max >= log(min_p) */
-                double lim = log(p->min_p);
-                int keep = 0;
-                while (keep < n && (double)z[s->order[keep]] - zmax >= lim) keep++;
-                n = keep > 0 ? keep : 1;
-            }
-        }
+        int n = candidates(p, s, vocab);
         double best = -INFINITY;
         for (int j = 0; j < n; j++) {
             int32_t id = s->order[j];
@@ -346,5 +354,34 @@ int ds_sample_row(const float *logits, int vocab, const ds_token_mask *mask, con
     res->token = chosen;
     int n_top = p->logprobs > 0 ? DS_MIN(p->logprobs, DS_MAX_TOP_LOGPROBS) : 0;
     fill_logprobs(logits, vocab, mask, lse, chosen, n_top, res);
+    return 0;
+}
+
+int ds_sample_probs(const float *logits, int vocab, const ds_token_mask *mask, const ds_sampling_params *p,
+                    const ds_sample_history *hist, ds_sampler_scratch *s, float *probs) {
+    double lse;
+    if (!capture_lse(logits, vocab, mask, &lse)) return -1;
+    float *z = s->z;
+    for (int i = 0; i < vocab; i++) z[i] = (mask && mask->masked[i]) ? -INFINITY : logits[i];
+    for (int b = 0; b < p->n_bias; b++) {
+        int32_t id = p->bias_ids[b];
+        if (id >= 0 && id < vocab && z[id] != -INFINITY) z[id] += p->bias_vals[b];
+    }
+    apply_penalties(p, hist, s, z);
+    memset(probs, 0, sizeof(float) * (size_t)vocab);
+    if (p->temperature == 0.0 || p->top_k == 1) { /* one-hot on the greedy choice */
+        int32_t best = -1;
+        for (int i = 0; i < vocab; i++)
+            if (z[i] != -INFINITY && (best < 0 || z[i] > z[best])) best = i;
+        if (best < 0) return -1;
+        probs[best] = 1.0f;
+        return 0;
+    }
+    int n = candidates(p, s, vocab);
+    if (n <= 0) return -1;
+    double zmax = -INFINITY, sum = 0.0;
+    for (int j = 0; j < n; j++) zmax = z[s->order[j]] > zmax ? z[s->order[j]] : zmax;
+    for (int j = 0; j < n; j++) sum += exp((double)z[s->order[j]] - zmax);
+    for (int j = 0; j < n; j++) probs[s->order[j]] = (float)(exp((double)z[s->order[j]] - zmax) / sum);
     return 0;
 }

@@ -99,6 +99,12 @@ int ds_sample_row(const float *logits, int vocab, const ds_token_mask *mask, con
                   int64_t seed, int64_t output_index, const ds_sample_history *hist, ds_sampler_scratch *s,
                   ds_sample_result *res);
 
+/* The distribution ds_sample_row samples from, written to probs [vocab]: masks, bias, penalties,
+ * temperature and the top-k / top-p / min-p filters exactly as there (one-hot at temperature 0);
+ * used by speculative decoding's acceptance test (SERVING.md §8.3).  -1 when the row is not finite. */
+int ds_sample_probs(const float *logits, int vocab, const ds_token_mask *mask, const ds_sampling_params *p,
+                    const ds_sample_history *hist, ds_sampler_scratch *s, float *probs);
+
 /* Logprob of `id` and the top-n entries of the captured (masked, raw) distribution of a row;
  * used for prompt logprobs.  Returns -1 when the row is not finite. */
 int ds_row_logprobs(const float *logits, int vocab, const ds_token_mask *mask, int32_t id, int n_top,

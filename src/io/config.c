@@ -426,6 +426,14 @@ static int parse_special(const jsrc *s, const char *text, ds_config *c, bool len
                               ds_io_json_brief(b1, sizeof b1, v));
         snprintf(c->engram_token_map_file, sizeof c->engram_token_map_file, "%s", v->valuestring);
     }
+    /* a synthetic checkpoint's random draft (no acceptance can be expected of it) */
+    c->dspark_draft_random = false;
+    v = lookup(s, "dspark_draft_random", NULL, "dspark_draft_random", name, sizeof name);
+    if (v) {
+        if (!cJSON_IsBool(v))
+            return ds_io_fail(err, "E_CONFIG", path, name, "expected true or false, found %s", ds_io_json_brief(b1, sizeof b1, v));
+        c->dspark_draft_random = cJSON_IsTrue(v);
+    }
     c->has_engram_multipliers = false;
     c->n_mult_layers = c->n_mult_per_layer = 0;
     v = lookup(s, "engram_hash_multipliers", NULL, "engram_hash_multipliers", name, sizeof name);

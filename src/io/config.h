@@ -89,6 +89,7 @@ typedef struct ds_config {
     int dspark_markov_rank;
     int dspark_n_experts;        /* resolved: 0 in file -> n_experts */
     int dspark_n_active;         /* resolved: 0 in file -> n_active */
+    bool dspark_draft_random;    /* fixture-only key: the draft has random weights (mkmodel); no probe */
     /* tokens */
     int bos_id, eos_id, pad_id;
     int image_token_id;

@@ -219,6 +219,7 @@ char *ds_config_to_json(const ds_config *c) {
     cJSON_AddBoolToObject(tc, "tie_word_embeddings", false);
     if (c->n_engram) add_multipliers(tc, c);
     if (c->engram_token_map_file[0]) cJSON_AddStringToObject(tc, "engram_token_map_file", c->engram_token_map_file);
+    if (c->dspark_draft_random) cJSON_AddBoolToObject(tc, "dspark_draft_random", true);
     cJSON_AddItemToObject(root, "text_config", tc);
     char *s = cJSON_Print(root);
     cJSON_Delete(root);

@@ -8,6 +8,7 @@
  * window retention) is committed only at the end.  Per-row work (mixes, norms, collapse, expand)
  * runs as pool tasks over rows; sublayers see all rows of the batch at once. */
 #include "model/forward.h"
+#include "model/draft.h"
 #include "model/ops.h"
 #include "model/fast_ops.h"
 #include "base/threadpool.h"
@@ -174,8 +175,32 @@ static void compute_logits(ds_step *st, float *const *logits, const int *n_logit
     }
 }
 
+/* DSpark features (MODEL.md §4): aux[p][t·D + d] = bf16(fp32(Σ_k X[k][d]) · fp32(1/HC)) of the
+ * residual entering target layer t, summed over the HC copies in copy order. */
+static void capture_aux(ds_step *st, int t, ds_bf16 *const *aux) {
+    const int HC = st->c->hc_mult, D = st->c->dim, W = st->c->n_dspark_targets * D;
+    const float inv = 1.0f / (float)HC;
+    for (int i = 0; i < st->n_seqs; i++) {
+        if (!aux[i]) continue;
+        for (int j = 0; j < st->ss[i].n; j++) {
+            const ds_bf16 *X = st->X + (size_t)(st->ss[i].row0 + j) * HC * D;
+            ds_bf16 *dst = aux[i] + (size_t)j * W + (size_t)t * D;
+            for (int d = 0; d < D; d++) {
+                float sum = 0.0f;
+                for (int k = 0; k < HC; k++) sum += ds_bf16_to_f32(X[(size_t)k * D + d]);
+                dst[d] = ds_f32_to_bf16(sum * inv);
+            }
+        }
+    }
+}
+
 int ds_batch_step(ds_model *m, int n_seqs, ds_seq **seqs, const int32_t *const *tokens, const int *n_rows,
                   float *const *logits, const int *n_logits, char *errbuf, size_t errlen) {
+    return ds_batch_step_aux(m, n_seqs, seqs, tokens, n_rows, logits, n_logits, NULL, errbuf, errlen);
+}
+
+int ds_batch_step_aux(ds_model *m, int n_seqs, ds_seq **seqs, const int32_t *const *tokens, const int *n_rows,
+                      float *const *logits, const int *n_logits, ds_bf16 *const *aux, char *errbuf, size_t errlen) {
     ds_error err = {{0}, {0}};
     if (!m) {
         if (errbuf) snprintf(errbuf, errlen, "E_INVALID_ARG: step: no model");
@@ -222,6 +247,7 @@ int ds_batch_step(ds_model *m, int n_seqs, ds_seq **seqs, const int32_t *const *
         }
     for (int l = 0; l < c->n_layers; l++) {
         if (c->roles[l].engram >= 0) ds_engram_layer(&st, c->roles[l].engram);
+        if (aux && c->roles[l].captured >= 0) capture_aux(&st, c->roles[l].captured, aux);
         run_site(&st, l, 0);
         run_site(&st, l, 1);
         if (m->trace) m->trace(m->trace_ctx, l, st.N, st.X);

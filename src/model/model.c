@@ -7,6 +7,7 @@
  * model is safe).  Engines and tools share one loaded model; it is never modified after load
  * except through the probe setters, which tests and tools use on a private model. */
 #include "model/forward.h"
+#include "model/draft.h"
 #include "base/threadpool.h"
 #include <math.h>
 #include <stdio.h>
@@ -101,9 +102,11 @@ ds_model *ds_model_load(const char *dir, const ds_load_options *opts, char *errb
     ds_ckpt_opts_default(&co);
     co.full = o.full_validation != 0;
     co.max_model_len = o.max_model_len;
-    co.need_draft = false;                 /* the draft is not used by this layer yet */
+    co.need_draft = o.draft > 0 && c->n_mtp_layers > 0;
+    co.draft_optional = o.draft == 1;
     if (ds_ckpt_open(m->dir, &co, &m->ckpt, &err) < 0) goto fail;
     if (ds_model_bind_weights(m, &err) < 0) goto fail;
+    if (o.draft > 0 && ds_draft_load(m, o.draft == 2, &err) < 0) goto fail;
     /* every quantized linear was repacked while binding (ds_linear_prepare), so no forward pays
      * for it later; say how much memory the tiles take beside the mapped checkpoint */
     ds_model_init_step_scratch(m, DS_STEP_ROWS_AT_LOAD);

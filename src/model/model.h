@@ -10,8 +10,8 @@
  * only concatenates rows of several sequences for the linears (attention, compressor and indexer
  * stay per sequence).  Results are bit-identical whatever the chunking or batching (MODEL.md §6.4).
  *
- * Not part of this layer yet (clean seams): the DSpark draft (DRAFT pages are laid out but never
- * allocated), vision rows (every row is text: no image flags, no bias_vl), the CED prefill shortcut,
+ * The DSpark draft (its stages, rings in DRAFT pages, proposals) lives in model/draft.h.
+ * Not part of this layer yet (clean seams): vision rows (every row is text: no image flags, no bias_vl), the CED prefill shortcut,
  * `index_keys = reference` and int8 index keys. */
 #ifndef DS_MODEL_MODEL_H
 #define DS_MODEL_MODEL_H
@@ -116,7 +116,8 @@ struct ds_model {
     const ds_bf16 *embed;          /* [V][D] */
     const float *norm;             /* [D] */
     ds_linear head;                /* [V, D] fp32 logits */
-    ds_layer_weights *layers;      /* [L] */
+    ds_layer_weights *layers;      /* [L + S_d]: backbone layers, then the draft stages when loaded */
+    struct ds_draft *draft;        /* DSpark draft (model/draft.h), NULL when not loaded or disabled */
     /* Engram */
     ds_engram_weights engram[DS_MAX_LIST];   /* [|E|] */
     ds_engram_consts ec;
@@ -159,6 +160,14 @@ void *ds_model_own(ds_model *m, void *p);
 
 /* Bind every tensor the config requires (model_weights.c).  Errors use the checklist format. */
 int ds_model_bind_weights(ds_model *m, ds_error *err);
+/* Bind one V4.1 block named `prefix` ("layers.3." or "mtp.0.") with E routed experts into lw:
+ * a draft stage is a block with ratio 0 (model/draft.c). */
+int ds_model_bind_block(ds_model *m, const char *prefix, int ratio_role_layer, int n_experts, ds_layer_weights *lw,
+                        ds_error *err);
+/* One linear `base` (+ ".weight", format detected from its tensors) of shape [out, in], and one
+ * float vector widened to fp32, bound and owned by the model. */
+int ds_model_bind_linear(ds_model *m, const char *base, int64_t out, int64_t in, ds_linear *L, ds_error *err);
+int ds_model_bind_vec(ds_model *m, const char *name, int64_t n, const float **out, ds_error *err);
 /* Engram constants, token map and the checks 19, 23, 24 (engram.c). */
 int ds_model_init_engram(ds_model *m, ds_error *err);
 
@@ -180,6 +189,8 @@ struct ds_seq {
     uint32_t state;                /* STATE page (ratio >= 2 pending rows) or DS_KV_NONE */
     int64_t shared_len;            /* adopted prefix length: positions below it are read-only */
     int64_t win_lo;                /* window rows of positions >= win_lo (and < len) are present */
+    uint32_t *drf;                 /* [blk_cap] DRAFT page of block b (draft ring rows), or DS_KV_NONE */
+    int64_t drf_lo, drf_hi;        /* draft ring rows of positions [drf_lo, drf_hi) are present */
 };
 
 /* A sequence whose pages come from engine-owned pools through the engine's allocator. */
@@ -204,6 +215,8 @@ int ds_seq_block_size(const ds_seq *s);
 const int32_t *ds_seq_tokens(const ds_seq *s);
 uint32_t ds_seq_page(const ds_seq *s, ds_kv_kind kind, int64_t block);
 
+/* Grow the per-block page tables to hold at least nblocks blocks (new entries DS_KV_NONE). */
+void ds_seq_grow_tables(ds_seq *s, int64_t nblocks);
 /* Page helpers used by the forward pass (seq.c). */
 ds_bf16 *ds_seq_win_row(const ds_seq *s, int layer, int64_t pos);
 ds_bf16 *ds_seq_ckv_row(const ds_seq *s, int src, int64_t entry);

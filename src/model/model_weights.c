@@ -166,6 +166,14 @@ static int bind_linear(ds_model *m, const char *base, int64_t out, int64_t in, d
     return 0;
 }
 
+int ds_model_bind_linear(ds_model *m, const char *base, int64_t out, int64_t in, ds_linear *L, ds_error *err) {
+    return bind_linear(m, base, out, in, L, err);
+}
+
+int ds_model_bind_vec(ds_model *m, const char *name, int64_t n, const float **out, ds_error *err) {
+    return bind_vec(m, name, n, out, err);
+}
+
 /* Split wo_a [G·ol, gin] into G linears of [ol, gin] (each group sees only its heads). */
 static int bind_wo_a(ds_model *m, const char *base, ds_layer_weights *lw, ds_error *err) {
     const ds_config *c = &m->cfg;
@@ -196,12 +204,16 @@ static int bind_wo_a(ds_model *m, const char *base, ds_layer_weights *lw, ds_err
 }
 
 static int bind_layer(ds_model *m, int l, ds_error *err) {
+    char p[64];
+    snprintf(p, sizeof p, "layers.%d.", l);
+    return ds_model_bind_block(m, p, l, m->cfg.n_experts, &m->layers[l], err);
+}
+
+int ds_model_bind_block(ds_model *m, const char *p, int l, int n_experts, ds_layer_weights *lw, ds_error *err) {
     const ds_config *c = &m->cfg;
     const ds_layer_role *role = &c->roles[l];
-    ds_layer_weights *lw = &m->layers[l];
     const int64_t D = c->dim, HC = c->hc_mult, nmix = (2 + HC) * HC, dh = c->head_dim, ql = c->q_lora_rank;
-    char n[192], p[64];
-    snprintf(p, sizeof p, "layers.%d.", l);
+    char n[192];
 #define NM(suffix) (snprintf(n, sizeof n, "%s%s", p, suffix), n)
     if (bind_vec(m, NM("attn_norm.weight"), D, &lw->attn_norm, err) < 0) return -1;
     if (bind_vec(m, NM("ffn_norm.weight"), D, &lw->ffn_norm, err) < 0) return -1;
@@ -243,7 +255,7 @@ static int bind_layer(ds_model *m, int l, ds_error *err) {
             return -1;
         if (bind_linear(m, LIN("attn.indexer.weights_proj"), c->index_n_heads, D, &lw->idx_wproj, err) < 0) return -1;
     }
-    const int E = c->n_experts;
+    const int E = n_experts;
     if (bind_linear(m, LIN("ffn.gate"), E, D, &lw->gate, err) < 0) return -1;
     if (bind_vec(m, NM("ffn.gate.bias"), E, &lw->gate_bias, err) < 0) return -1;
     lw->gate_bias_vl = NULL;
@@ -308,7 +320,7 @@ int ds_model_bind_weights(ds_model *m, ds_error *err) {
     m->embed = t->data;
     if (bind_vec(m, "norm.weight", c->dim, &m->norm, err) < 0) return -1;
     if (bind_linear(m, "head", c->vocab_size, c->dim, &m->head, err) < 0) return -1;
-    m->layers = ds_model_own(m, ds_xcalloc((size_t)c->n_layers, sizeof(ds_layer_weights)));
+    m->layers = ds_model_own(m, ds_xcalloc((size_t)(c->n_layers + c->n_mtp_layers), sizeof(ds_layer_weights)));
     for (int l = 0; l < c->n_layers; l++)
         if (bind_layer(m, l, err) < 0) return -1;
     for (int e = 0; e < c->n_engram; e++)

@@ -12,6 +12,7 @@
  * finds every window row it needs.  `win_lo` records the lowest position whose window row is known
  * to be present; truncation checks it (and the STATE ring) instead of assuming. */
 #include "model/model.h"
+#include "model/draft.h"
 #include "base/arena.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,14 +20,15 @@
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-static void grow_tables(ds_seq *s, int64_t nblocks) {
+void ds_seq_grow_tables(ds_seq *s, int64_t nblocks) {
     if (nblocks <= s->blk_cap) return;
     int64_t cap = s->blk_cap ? s->blk_cap : 8;
     while (cap < nblocks) cap *= 2;
     s->ckv = ds_xrealloc(s->ckv, sizeof(uint32_t) * (size_t)cap);
     s->idx = ds_xrealloc(s->idx, sizeof(uint32_t) * (size_t)cap);
     s->win = ds_xrealloc(s->win, sizeof(uint32_t) * (size_t)cap);
-    for (int64_t b = s->blk_cap; b < cap; b++) s->ckv[b] = s->idx[b] = s->win[b] = DS_KV_NONE;
+    s->drf = ds_xrealloc(s->drf, sizeof(uint32_t) * (size_t)cap);
+    for (int64_t b = s->blk_cap; b < cap; b++) s->ckv[b] = s->idx[b] = s->win[b] = s->drf[b] = DS_KV_NONE;
     s->blk_cap = cap;
 }
 
@@ -82,6 +84,8 @@ ds_seq *ds_seq_new_bs(const ds_model *m, int bs, char *errbuf, size_t errlen) {
     uint32_t span = (uint32_t)ceil_div(c->window + DS_MAX_ROLLBACK, bs) + 1;
     pages[DS_KV_WIN] = 2 * span + 2;
     pages[DS_KV_STATE] = lay.page_bytes[DS_KV_STATE] ? 1 : 0;
+    /* draft rings: the blocks of the last W committed positions plus one being entered */
+    pages[DS_KV_DRAFT] = m->draft && lay.page_bytes[DS_KV_DRAFT] ? (uint32_t)ceil_div(c->window, bs) + 2 : 0;
     ds_kv_pools *p = ds_xcalloc(1, sizeof *p);
     ds_error err = {{0}, {0}};
     if (ds_kv_pools_create(p, &lay, pages, &err) < 0) {
@@ -110,6 +114,7 @@ static void release_all(ds_seq *s) {
     }
     if (s->state != DS_KV_NONE) s->ops.release(s->ops.ctx, DS_KV_STATE, s->state);
     s->state = DS_KV_NONE;
+    ds_draft_release_all(s);
     s->n_kv_blocks = 0;
     s->len = 0;
     s->shared_len = 0;
@@ -126,6 +131,7 @@ void ds_seq_free(ds_seq *s) {
     free(s->ckv);
     free(s->idx);
     free(s->win);
+    free(s->drf);
     free(s->tokens);
     free(s);
 }
@@ -140,6 +146,7 @@ uint32_t ds_seq_page(const ds_seq *s, ds_kv_kind kind, int64_t block) {
     case DS_KV_CKV: return s->ckv[block];
     case DS_KV_IDX: return s->idx[block];
     case DS_KV_WIN: return s->win[block];
+    case DS_KV_DRAFT: return s->drf[block];
     case DS_KV_STATE: return s->state;
     default: return DS_KV_NONE;
     }
@@ -212,7 +219,7 @@ static int reserve_rec(ds_arena *scratch, ds_seq *s, int n, reservation *r, ds_e
     const int64_t nb = ceil_div(end, bs);
     memset(r, 0, sizeof *r);
     r->old_kv_blocks = s->n_kv_blocks;
-    grow_tables(s, nb);
+    ds_seq_grow_tables(s, nb);
     uint32_t pg;
     while (s->n_kv_blocks < nb) {
         int64_t b = s->n_kv_blocks;
@@ -316,6 +323,7 @@ int ds_seq_truncate(ds_seq *s, int64_t len) {
         }
     }
     s->len = len;
+    ds_draft_truncate(s, len);
     return 0;
 }
 
@@ -342,7 +350,7 @@ int ds_seq_adopt_prefix(ds_seq *s, int64_t k_blocks, const uint32_t *ckv_pages, 
                 return ds_fail(err, "E_KV_PREFIX", "adopt prefix: page of block %lld: expected < %u, found %u",
                                (long long)b, s->pools->n_pages[kind], pg ? pg[b] : DS_KV_NONE);
     }
-    grow_tables(s, k_blocks + 1);
+    ds_seq_grow_tables(s, k_blocks + 1);
     for (int64_t b = 0; b < k_blocks; b++) {
         if (lay->page_bytes[DS_KV_CKV]) s->ckv[b] = ckv_pages[b];
         if (lay->page_bytes[DS_KV_IDX]) s->idx[b] = idx_pages[b];

@@ -63,7 +63,6 @@ enum MHD_Result ds_http_metrics(struct MHD_Connection *c, ds_server *s) {
     ds_engine *e = __atomic_load_n(&s->e, __ATOMIC_ACQUIRE);
     if (e) ds_engine_gauges(e, &g);
     g.ready = atomic_load(&s->ready) && !atomic_load(&s->draining);
-    g.spec_enabled = 0;
     ds_tbuf b = {0};
     ds_metrics_render(s->m, &g, &b);
     enum MHD_Result rc = ds_http_send_text(c, s, "/metrics", 200, "text/plain; version=0.0.4", b.s, b.n, NULL, NULL);

@@ -41,6 +41,7 @@ int ds_mkmodel_run(const ds_mkmodel_opts *o, ds_error *err) {
     bool tiny = false;
     if (!o->out && !o->float_out) { ds_fail(err, "E_USAGE", "mkmodel: expected --out DIR and/or --float-out DIR"); return DS_EXIT_USAGE; }
     if (load_config(o->config, &cfg, &tiny, err)) return ds_exit_for_error(err);
+    cfg.dspark_draft_random = cfg.n_mtp_layers > 0;   /* random weights: no acceptance probe (docs/DECISIONS.md) */
     ds_fsrc *src = NULL;
     double t0 = ds_now();
     if (ds_mk_source_new(&cfg, o->seed, o->smooth, o->identity_rotation, &src, err)) return ds_exit_for_error(err);

@@ -14,7 +14,9 @@
 typedef enum {
     DS_FP8_TILE = 1,     /* F8_E4M3 [out, in] + F8_E8M0 [ceil(out/32), ceil(in/32)] */
     DS_FP8_ROWGROUP,     /* F8_E4M3 [rows, w] + F8_E8M0 [rows, w/32] (Engram rows) */
-    DS_FP8_MXFP4         /* I8/U8 [out, in/2] + F8_E8M0 [out, in/32] (routed experts) */
+    DS_FP8_MXFP4,        /* I8/U8 [out, in/2] + F8_E8M0 [out, in/32] (routed experts) */
+    DS_I8_ROWGROUP       /* I8 [rows, w] + F32 [rows, w/32]: an Engram table already in release form
+                          * inside a float source (codes times power-of-two scales, exact in BF16) */
 } ds_fp8_kind;
 
 float ds_e4m3_to_f32(uint8_t b);          /* NaN for 0x7F / 0xFF */

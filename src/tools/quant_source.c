@@ -357,6 +357,62 @@ static int pair_fp8(ds_fsrc *s, dir_impl *d, const char *dirname, ds_error *err)
     return rc;
 }
 
+/* An Engram table already in release form (I8 codes `X.engram.embed.weight` + F32 power-of-two
+ * scales `X.engram.embed.scale`, CHECKPOINT.md §9) may sit in a float source: trained fixtures ship
+ * it that way.  It is decoded exactly and re-quantized like any float Engram table. */
+static bool ends_with(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+static bool is_engram_i8(const ds_tensor *t) {
+    return (t->dtype == DS_DT_I8 && ends_with(t->name, ".engram.embed.weight")) ||
+           (t->dtype == DS_DT_F32 && ends_with(t->name, ".engram.embed.scale"));
+}
+
+static int pair_engram_i8(ds_fsrc *s, dir_impl *d, const char *dirname, ds_error *err) {
+    d->scale = ds_xcalloc((size_t)(s->n ? s->n : 1), sizeof *d->scale);
+    d->fp8 = ds_xcalloc((size_t)(s->n ? s->n : 1), sizeof *d->fp8);
+    char *drop = ds_xcalloc((size_t)(s->n ? s->n : 1), 1);
+    int rc = 0;
+    for (int i = 0; i < s->n && !rc; i++) {
+        const ds_tensor *w = d->view[i];
+        if (w->dtype != DS_DT_I8 || !ends_with(w->name, ".engram.embed.weight")) continue;
+        char sn[300];
+        snprintf(sn, sizeof sn, "%.*s.scale", (int)(strlen(w->name) - 7), w->name);
+        int si = ds_fsrc_find(s, sn);
+        const ds_tensor *sc = si >= 0 ? d->view[si] : NULL;
+        if (w->ndim != 2 || w->shape[1] % 32 || !sc || sc->dtype != DS_DT_F32 || sc->ndim != 2 ||
+            sc->shape[0] != w->shape[0] || sc->shape[1] != w->shape[1] / 32) {
+            rc = ds_fail(err, "E_SRC_FORMAT", "%s: %s: expected an I8 [rows, w] table (w a multiple of 32) with an F32 scale "
+                         "[rows, w/32], found %s", dirname, w->name, sc ? "another shape or dtype" : "no scale");
+            break;
+        }
+        drop[si] = 1;
+        d->scale[i] = sc;
+        d->fp8[i] = DS_I8_ROWGROUP;
+        char *name = s->t[i].name;
+        ds_fsrc_tensor_init(&s->t[i], name, DS_DT_BF16, 2, w->shape);
+        free(name);
+    }
+    int k = 0;
+    for (int i = 0; i < s->n; i++) {
+        if (drop[i]) { free(s->t[i].name); continue; }
+        s->t[k] = s->t[i];
+        d->view[k] = d->view[i];
+        d->scale[k] = d->scale[i];
+        d->fp8[k] = d->fp8[i];
+        k++;
+    }
+    s->n = k;
+    for (int i = 0; i < s->n && !rc; i++)
+        if (ends_with(s->t[i].name, ".engram.embed.scale"))
+            rc = ds_fail(err, "E_SRC_FORMAT", "%s: %s: expected an Engram scale next to its I8 table, found an orphan", dirname,
+                         s->t[i].name);
+    free(drop);
+    return rc;
+}
+
 int ds_fsrc_open_dir(const char *dir, const char *label, bool fp8, ds_fsrc **out, ds_error *err) {
     *out = NULL;
     ds_fsrc *s = ds_xcalloc(1, sizeof *s);
@@ -401,7 +457,7 @@ int ds_fsrc_open_dir(const char *dir, const char *label, bool fp8, ds_fsrc **out
                 const cJSON *m = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(index, "weight_map"), t->name);
                 if (!cJSON_IsString(m) || strcmp(m->valuestring, rel)) continue;
             }
-            if (!fp8 && t->dtype != DS_DT_BF16 && t->dtype != DS_DT_F32 && t->dtype != DS_DT_F16) {
+            if (!fp8 && t->dtype != DS_DT_BF16 && t->dtype != DS_DT_F32 && t->dtype != DS_DT_F16 && !is_engram_i8(t)) {
                 ds_fail(err, "E_SRC_FORMAT", "%s: %s: expected a float tensor (BF16, F16 or F32) in a float source checkpoint, found %s "
                         "(for the official FP8/MXFP4 checkpoint use --src-format fp8)",
                         f->path, t->name, ds_dtype_name(t->dtype));
@@ -436,6 +492,7 @@ int ds_fsrc_open_dir(const char *dir, const char *label, bool fp8, ds_fsrc **out
         }
     }
     if (fp8 && pair_fp8(s, d, d->dir, err)) goto done;
+    if (!fp8 && pair_engram_i8(s, d, d->dir, err)) goto done;
     /* files copied unchanged into the release */
     const char *tok_files[] = {"tokenizer.json", "tokenizer_config.json"};
     for (size_t i = 0; i < DS_ARRAY_LEN(tok_files); i++) {

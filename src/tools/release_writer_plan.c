@@ -192,7 +192,7 @@ static ds_rfile_kind group_home(const ds_rw_plan *p, const ds_rw_group *g) {
     const char *name = p->tensors[g->out[0]].name;
     if (p->opts.float_export) return DS_RF_FLOAT;
     if (g->kind == DS_QK_ENGRAM) return DS_RF_ENGRAM_W;
-    if (g->kind == DS_QK_ZERO || is_engram_extra(name)) return DS_RF_EXTRA;
+    if ((g->kind == DS_QK_ZERO && strstr(name, ".engram.")) || is_engram_extra(name)) return DS_RF_EXTRA;
     if (is_vision(name)) return DS_RF_VISION;
     if (!strncmp(name, "mtp.", 4)) return DS_RF_DRAFT;
     return DS_RF_TRUNK;
@@ -504,6 +504,21 @@ int ds_rw_plan_build(ds_fsrc *src, const ds_rw_opts *opts, ds_rw_plan **out, ds_
             p->add_draft_vocab = true;
         }
     }
+    /* A text-only source (e.g. a model trained without the vision tower) has no vision router bias:
+     * the release requires `ffn.gate.bias_vl` on every MoE layer, and zeros route image rows exactly
+     * like text rows, which is what such a model was trained to do. */
+    if (!p->opts.float_export)
+        for (int l = 0; l < p->cfg.n_layers + n_mtp; l++) {
+            char nm[96];
+            snprintf(nm, sizeof nm, "%s.%d.ffn.gate.bias_vl", l < p->cfg.n_layers ? "layers" : "mtp",
+                     l < p->cfg.n_layers ? l : l - p->cfg.n_layers);
+            if (ds_fsrc_find(src, nm) >= 0) continue;
+            int E = l < p->cfg.n_layers ? p->cfg.n_experts : p->cfg.dspark_n_experts;
+            int64_t shp[1] = {E};
+            ds_rw_group *g = add_group(p, -1, DS_QK_ZERO);
+            g->out[g->n_out++] = add_tensor(p, nm, DS_DT_F32, 1, shp, NULL, true);
+            if (!p->opts.quiet && l == 0) fprintf(stderr, "quantize: the source has no ffn.gate.bias_vl; writing zeros (text-only model)\n");
+        }
     /* [1,1] placeholders of engram_extra (CHECKPOINT.md §1: shadowed by the index) */
     if (!p->opts.float_export)
         for (int e = 0; e < p->cfg.n_engram; e++) {

@@ -6,7 +6,8 @@
 # 16-entry candidate pool and both parities of ratio-2 group ends — each generated with chunk sizes
 # 1, 7, 16 and 64: per-layer hidden states and logits within 1e-4 relative error and 64 identical
 # greedy tokens, plus the oracle's own check that the fixture is decisive (selection margins >= 1e-3).
-# Then a plain (non-decisive) tiny fixture in robust mode: well-formed and finite,
+# The DSpark draft of the decisive fixture: every draft pass of a greedy speculative run equals the
+# oracle's (compare_draft.py).  Then a plain (non-decisive) tiny fixture in robust mode: well-formed and finite,
 # greedy agreement reported; the same on a fixture written by the oracle's own make_tiny.py, so the
 # release format is exercised by two independent writers and readers.  An engine binary whose
 # `mkmodel` or `generate` does not run is a failure: the comparison could not be made.
@@ -71,6 +72,11 @@ if "$BIN" mkmodel --help >/dev/null 2>&1 && "$BIN" generate --help >/dev/null 2>
         # and gated by their own tests
         part "$PY" tests/oracle/compare.py --bin "$BIN" --numerics exact --model "$TMP/tiny_smooth" --tmp "$TMP/cmp_auto" \
             --prompt-lens 157 --chunks 16 --gen 64 --seed "$SEED" --mode robust --kernels auto --label smooth
+    fi
+    echo "--- DSpark draft vs oracle (compare_draft.py): proposals, draft logits, confidences of every verify step"
+    if [ -f "$TMP/tiny_smooth/config.json" ]; then
+        part "$PY" tests/oracle/compare_draft.py --bin "$BIN" --model "$TMP/tiny_smooth" --tmp "$TMP/draft_smooth" \
+            --prompt-len 40 --steps 24 --seed "$SEED" --label "draft smooth"
     fi
     echo "--- engine vs oracle, plain random tiny fixture (robustness, agreement not gated)"
     if "$BIN" mkmodel --config tiny --seed "$SEED" --out "$TMP/tiny_plain"; then

@@ -1,0 +1,88 @@
+/* The DSpark draft model (MODEL.md §4): three V4.1 blocks (`mtp.0..S_d−1`) that propose the next
+ * `dspark_block_size` tokens from the target's own features, with a serial Markov correction and a
+ * confidence head.
+ *
+ * Why it is split this way: the target computes the aux features (the HC-mean of the residual
+ * entering each dspark target layer) as a by-product of every step (ds_batch_step_aux), the engine
+ * decides which of those rows became committed, and only committed rows enter the draft rings
+ * (ds_draft_commit, DRAFT pages addressed by absolute position, so rollback is a length change);
+ * a proposal (ds_draft_propose) then reads the rings and never writes them.  Sampling stays with
+ * the caller: the Markov correction feeds each chosen token into the next row's logits, so the
+ * caller's pick function sees row i's logits before row i+1 exists (greedy: argmax; sampled: the
+ * engine's sampler with its masks, recording q_i for the acceptance test of SERVING.md §8.3).
+ *
+ * Vocabulary (MODEL.md §3 item 2, CHECKPOINT.md §11): `mtp.0.embed.weight` / `mtp.{S−1}.head.weight`
+ * when the release ships them; a release without rotation may share the trunk `embed`/`head`; a
+ * rotated release without them has its draft disabled by the loader (ERROR line) or, when the
+ * draft was required, fails to load.
+ *
+ * Numerics: the exact tier reduces in float64 with one rounding like the trunk (the NumPy oracle
+ * reproduces drafts and draft logits bit for bit); the fast tier runs the attention core in fp32
+ * in one fixed order.  Both are batch- and history-invariant. */
+#ifndef DS_MODEL_DRAFT_H
+#define DS_MODEL_DRAFT_H
+#include "model/model.h"
+
+#define DS_DRAFT_MAX_BLOCK 8
+
+typedef struct ds_draft {
+    int n_stages;                  /* S_d */
+    int block;                     /* dspark_block_size rows per proposal */
+    int rank;                      /* Markov rank r */
+    int n_targets;                 /* captured target layers (aux = n_targets·D) */
+    int trained;                   /* config declares a trained draft (start-up probe applies) */
+    ds_config cfg;                 /* the model config with the draft's expert counts */
+    const ds_bf16 *embed;          /* [V][D] draft vocabulary (own or shared) */
+    ds_linear head;                /* [V, D] draft head (own or shared) */
+    ds_linear main_proj;           /* [D, n_targets·D] */
+    const float *main_norm;        /* [D] */
+    const float *norm;             /* [D] mtp.{S−1}.norm */
+    const ds_bf16 *markov_embed;   /* [V][r] lookup table */
+    ds_linear markov_head;         /* [V, r] */
+    const float *conf_proj;        /* [D + r] confidence head (fp32) */
+    int own_vocab;                 /* mtp.0.embed / mtp.{S−1}.head present */
+} ds_draft;
+
+/* Load the draft of an opened model (called by ds_model_load when asked).  required: a missing or
+ * disabled draft is an error; otherwise the draft is left NULL and the reason logged. */
+int ds_draft_load(ds_model *m, int required, ds_error *err);
+
+/* Aux row width (n_targets·D) or 0 when the model has no draft. */
+int ds_draft_aux_width(const ds_model *m);
+
+/* Write the draft ring rows of positions p0..p0+n−1 from their aux rows ([n][aux_width] bf16):
+ * ring_s[p] = rope_SWA(rmsnorm(bf16(wkv_s·ctx[p]), kv_norm_s), p), ctx = rmsnorm(bf16(main_proj·aux),
+ * main_norm).  Positions must continue the rows already written (p0 <= drf_hi); only the last W
+ * positions are kept (older DRAFT pages are released).  Allocates DRAFT pages through the sequence's
+ * allocator; returns -1 (E_KV_EXHAUSTED, nothing changed) when none is free. */
+int ds_draft_commit(ds_model *m, ds_seq *s, const ds_bf16 *aux, int64_t p0, int n, ds_error *err);
+
+/* DRAFT pages a commit ending at position `end` (exclusive) would allocate. */
+uint32_t ds_draft_pages_needed(const ds_seq *s, int64_t end);
+
+/* Choose row i's token from its Markov-corrected fp32 logits [V] (may modify them in place). */
+typedef int32_t (*ds_draft_pick_fn)(void *ctx, int row, float *logits);
+
+/* One draft pass for the anchor token at position P+1 = s->len (rows [anchor, noise…] at positions
+ * P+1..P+block).  Writes the proposals drafts[0..block−1] (for positions P+2..P+block+1), and, when
+ * not NULL, their logits [block][V] (after pick) and confidence logits conf[block].  pick NULL =
+ * greedy (argmax, ties to the lower id).  Reads the draft rings of positions max(0, P−W+1)..P;
+ * requires drf_hi == s->len.  Returns 0 or -1 (err). */
+int ds_draft_propose(ds_model *m, const ds_seq *s, int32_t anchor, ds_draft_pick_fn pick, void *pick_ctx,
+                     int32_t *drafts, float *logits, float *conf, ds_error *err);
+
+/* Forget ring rows at positions >= len (rollback below the committed draft context). */
+void ds_draft_truncate(ds_seq *s, int64_t len);
+
+/* Release every DRAFT page of a sequence (called when the sequence is freed or reset). */
+void ds_draft_release_all(ds_seq *s);
+
+/* Row address of ring row (stage, pos) in its DRAFT page. */
+ds_bf16 *ds_seq_draft_row(const ds_seq *s, int stage, int64_t pos);
+
+/* The target step with aux capture: like ds_batch_step, and when aux != NULL and aux[i] != NULL,
+ * aux[i] receives [n_rows[i]][aux_width] bf16 features of sequence i's rows (forward.c). */
+int ds_batch_step_aux(ds_model *m, int n_seqs, ds_seq **seqs, const int32_t *const *tokens, const int *n_rows,
+                      float *const *logits, const int *n_logits, ds_bf16 *const *aux, char *errbuf, size_t errlen);
+
+#endif

@@ -302,6 +302,14 @@ static int check_rules(serve_run *s) {
     if (serve_spec_parse(&s->spec, fv("--num-speculative-tokens"), ds_flag_given(&g_fs, "--num-speculative-tokens"),
                          fv("--spec-tokens-per-batch-size"), fv("--spec-guard"), &se))
         return ds_flags_fail(&g_fs, "--num-speculative-tokens", "%s", se.msg);
+    if (fv("--spec-tokens-per-batch-size")) {
+        /* the schedule's syntax and coverage are checked now, before any work (the engine parses it again) */
+        ds_engine_config probe = {.spec_tokens = (int)fi("--num-speculative-tokens"), .max_num_seqs = (int)fi("--max-num-seqs")};
+        if (ds_spec_schedule_parse(&probe, fv("--spec-tokens-per-batch-size"), &se) < 0) {
+            fprintf(stderr, "dsflash serve: %s\n", se.msg);
+            return 2;
+        }
+    }
     return 0;
 }
 

@@ -23,18 +23,19 @@ expect_usage() {
     if [ $rc = 2 ] && [ "$first" = "$want" ]; then ok "$d"
     else bad "$d" "exit $rc, first line: $first (wanted: $want)"; fi
 }
-NS="speculative decoding is not available in this build"
 ONE="this build runs one process (--tensor-parallel-size 1)"
 S=(serve --model /nonexistent)
 expect_usage "serve --spec-tokens-per-batch-size banana" \
-    "dsflash serve: --spec-tokens-per-batch-size: not accepted ($NS), got 'banana'" "$B" "${S[@]}" --spec-tokens-per-batch-size banana
+    "dsflash serve: --spec-tokens-per-batch-size \"banana\": expected \"lo-hi:K,...\" with 1 <= lo <= hi, K >= 0, found \"banana\"" "$B" "${S[@]}" --spec-tokens-per-batch-size banana
+expect_usage "serve --spec-tokens-per-batch-size 1-4:5 (does not cover --max-num-seqs 32)" \
+    "dsflash serve: --spec-tokens-per-batch-size: expected ranges covering 1..32 (--max-num-seqs), found 5 uncovered" "$B" "${S[@]}" --spec-tokens-per-batch-size 1-4:5
 expect_usage "serve --expert-parallel on" \
     "dsflash serve: --expert-parallel: expected off (expert parallelism needs --tensor-parallel-size > 1; $ONE), got 'on'" "$B" "${S[@]}" --expert-parallel on
 expect_usage "serve --expert-parallel banana" "dsflash serve: --expert-parallel: expected on or off, got 'banana'" "$B" "${S[@]}" --expert-parallel banana
 expect_usage "serve --reduce-mode fast" \
     "dsflash serve: --reduce-mode: expected ordered (fast reorders cross-process reductions only; $ONE), got 'fast'" "$B" "${S[@]}" --reduce-mode fast
-expect_usage "serve --num-speculative-tokens 5" "dsflash serve: --num-speculative-tokens: expected 0 ($NS), got '5'" "$B" "${S[@]}" --num-speculative-tokens 5
-expect_usage "serve --spec-guard warn" "dsflash serve: --spec-guard: expected on ($NS), got 'warn'" "$B" "${S[@]}" --spec-guard warn
+expect_usage "serve --num-speculative-tokens 6" "dsflash serve: --num-speculative-tokens: expected an integer in [0, 5], got '6'" "$B" "${S[@]}" --num-speculative-tokens 6
+expect_usage "serve --spec-guard banana" "dsflash serve: --spec-guard: expected on, warn or off, got 'banana'" "$B" "${S[@]}" --spec-guard banana
 expect_usage "serve --max-num-seqs x" "dsflash serve: --max-num-seqs: expected an integer in [1, 4096], got 'x'" "$B" "${S[@]}" --max-num-seqs x
 expect_usage "serve --max-num-seqs=0" "dsflash serve: --max-num-seqs: expected an integer in [1, 4096], got '0'" "$B" "${S[@]}" --max-num-seqs=0
 expect_usage "serve --max-num-seq (abbreviation)" "dsflash serve: --max-num-seq: unknown option (long options must match exactly)" "$B" "${S[@]}" --max-num-seq 4

@@ -108,10 +108,14 @@ async function one(port) {
     }
 }
 
-function rssMiB(pid) {
-    const m = /VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
+function statusMiB(pid, field) {
+    const m = new RegExp(`${field}:\\s+(\\d+) kB`).exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
     return m ? Number(m[1]) / 1024 : NaN;
 }
+const rssMiB = (pid) => statusMiB(pid, 'VmRSS');
+// Anonymous memory is what a leak grows; file-backed RSS is the model's mapped pages, which the kernel
+// may page in or drop at will, so both are reported and the check reads the anonymous part.
+const anonMiB = (pid) => statusMiB(pid, 'RssAnon');
 function metrics(text) {   // name{labels} value -> map
     const out = new Map();
     for (const l of text.split('\n')) {
@@ -137,12 +141,13 @@ async function main() {
         await sleep(100);
     }
     const t0 = Date.now(), end = t0 + SECS * 1000, warm = t0 + SECS * 200;   // warm-up: the first 20 %
-    const rssStart = rssMiB(srv.pid);
-    let rssWarm = NaN, rssMax = rssStart, requests = 0;
+    const rssStart = rssMiB(srv.pid), anonStart = anonMiB(srv.pid);
+    let rssWarm = NaN, anonWarm = NaN, rssMax = rssStart, requests = 0, ticks = 0;
     const sampler = setInterval(() => {
-        const r = rssMiB(srv.pid);
+        const r = rssMiB(srv.pid), a = anonMiB(srv.pid);
         rssMax = Math.max(rssMax, r);
-        if (Number.isNaN(rssWarm) && Date.now() >= warm) rssWarm = r;
+        if (Number.isNaN(rssWarm) && Date.now() >= warm) { rssWarm = r; anonWarm = a; }
+        if (++ticks % 30 === 0) console.error(`soak t=${((Date.now() - t0) / 1000).toFixed(0)} s rss=${r.toFixed(1)} MiB anon=${a.toFixed(1)} MiB requests=${requests}`);
     }, 1000);
     await Promise.all(Array.from({ length: WORKERS }, async () => { while (Date.now() < end) { await one(port); requests++; } }));
     clearInterval(sampler);
@@ -154,7 +159,7 @@ async function main() {
         if (m.get('dsflash_num_requests_running') === 0 && m.get('dsflash_num_requests_waiting') === 0 &&
             m.get('dsflash_kv_cache_blocks_used') === 0) break;
     }
-    const rssEnd = rssMiB(srv.pid);
+    const rssEnd = rssMiB(srv.pid), anonEnd = anonMiB(srv.pid);
     const success = sumOf(m, 'dsflash_request_success_total'), cancelled = m.get('dsflash_requests_cancelled_total') ?? NaN;
     const genHttp = (re) => sumOf(new Map([...m].filter(([k]) => /^dsflash_http_requests_total\{endpoint="\/v1\/(chat\/)?completions"/.test(k) && re.test(k))), '');
     const submitted = genHttp(/code="(200|5\d\d)"/);   // each request handed to the engine is counted once, 200 or 5xx
@@ -176,7 +181,9 @@ async function main() {
     const figures = {
         seconds: SECS, requests, client_view: { ...seen, unexpected: seen.unexpected.length },
         rss_mib: { start: +rssStart.toFixed(1), after_warmup: +rssWarm.toFixed(1), max: +rssMax.toFixed(1), end: +rssEnd.toFixed(1),
-            growth_after_warmup: +(rssEnd - rssWarm).toFixed(1) },
+            growth_after_warmup: +(rssEnd - rssWarm).toFixed(1),
+            anon: { start: +anonStart.toFixed(1), after_warmup: +anonWarm.toFixed(1), end: +anonEnd.toFixed(1),
+                growth_after_warmup: +(anonEnd - anonWarm).toFixed(1) } },
         kv_idle: { blocks_total: m.get('dsflash_kv_cache_blocks_total'), used: m.get('dsflash_kv_cache_blocks_used'),
             evictable_prefix_cache: m.get('dsflash_kv_cache_blocks_evictable'), running: m.get('dsflash_num_requests_running'),
             waiting: m.get('dsflash_num_requests_waiting'), seconds_to_idle: idleMs / 1000 },

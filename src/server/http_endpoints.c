@@ -108,7 +108,12 @@ enum MHD_Result ds_http_tokenize(struct MHD_Connection *c, ds_server *s, const c
     cJSON *ta = cJSON_AddArrayToObject(o, "tokens");
     for (size_t i = 0; i < toks.n; i++) cJSON_AddItemToArray(ta, cJSON_CreateNumber(toks.ids[i]));
     const cJSON *rt = cJSON_GetObjectItemCaseSensitive(b, "return_text");
-    if (rt && cJSON_IsTrue(rt)) cJSON_AddStringToObject(o, "text", text ? text : "");
+    if (rt && cJSON_IsTrue(rt) && text) { /* the parser's NUL marker back to U+0000, printed as \u0000 */
+        size_t tlen = ds_json_nul_restore(text, strlen(text));
+        cJSON_AddItemToObject(o, "text", ds_json_text(text, tlen));
+    } else if (rt && cJSON_IsTrue(rt)) {
+        cJSON_AddStringToObject(o, "text", "");
+    }
     rc = ds_http_send_cjson(c, s, "/tokenize", 200, o);
     goto done;
 fail:

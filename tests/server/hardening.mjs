@@ -63,6 +63,8 @@ test('/detokenize keeps text after a NUL byte; "\\u0000" in requests is text', a
     assertEq(r.json, { prompt: 'A\u0000B' }, '[35,191,36]');
     const t = await post(base, '/tokenize', { prompt: 'A\u0000B', add_special_tokens: false });
     assertEq(t.json && t.json.tokens, [35, 191, 36], 'tokenize of "A\\u0000B"');
+    const rt = await post(base, '/tokenize', { prompt: 'A\u0000B', add_special_tokens: false, return_text: true });
+    assertEq(rt.json && rt.json.text, 'A\u0000B', '/tokenize return_text keeps the text after a NUL');
     const c = await post(base, '/v1/chat/completions', { model: MODEL, max_tokens: 2,
                                                          messages: [{ role: 'user', content: 'a\u0000b' }] });
     assert(c.status === 200, `chat with NUL: ${c.status} ${c.text.slice(0, 200)}`);

@@ -22,6 +22,7 @@
 #include "kernels/kernels.h"
 #include "model/model.h"
 #include "cli/serve_spec.h"
+#include "tools/mkmodel.h"
 #include "server/api.h"
 #include "server/server.h"
 #include "tokenizer/tokenizer.h"
@@ -151,7 +152,7 @@ static int ensure_default_model(const char *model_cache, char *out, size_t outle
     if (mc) snprintf(base, sizeof base, "%s", mc);
     else if (xdg && xdg[0]) snprintf(base, sizeof base, "%s/dsflash", xdg);
     else snprintf(base, sizeof base, "%s/.cache/dsflash", home ? home : ".");
-    snprintf(out, outlen, "%s/tiny", base);
+    snprintf(out, outlen, "%s/tiny-r%d", base, DS_MKMODEL_REVISION); /* a stale generation is never reused */
     char cfg[PATH_MAX + 16];
     snprintf(cfg, sizeof cfg, "%s/config.json", out);
     if (ds_file_exists(cfg)) {

@@ -87,6 +87,10 @@ typedef struct ds_mk_spec {
  * per-row constant times relu(cos(phase + θ·distance)), strictly decreasing over a window of
  * recent entries and zero beyond it, for prompts of up to DS_MK_DECISIVE_LEN tokens. */
 #define DS_MK_DECISIVE_LEN 320
+/* Revision of what mkmodel writes for a given config and seed. Bump it whenever the output changes
+ * (new config fields, other initialisation): caches of generated models are keyed by it, so a stale
+ * checkpoint from an older build is never served in place of what this build would generate. */
+#define DS_MKMODEL_REVISION 2
 void ds_mk_index_pair(const ds_config *cfg, int *pair, double *phase);
 
 /* Initialization rule of one tensor (mkmodel_init.c). */

@@ -64,9 +64,10 @@ printf 'MemTotal:       25165824 kB\nMemFree:          524288 kB\nMemAvailable: 
 if DSFLASH_MEMINFO=$OUT/meminfo start_server "$OUT/serve.log" --numerics exact; then
     line=$(grep '^\[selfcheck\] memory: OK' "$OUT/serve.log")
     curl -s "$BASE/server_info" > "$OUT/info.json"
-    if /usr/bin/python3 - "$OUT/info.json" "$MODEL_CACHE/tiny/config.json" "$line" <<'EOP'
+    if /usr/bin/python3 - "$OUT/info.json" "$line" <<'EOP'
 import json, sys
-info = json.load(open(sys.argv[1])); cfg = json.load(open(sys.argv[2]))["text_config"]; line = sys.argv[3]
+info = json.load(open(sys.argv[1])); line = sys.argv[2]
+cfg = json.load(open(info["model_dir"] + "/config.json"))["text_config"]
 act = int(1.5 * 8192 * (cfg["vocab_size"] * 4 + 64 * cfg["hidden_size"] * 4))
 want = 4194304 * 1024 - info["weights_mapped_bytes"] - act - 2 * 2**30
 assert info["activation_reservation_bytes"] == act, (info["activation_reservation_bytes"], act)

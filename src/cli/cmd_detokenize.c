@@ -18,16 +18,21 @@
 #include <string.h>
 #include <unistd.h>
 
-static void usage(FILE *f) {
-    fprintf(f,
-        "usage: dsflash detokenize (--tokenizer FILE | --model DIR) [--ids \"1 2 3\" | --file FILE]\n"
-        "                          [--skip-special] [--stream] [--lines]\n"
-        "  Ids come from --ids, --file or standard input: integers separated by spaces, commas or\n"
-        "  newlines, or a JSON array.  The text is written to standard output as is.\n"
-        "  --skip-special   drop added tokens marked special (BOS, EOS, PAD)\n"
-        "  --stream         decode incrementally; print each released chunk as a JSON string per line\n"
-        "  --lines          batch mode: each input line is one id list; prints one JSON string per line\n");
-}
+#define DETOKENIZE_USAGE \
+    "usage: dsflash detokenize (--tokenizer FILE | --model DIR) [--ids \"1 2 3\" | --file FILE]\n" \
+    "                          [--skip-special] [--stream] [--lines]\n" \
+    "  Ids come from --ids, --file or standard input: integers separated by spaces, commas or\n" \
+    "  newlines, or a JSON array.  The text is written to standard output as is.\n"
+
+static ds_flag k_flags[] = {
+    {.name = "--tokenizer", .type = DS_FLAG_STRING, .help = "tokenizer.json to decode with"},
+    {.name = "--model", .type = DS_FLAG_STRING, .help = "checkpoint directory (its tokenizer.json)"},
+    {.name = "--ids", .type = DS_FLAG_STRING, .help = "the ids: \"1 2 3\", \"1,2,3\" or \"[1, 2, 3]\""},
+    {.name = "--file", .type = DS_FLAG_STRING, .help = "read the ids from FILE"},
+    {.name = "--skip-special", .type = DS_FLAG_SWITCH, .help = "drop added tokens marked special (BOS, EOS, PAD)"},
+    {.name = "--stream", .type = DS_FLAG_SWITCH, .help = "decode incrementally; print each released chunk as a JSON string per line"},
+    {.name = "--lines", .type = DS_FLAG_SWITCH, .help = "batch mode: each input line is one id list; prints one JSON string per line"},
+};
 
 /* Parse "1 2 3", "1,2,3" or "[1, 2, 3]" into ids (the shared base/flags.h rules); -1 with a message
  * naming the offending item and its offset.  Any 32-bit id is passed on: the decoder names ids
@@ -55,30 +60,15 @@ static int read_all_stdin(char **data) {
 }
 
 int cmd_detokenize(int argc, char **argv) {
-    const char *tok_file = NULL, *model = NULL, *ids_arg = NULL, *file = NULL;
-    bool skip = false, stream = false, lines = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool has_val = i + 1 < argc;
-        if (!strcmp(a, "--tokenizer") && has_val) tok_file = argv[++i];
-        else if (!strcmp(a, "--model") && has_val) model = argv[++i];
-        else if (!strcmp(a, "--ids") && has_val) ids_arg = argv[++i];
-        else if (!strcmp(a, "--file") && has_val) file = argv[++i];
-        else if (!strcmp(a, "--skip-special")) skip = true;
-        else if (!strcmp(a, "--stream")) stream = true;
-        else if (!strcmp(a, "--lines")) lines = true;
-        else if (!strcmp(a, "--help")) { usage(stdout); return 0; }
-        else {
-            fprintf(stderr, "dsflash detokenize: unknown option or missing value: %s\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!!tok_file + !!model != 1 || (ids_arg && file) || (lines && stream)) {
-        fprintf(stderr, "dsflash detokenize: give exactly one of --tokenizer/--model, at most one of --ids/--file; --lines conflicts with --stream\n");
-        usage(stderr);
-        return 2;
-    }
+    ds_flagset fs = {.cmd = "dsflash detokenize", .usage = DETOKENIZE_USAGE, .flags = k_flags, .n = DS_ARRAY_LEN(k_flags)};
+    int prc = ds_flags_parse(&fs, argc, argv, 1, stderr);
+    if (prc) return prc == 1 ? 0 : 2;
+    const char *tok_file = ds_flag_str(&fs, "--tokenizer"), *model = ds_flag_str(&fs, "--model");
+    const char *ids_arg = ds_flag_str(&fs, "--ids"), *file = ds_flag_str(&fs, "--file");
+    bool skip = ds_flag_on(&fs, "--skip-special"), stream = ds_flag_on(&fs, "--stream"), lines = ds_flag_on(&fs, "--lines");
+    if (!!tok_file + !!model != 1) return ds_flags_fail(&fs, "--tokenizer", "give exactly one of --tokenizer and --model");
+    if (ids_arg && file) return ds_flags_fail(&fs, "--ids", "conflicts with --file (one source of ids)");
+    if (lines && stream) return ds_flags_fail(&fs, "--lines", "conflicts with --stream");
     char *path = tok_file ? ds_xstrdup(tok_file) : ds_path_join(model, "tokenizer.json");
     if (!ds_file_exists(path)) { fprintf(stderr, "dsflash detokenize: %s: no such file\n", path); free(path); return 5; }
     ds_error err = {0};

@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include "cli/commands.h"
 #include "base/common.h"
+#include "base/flags.h"
 #include "base/fsutil.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/engram_map.h"
@@ -15,46 +16,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void usage(FILE *f) {
-    fprintf(f,
-        "usage: dsflash engram-map (--tokenizer FILE | --model DIR) (--out FILE | --check FILE)\n"
-        "                          [--expect-classes N]\n"
-        "  --out FILE            write the map (atomically; an existing file is replaced)\n"
-        "  --check FILE          compare an existing map file with the computed map\n"
-        "  --expect-classes N    fail (exit 1) unless the tokenizer yields exactly N classes\n");
-}
+#define ENGRAM_MAP_USAGE \
+    "usage: dsflash engram-map (--tokenizer FILE | --model DIR) (--out FILE | --check FILE)\n" \
+    "                          [--expect-classes N]\n"
+
+static ds_flag k_flags[] = {
+    {.name = "--tokenizer", .type = DS_FLAG_STRING, .help = "tokenizer.json to compute the map from"},
+    {.name = "--model", .type = DS_FLAG_STRING, .help = "checkpoint directory (its tokenizer.json)"},
+    {.name = "--out", .type = DS_FLAG_STRING, .help = "write the map (atomically; an existing file is replaced)"},
+    {.name = "--check", .type = DS_FLAG_STRING, .help = "compare an existing map file with the computed map"},
+    {.name = "--expect-classes", .type = DS_FLAG_INT, .lo = 1, .hi = 16777216,
+     .help = "fail (exit 1) unless the tokenizer yields exactly N classes"},
+};
 
 int cmd_engram_map(int argc, char **argv) {
-    const char *tok_file = NULL, *model = NULL, *out = NULL, *check = NULL;
-    long expect = -1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool has_val = i + 1 < argc;
-        if (!strcmp(a, "--tokenizer") && has_val) tok_file = argv[++i];
-        else if (!strcmp(a, "--model") && has_val) model = argv[++i];
-        else if (!strcmp(a, "--out") && has_val) out = argv[++i];
-        else if (!strcmp(a, "--check") && has_val) check = argv[++i];
-        else if (!strcmp(a, "--expect-classes") && has_val) {
-            char *end;
-            const char *v = argv[++i];
-            expect = strtol(v, &end, 10);
-            if (!*v || *end || expect < 1 || expect > 16777216) {
-                fprintf(stderr, "dsflash engram-map: --expect-classes %s: expected an integer in [1, 16777216]\n", v);
-                usage(stderr);
-                return 2;
-            }
-        } else if (!strcmp(a, "--help")) { usage(stdout); return 0; }
-        else {
-            fprintf(stderr, "dsflash engram-map: unknown option or missing value: %s\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!!tok_file + !!model != 1 || !!out + !!check != 1) {
-        fprintf(stderr, "dsflash engram-map: give exactly one of --tokenizer/--model and one of --out/--check\n");
-        usage(stderr);
-        return 2;
-    }
+    ds_flagset fs = {.cmd = "dsflash engram-map", .usage = ENGRAM_MAP_USAGE, .flags = k_flags, .n = DS_ARRAY_LEN(k_flags)};
+    int prc = ds_flags_parse(&fs, argc, argv, 1, stderr);
+    if (prc) return prc == 1 ? 0 : 2;
+    const char *tok_file = ds_flag_str(&fs, "--tokenizer"), *model = ds_flag_str(&fs, "--model");
+    const char *out = ds_flag_str(&fs, "--out"), *check = ds_flag_str(&fs, "--check");
+    long expect = ds_flag_given(&fs, "--expect-classes") ? (long)ds_flag_int(&fs, "--expect-classes") : -1;
+    if (!!tok_file + !!model != 1) return ds_flags_fail(&fs, "--tokenizer", "give exactly one of --tokenizer and --model");
+    if (!!out + !!check != 1) return ds_flags_fail(&fs, "--out", "give exactly one of --out and --check");
     char *path = tok_file ? ds_xstrdup(tok_file) : ds_path_join(model, "tokenizer.json");
     if (!ds_file_exists(path)) { fprintf(stderr, "dsflash engram-map: %s: no such file\n", path); free(path); return 5; }
     if (check && !ds_file_exists(check)) { fprintf(stderr, "dsflash engram-map: %s: no such file\n", check); free(path); return 5; }

@@ -9,68 +9,40 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: dsflash split FILE [--part-size SIZE] [--out-dir DIR] [--no-verify] [--jobs N] [--quiet]\n"
-               "Cuts FILE into FILE.part-NN-of-MM (default --part-size 16GiB; K/M/G/T and KiB.. are powers of\n"
-               "1024, KB/MB/GB/TB powers of 1000) and records their sha256 in DIR/PARTS.sha256.\n"
-               "Exit: 0 ok, 1 verification failed, 2 usage, 3 I/O, 4 lock held, 5 input missing.\n");
-}
+#define SPLIT_USAGE \
+    "usage: dsflash split FILE [--part-size SIZE] [--out-dir DIR] [--no-verify] [--jobs N] [--quiet]\n" \
+    "Cuts FILE into FILE.part-NN-of-MM and records their sha256 in DIR/PARTS.sha256.\n" \
+    "Exit: 0 ok, 1 verification failed, 2 usage, 3 I/O, 4 lock held, 5 input missing.\n"
+
+static ds_flag k_flags[] = {
+    {.name = "--part-size", .type = DS_FLAG_SIZE, .def = "16GiB",
+     .help = "bytes per part; K/M/G/T and KiB.. are powers of 1024, KB/MB/GB/TB powers of 1000"},
+    {.name = "--out-dir", .type = DS_FLAG_STRING, .help = "where the parts and PARTS.sha256 go (default: FILE's directory)"},
+    {.name = "--no-verify", .type = DS_FLAG_SWITCH, .help = "skip reading the parts back against their sha256"},
+    {.name = "--jobs", .type = DS_FLAG_INT, .def = "2", .lo = 1, .hi = 16, .help = "parts verified at a time (each job holds two 64 MiB buffers)"},
+    {.name = "--quiet", .type = DS_FLAG_SWITCH, .help = "print only errors"},
+};
 
 static volatile sig_atomic_t g_stop;
 
 int cmd_split(int argc, char **argv) {
     ds_split_opts o;
     ds_split_opts_default(&o);
-    const char *file = NULL;
-    char why[256];
-    bool jobs_given = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *val = NULL;
-        if (!strcmp(a, "--part-size") || !strcmp(a, "--out-dir") || !strcmp(a, "--jobs")) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "dsflash split: option %s needs a value\n", a);
-                goto bad;
-            }
-            val = argv[++i];
-        }
-        if (!strcmp(a, "--help")) { usage(stdout); return 0; }
-        else if (!strcmp(a, "--no-verify")) o.verify = false;
-        else if (!strcmp(a, "--quiet")) o.quiet = true;
-        else if (!strcmp(a, "--out-dir")) o.out_dir = val;
-        else if (!strcmp(a, "--part-size")) {
-            if (ds_parse_size(val, &o.part_size, why, sizeof why) != 0) {
-                fprintf(stderr, "dsflash split: --part-size %s\n", why);
-                goto bad;
-            }
-        } else if (!strcmp(a, "--jobs")) {
-            int64_t j;
-            if (ds_parse_int_range(val, 1, 16, &j)) {
-                fprintf(stderr, "dsflash split: --jobs: expected an integer in [1, 16] (each job holds two 64 MiB buffers), got '%s'\n", val);
-                goto bad;
-            }
-            o.jobs = (int)j;
-            jobs_given = true;
-        } else if (a[0] != '-' && a[0] && !file) {
-            file = a;
-        } else {
-            fprintf(stderr, "dsflash split: %s '%s'\n", a[0] == '-' ? "unknown option" : "unexpected argument", a);
-            goto bad;
-        }
-    }
-    if (jobs_given && !o.verify) {
-        fprintf(stderr, "dsflash split: --jobs: sets how many parts are verified at a time, which --no-verify turns off\n");
-        goto bad;
-    }
-    if (!file) {
-        fprintf(stderr, "dsflash split: FILE is required\n");
-        goto bad;
-    }
+    ds_flagset fs = {.cmd = "dsflash split", .usage = SPLIT_USAGE, .flags = k_flags, .n = DS_ARRAY_LEN(k_flags),
+                     .max_positional = 1, .positional_name = "FILE"};
+    int prc = ds_flags_parse(&fs, argc, argv, 1, stderr);
+    if (prc) return prc == 1 ? 0 : 2;
+    const char *file = fs.n_positional ? fs.positional[0] : NULL;
+    o.part_size = (uint64_t)ds_flag_int(&fs, "--part-size");
+    o.out_dir = ds_flag_str(&fs, "--out-dir");
+    o.verify = !ds_flag_on(&fs, "--no-verify");
+    o.quiet = ds_flag_on(&fs, "--quiet");
+    o.jobs = (int)ds_flag_int(&fs, "--jobs");
+    if (ds_flag_given(&fs, "--jobs") && !o.verify)
+        return ds_flags_fail(&fs, "--jobs", "sets how many parts are verified at a time, which --no-verify turns off");
+    if (!file) return ds_flags_fail(&fs, "FILE", "is required");
     o.file = file;
     o.stop = &g_stop;
     ds_tool_install_stop_handlers(&g_stop);
     return ds_split_run(&o);
-bad:
-    usage(stderr);
-    return 2;
 }

@@ -18,22 +18,35 @@
 #include <string.h>
 #include <unistd.h>
 
-static void usage(FILE *f) {
-    fprintf(f,
-        "usage: dsflash tokenize (--tokenizer FILE | --model DIR) [--text STRING | --file FILE | --chat FILE.json | --lines FILE]\n"
-        "                        [--no-special] [--json] [--print-prompt] [--time]\n"
-        "  Text comes from --text, --file or standard input.  Ids are printed space-separated on one line.\n"
-        "  --chat FILE.json   render a messages array (or an object with messages, tools, reasoning_effort,\n"
-        "                     chat_template_kwargs, response_format, add_generation_prompt,\n"
-        "                     continue_final_message) through the deepseek_v41 encoder\n"
-        "  --lines FILE       batch mode: each line of FILE is one JSON string; prints one line of ids per input\n"
-        "  --no-special       do not recognise added-token literals in the text\n"
-        "  --json             print {\"count\":N,\"tokens\":[...]} instead\n"
-        "  --print-prompt     with --chat: print the rendered prompt text instead of ids\n"
-        "  --time             report encode time and throughput on standard error\n"
-        "       dsflash tokenize --write-release-tokenizer DIR --vocab-size N --noise-id N --image-id N [--base FILE]\n"
-        "  writes a V4.1-style tokenizer.json + tokenizer_config.json into DIR (what mkmodel does)\n");
-}
+#define TOKENIZE_USAGE \
+    "usage: dsflash tokenize (--tokenizer FILE | --model DIR) [--text STRING | --file FILE | --chat FILE.json | --lines FILE]\n" \
+    "                        [--no-special] [--json] [--print-prompt] [--time]\n" \
+    "  Text comes from --text, --file or standard input.  Ids are printed space-separated on one line.\n" \
+    "       dsflash tokenize --write-release-tokenizer DIR --vocab-size N --noise-id N --image-id N [--base FILE]\n" \
+    "  writes a V4.1-style tokenizer.json + tokenizer_config.json into DIR (what mkmodel does)\n"
+
+static ds_flag k_flags[] = {
+    {.name = "--tokenizer", .type = DS_FLAG_STRING, .help = "tokenizer.json to encode with"},
+    {.name = "--model", .type = DS_FLAG_STRING, .help = "checkpoint directory (its tokenizer.json)"},
+    {.name = "--text", .type = DS_FLAG_STRING, .help = "the text to encode"},
+    {.name = "--file", .type = DS_FLAG_STRING, .help = "read the text from FILE"},
+    {.name = "--chat", .type = DS_FLAG_STRING, .help = "render a messages array (or an object with messages, tools, reasoning_effort, "
+                                                       "chat_template_kwargs, response_format, add_generation_prompt, continue_final_message) "
+                                                       "through the deepseek_v41 encoder"},
+    {.name = "--lines", .type = DS_FLAG_STRING, .help = "batch mode: each line of FILE is one JSON string; prints one line of ids per input"},
+    {.name = "--no-special", .type = DS_FLAG_SWITCH, .help = "do not recognise added-token literals in the text"},
+    {.name = "--json", .type = DS_FLAG_SWITCH, .help = "print {\"count\":N,\"tokens\":[...]} instead"},
+    {.name = "--print-prompt", .type = DS_FLAG_SWITCH, .help = "with --chat: print the rendered prompt text instead of ids"},
+    {.name = "--time", .type = DS_FLAG_SWITCH, .help = "report encode time and throughput on standard error"},
+};
+
+static ds_flag k_release_flags[] = {
+    {.name = "--write-release-tokenizer", .type = DS_FLAG_STRING, .help = "directory to write tokenizer.json + tokenizer_config.json into"},
+    {.name = "--vocab-size", .type = DS_FLAG_INT, .lo = 0, .hi = 16777216, .help = "ids in the release vocabulary (required)"},
+    {.name = "--noise-id", .type = DS_FLAG_INT, .lo = 0, .hi = 16777216, .help = "id of the DSpark noise token (required)"},
+    {.name = "--image-id", .type = DS_FLAG_INT, .lo = 0, .hi = 16777216, .help = "id of the image placeholder token (required)"},
+    {.name = "--base", .type = DS_FLAG_STRING, .help = "base tokenizer.json (default: the one scripts/install-deps.sh fetched)"},
+};
 
 static int read_stdin(char **data, size_t *len) {
     size_t cap = 65536, n = 0;
@@ -110,38 +123,15 @@ static int render_chat(const ds_tokenizer *tok, const char *data, size_t len, co
     return 0;
 }
 
-static int parse_int_arg(const char *opt, const char *v, int *out) {
-    int64_t x;
-    if (ds_parse_int_range(v, 0, 16777216, &x)) {
-        fprintf(stderr, "dsflash tokenize: %s: expected an integer in [0, 16777216], got '%s'\n", opt, v);
-        return -1;
-    }
-    *out = (int)x;
-    return 0;
-}
-
 static int write_release(int argc, char **argv) {
-    const char *dir = NULL, *base = NULL;
-    int vocab = -1, noise = -1, image = -1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool has_val = i + 1 < argc;
-        if (!strcmp(a, "--write-release-tokenizer") && has_val) dir = argv[++i];
-        else if (!strcmp(a, "--base") && has_val) base = argv[++i];
-        else if (!strcmp(a, "--vocab-size") && has_val) { if (parse_int_arg(a, argv[++i], &vocab) < 0) return 2; }
-        else if (!strcmp(a, "--noise-id") && has_val) { if (parse_int_arg(a, argv[++i], &noise) < 0) return 2; }
-        else if (!strcmp(a, "--image-id") && has_val) { if (parse_int_arg(a, argv[++i], &image) < 0) return 2; }
-        else {
-            fprintf(stderr, "dsflash tokenize: unknown option or missing value with --write-release-tokenizer: %s\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!dir || vocab < 0 || noise < 0 || image < 0) {
-        fprintf(stderr, "dsflash tokenize: --write-release-tokenizer needs --vocab-size, --noise-id and --image-id\n");
-        usage(stderr);
-        return 2;
-    }
+    ds_flagset fs = {.cmd = "dsflash tokenize", .usage = TOKENIZE_USAGE, .flags = k_release_flags, .n = DS_ARRAY_LEN(k_release_flags)};
+    int prc = ds_flags_parse(&fs, argc, argv, 1, stderr);
+    if (prc) return prc == 1 ? 0 : 2;
+    for (size_t i = 1; i < DS_ARRAY_LEN(k_release_flags) - 1; i++)
+        if (!k_release_flags[i].given)
+            return ds_flags_fail(&fs, k_release_flags[i].name, "required with --write-release-tokenizer");
+    const char *dir = ds_flag_str(&fs, "--write-release-tokenizer"), *base = ds_flag_str(&fs, "--base");
+    int vocab = (int)ds_flag_int(&fs, "--vocab-size"), noise = (int)ds_flag_int(&fs, "--noise-id"), image = (int)ds_flag_int(&fs, "--image-id");
     if (!base) base = ds_tokenizer_default_base();
     if (!base || !ds_file_exists(base)) {
         fprintf(stderr, "dsflash tokenize: base tokenizer.json %s not found (run scripts/install-deps.sh, set DSFLASH_TOKENIZER_BASE or pass --base)\n", base ? base : "");
@@ -200,36 +190,19 @@ static int tokenize_lines(const ds_tokenizer *tok, const char *data, size_t len,
 int cmd_tokenize(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--write-release-tokenizer")) return write_release(argc, argv);
-    const char *tok_file = NULL, *model = NULL, *text = NULL, *file = NULL, *chat = NULL, *lines = NULL;
-    bool no_special = false, json = false, print_prompt = false, timing = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool has_val = i + 1 < argc;
-        if (!strcmp(a, "--tokenizer") && has_val) tok_file = argv[++i];
-        else if (!strcmp(a, "--model") && has_val) model = argv[++i];
-        else if (!strcmp(a, "--text") && has_val) text = argv[++i];
-        else if (!strcmp(a, "--file") && has_val) file = argv[++i];
-        else if (!strcmp(a, "--chat") && has_val) chat = argv[++i];
-        else if (!strcmp(a, "--lines") && has_val) lines = argv[++i];
-        else if (!strcmp(a, "--no-special")) no_special = true;
-        else if (!strcmp(a, "--json")) json = true;
-        else if (!strcmp(a, "--print-prompt")) print_prompt = true;
-        else if (!strcmp(a, "--time")) timing = true;
-        else if (!strcmp(a, "--help")) { usage(stdout); return 0; }
-        else {
-            fprintf(stderr, "dsflash tokenize: unknown option or missing value: %s\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!!tok_file + !!model != 1 || !!text + !!file + !!chat + !!lines > 1 || (print_prompt && !chat) ||
-        (chat && no_special) || (lines && json)) {
-        fprintf(stderr, "dsflash tokenize: give exactly one of --tokenizer/--model, at most one of "
-                        "--text/--file/--chat/--lines; --print-prompt needs --chat; --no-special conflicts with --chat;\n"
-                        "--json conflicts with --lines\n");
-        usage(stderr);
-        return 2;
-    }
+    ds_flagset fs = {.cmd = "dsflash tokenize", .usage = TOKENIZE_USAGE, .flags = k_flags, .n = DS_ARRAY_LEN(k_flags)};
+    int prc = ds_flags_parse(&fs, argc, argv, 1, stderr);
+    if (prc) return prc == 1 ? 0 : 2;
+    const char *tok_file = ds_flag_str(&fs, "--tokenizer"), *model = ds_flag_str(&fs, "--model");
+    const char *text = ds_flag_str(&fs, "--text"), *file = ds_flag_str(&fs, "--file");
+    const char *chat = ds_flag_str(&fs, "--chat"), *lines = ds_flag_str(&fs, "--lines");
+    bool no_special = ds_flag_on(&fs, "--no-special"), json = ds_flag_on(&fs, "--json");
+    bool print_prompt = ds_flag_on(&fs, "--print-prompt"), timing = ds_flag_on(&fs, "--time");
+    if (!!tok_file + !!model != 1) return ds_flags_fail(&fs, "--tokenizer", "give exactly one of --tokenizer and --model");
+    if (!!text + !!file + !!chat + !!lines > 1) return ds_flags_fail(&fs, "--text", "give at most one of --text, --file, --chat and --lines");
+    if (print_prompt && !chat) return ds_flags_fail(&fs, "--print-prompt", "needs --chat");
+    if (chat && no_special) return ds_flags_fail(&fs, "--no-special", "conflicts with --chat");
+    if (lines && json) return ds_flags_fail(&fs, "--json", "conflicts with --lines");
     ds_tokenizer *tok = NULL;
     int rc = load_tokenizer(tok_file, model, &tok);
     if (rc) return rc;

@@ -1,6 +1,7 @@
 /* Split a file into verified parts (design in split.h). */
 #define _GNU_SOURCE
 #include "tools/split.h"
+#include "base/flags.h"
 #include "base/fsutil.h"
 #include "base/sha256.h"
 #include "tools/hash_pipeline.h"
@@ -27,33 +28,18 @@ void ds_split_opts_default(ds_split_opts *o) {
 }
 
 int ds_parse_size(const char *s, uint64_t *out, char *why, size_t n) {
-    static const struct { const char *sfx; uint64_t mul; } units[] = {
-        {"", 1}, {"b", 1},
-        {"k", 1ull << 10}, {"kib", 1ull << 10}, {"kb", 1000ull},
-        {"m", 1ull << 20}, {"mib", 1ull << 20}, {"mb", 1000000ull},
-        {"g", 1ull << 30}, {"gib", 1ull << 30}, {"gb", 1000000000ull},
-        {"t", 1ull << 40}, {"tib", 1ull << 40}, {"tb", 1000000000000ull},
-    };
-    if (!s || !isdigit((unsigned char)s[0])) {
-        snprintf(why, n, "'%s' is not a size (expected digits with an optional K/M/G/T, KiB.., KB.. suffix)", s ? s : "");
+    char reason[160];
+    uint64_t v;
+    if (ds_parse_bytes(s, &v, reason, sizeof reason)) {
+        snprintf(why, n, "'%s': %s", s ? s : "", reason);
         return -1;
     }
-    uint64_t v = 0;
-    const char *p = s;
-    for (; isdigit((unsigned char)*p); p++) {
-        if (v > (UINT64_MAX - 9) / 10) { snprintf(why, n, "'%s' is too large", s); return -1; }
-        v = v * 10 + (uint64_t)(*p - '0');
+    if (v == 0) {
+        snprintf(why, n, "'%s' is zero; a size must be at least 1 byte", s);
+        return -1;
     }
-    for (size_t i = 0; i < DS_ARRAY_LEN(units); i++) {
-        if (strcasecmp(p, units[i].sfx) != 0) continue;
-        if (v && v > UINT64_MAX / units[i].mul) { snprintf(why, n, "'%s' is too large", s); return -1; }
-        v *= units[i].mul;
-        if (v == 0) { snprintf(why, n, "'%s' is zero; a size must be at least 1 byte", s); return -1; }
-        *out = v;
-        return 0;
-    }
-    snprintf(why, n, "'%s' has an unknown suffix '%s' (use K, M, G, T, KiB.., or KB..)", s, p);
-    return -1;
+    *out = v;
+    return 0;
 }
 
 typedef struct split_ctx {

@@ -62,9 +62,10 @@ def main():
         d, ttft, itl = load(path), float(rest[0]), float(rest[1])
         for r in d["rows"]:
             near(f"c={r['conc']} ttft_med", r["ttft_med"], ttft, ttft + 0.25)
-            near(f"c={r['conc']} itl p50 ms", r["latency"]["itl_ms"]["p50"], 1000 * itl, 1000 * itl + 15)
-            near(f"c={r['conc']} tpot p50 ms", r["latency"]["tpot_ms"]["p50"], 1000 * itl, 1000 * itl + 15)
-            near(f"c={r['conc']} per_stream_med", r["per_stream_med"], 1 / (itl + 0.015), 1 / itl)
+            # arrival jitter can make one gap slightly shorter than the stub's sleep: 3 ms of slack below
+            near(f"c={r['conc']} itl p50 ms", r["latency"]["itl_ms"]["p50"], 1000 * itl - 3, 1000 * itl + 15)
+            near(f"c={r['conc']} tpot p50 ms", r["latency"]["tpot_ms"]["p50"], 1000 * itl - 3, 1000 * itl + 15)
+            near(f"c={r['conc']} per_stream_med", r["per_stream_med"], 1 / (itl + 0.015), 1 / (itl - 0.003))
             near(f"c={r['conc']} decode_step_ms", r["decode_step_ms"], r["accept_len"] * 1000 / r["per_stream_med"] - 1e-6,
                  r["accept_len"] * 1000 / r["per_stream_med"] + 1e-6)
             if r["ok"] != max(x["conc"] for x in d["rows"]) or r["fail"] != 0:

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 T=$DS_TEST_TMP/tools13-bench
 rm -rf "$T"; mkdir -p "$T"
 CORPUS=tests/data/bench-corpus.txt
-PY=python3
+PY=python3; [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
 CHK() { "$PY" tests/tools13/check_bench.py "$@"; }
 STUB_PIDS=()
 cleanup() { for p in "${STUB_PIDS[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; stop_server; }
@@ -51,6 +51,12 @@ check "prompts: exactly 48 stub tokens, 2 distinct, warm-up sent, front matter s
 check "server instance id and max_num_seqs recorded" CHK field "$T/full.json" server.max_num_seqs 64
 check "no flags on a clean run" CHK flags "$T/full.json" 2 prefix_reuse absent
 check "the console table has the §4.4 columns" grep -q '| conc | per-stream tok/s | step ms | aggregate tok/s | speedup | A    | TTFT s  | flags |' "$T/full.out"
+check "plain progress lines (not a TTY): done/total requests, rate, ETA" grep -qE '^\[bench\] c=2 rep 2/2  8/8 req  100\.0%  [0-9.]+ req/s  ETA' "$T/full.out"
+DSFLASH_PROGRESS=tty "$B" bench --corpus-file "$CORPUS" --base-url "$STUB" --api-key sk-test --concurrency 1,2 \
+    --prompt-tokens 16 --output-tokens 6 --repeats 2 --json-out "$T/tty.json" >/dev/null 2>"$T/tty.err"
+check "TTY progress: one line rewritten in place (carriage return, done/total, rate, ETA)" \
+    grep -qE $'\r\\[bench\\] c=[12] rep [12]/2  [0-9]/8 req  [0-9.]+%  [0-9.]+ req/s  ETA' "$T/tty.err"
+check "TTY progress: no newline on stderr (the line is erased at the end)" test "$(wc -l <"$T/tty.err")" = 0
 bench_run nokey --base-url "$STUB" --concurrency 1 --prompt-tokens 16 --output-tokens 2 --repeats 1
 expect_rc "without the bearer key the stub answers 401: exit 1" 1 "$RC" "$T/nokey.out"
 

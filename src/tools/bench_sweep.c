@@ -102,6 +102,11 @@ static bool reset_prefix_cache(bench_run *r) {
     return ok;
 }
 
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
 /* Distinct token bigrams / bigrams of one output (token ids from /tokenize). */
 static double uniq2(const bench_run *r, const char *text) {
     int *ids = NULL, n = 0;
@@ -110,12 +115,9 @@ static double uniq2(const bench_run *r, const char *text) {
     if (n < 2) { free(ids); return 1.0; }
     uint64_t *bg = ds_xmalloc(sizeof(uint64_t) * (size_t)(n - 1));
     for (int i = 0; i + 1 < n; i++) bg[i] = (uint64_t)(uint32_t)ids[i] << 32 | (uint32_t)ids[i + 1];
+    qsort(bg, (size_t)(n - 1), sizeof(uint64_t), cmp_u64);
     int distinct = 0;
-    for (int i = 0; i + 1 < n; i++) {   /* outputs are short: quadratic is fine and allocation-free */
-        bool seen = false;
-        for (int k = 0; k < i && !seen; k++) seen = bg[k] == bg[i];
-        distinct += !seen;
-    }
+    for (int i = 0; i + 1 < n; i++) distinct += i == 0 || bg[i] != bg[i - 1];
     free(bg);
     free(ids);
     return (double)distinct / (n - 1);

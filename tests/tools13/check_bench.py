@@ -80,6 +80,13 @@ def main():
         has = rest[1] in rows[int(rest[0])]["flags"]
         if has != (rest[2] == "present"):
             fail(f"c={rest[0]} flags {rows[int(rest[0])]['flags']}: '{rest[1]}' should be {rest[2]}")
+    elif check == "degenerate":  # conc: flagged, uniq2 low, two samples of at most 300 characters
+        r = {r["conc"]: r for r in load(path)["rows"]}[int(rest[0])]
+        if "degenerate" not in r["flags"] or not r["uniq2_med"] < 0.5:
+            fail(f"flags {r['flags']}, uniq2_med {r['uniq2_med']}")
+        s = r.get("samples", [])
+        if len(s) != 2 or not all(x.startswith(" la la") and len(x) <= 300 for x in s):
+            fail(f"samples {s!r}")
     elif check == "field":  # dotted.path expected (JSON literal)
         v = load(path)
         for k in rest[0].split("."):

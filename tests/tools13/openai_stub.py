@@ -27,6 +27,7 @@ ap.add_argument("--no-drafts-counter", action="store_true", help="omit the draft
 ap.add_argument("--restart-after", type=int, default=0, help="change instance_id after N completions")
 ap.add_argument("--kernel-fallback", action="store_true")
 ap.add_argument("--short-by-one", action="store_true", help="stream one token fewer than asked (measured requests only)")
+ap.add_argument("--repetitive", action="store_true", help="every chunk is the same word (degenerate output)")
 args = ap.parse_args()
 
 lock = threading.Lock()
@@ -137,7 +138,8 @@ class Handler(BaseHTTPRequestHandler):
                 if i:
                     time.sleep(args.itl)
                 chunk = {"object": "text_completion", "model": args.model,
-                         "choices": [{"index": 0, "text": f" w{i}", "finish_reason": None}]}
+                         "choices": [{"index": 0, "text": " la" if args.repetitive else f" w{i}",
+                                      "finish_reason": None}]}
                 self.wfile.write(("data: " + json.dumps(chunk) + "\n\n").encode())
                 self.wfile.flush()
             usage = {"prompt_tokens": count_tokens(prompt), "completion_tokens": n_out,

@@ -87,7 +87,11 @@ check "second level re-sends the prompts: prefix_reuse flagged" CHK flags "$T/re
 bench_run reset --base-url "$STUB" --concurrency 1,2 --prompt-tokens 24 --output-tokens 3 --repeats 1
 check "with the reset (auto), no prefix_reuse" CHK flags "$T/reset.json" 2 prefix_reuse absent
 
-# ---- 5. invalid runs and failed requests ----
+# ---- 5. degenerate output, invalid runs and failed requests ----
+start_stub rep --repetitive --itl 0.001
+bench_run rep --base-url "$STUB" --concurrency 2 --prompt-tokens 24 --output-tokens 120 --repeats 1
+expect_rc "bench, repetitive output" 0 "$RC" "$T/rep.out"
+check "repetitive output: degenerate flag, uniq2 < 0.5, two 300-character samples" CHK degenerate "$T/rep.json" 2
 start_stub restart --restart-after 2
 bench_run restart --base-url "$STUB" --concurrency 1,2 --prompt-tokens 24 --output-tokens 3 --repeats 1
 expect_rc "instance_id changed mid-run: exit 1" 1 "$RC" "$T/restart.out"

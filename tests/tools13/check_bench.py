@@ -116,6 +116,12 @@ def main():
         suffixes = {p.rsplit("\n\n", 1)[-1] for p in set(measured)}
         if n >= 2 and len(suffixes) < 2:
             fail(f"suffixes do not rotate: {suffixes}")
+    elif check == "prompt_of":  # rid START END: the last prompt sent for request rid starts/ends so
+        rid, start, end = int(rest[0]), rest[1], rest[2]
+        mine = [json.loads(l) for l in open(path)]
+        mine = [p for p in mine if p.startswith(f"[req-{rid:05d}] ")]
+        if not mine or not mine[-1].startswith(start) or not mine[-1].endswith(end):
+            fail(f"request {rid}: {mine[-1][:60]!r}...{mine[-1][-30:]!r}" if mine else f"request {rid} never sent")
     elif check == "csv":  # CSV columns and values equal the JSON files given after it
         rows = list(csv.DictReader(open(path)))
         if list(rows[0].keys()) != ["label", "conc", "per_stream_med", "total_decode", "ttft_med", "accept_len",

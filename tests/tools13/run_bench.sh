@@ -79,6 +79,20 @@ check "fallback A = 15/30 * 3 + 1 = 2.5 (S from /server_info)" CHK accept "$T/no
 bench_run nodrafts_s --base-url "$STUB" --concurrency 1 --prompt-tokens 24 --output-tokens 4 --repeats 1 --spec-tokens 5
 check "--spec-tokens 5 overrides S: A = 15/30 * 5 + 1 = 3.5" CHK accept "$T/nodrafts_s.json" 3.5 0.5
 
+# ---- 3b. corpus front matter and suffix files ----
+mkdir -p "$T/suf"; printf '\n\nSECOND?' >"$T/suf/2-b"; printf '\n\nFIRST?' >"$T/suf/1-a"
+start_stub corpus
+bench_run suffix --base-url "$STUB" --concurrency 2 --prompt-tokens 24 --output-tokens 2 --repeats 1 --suffix-dir "$T/suf"
+check "--suffix-dir: files in sorted name order, rotating by request" CHK prompt_of "$T/corpus.prompts" 1 "[req-00001] " "SECOND?"
+check "--suffix-dir: request 0 gets the first file" CHK prompt_of "$T/corpus.prompts" 0 "[req-00000] Margaret" "FIRST?"
+bench_run keep --base-url "$STUB" --concurrency 1 --prompt-tokens 24 --output-tokens 2 --repeats 1 --keep-preamble
+check "--keep-preamble: the slice starts at the file's first line" CHK prompt_of "$T/corpus.prompts" 0 "[req-00000] Title: The Lighthouse" "exactly."
+bench_run mark --base-url "$STUB" --concurrency 1 --prompt-tokens 24 --output-tokens 2 --repeats 1 \
+    --corpus-mark "Front matter: this header is not part of the corpus and must be skipped by the benchmark."
+check "--corpus-mark: the slice starts after the mark line" CHK prompt_of "$T/corpus.prompts" 0 "[req-00000] *** START OF" "exactly."
+bench_run both --base-url "$STUB" --concurrency 1 --keep-preamble --corpus-mark X
+expect_rc "--corpus-mark with --keep-preamble" 2 "$RC" "$T/both.out"
+
 # ---- 4. prefix reuse is flagged when the cache is not reset ----
 start_stub cache
 bench_run reuse --base-url "$STUB" --concurrency 1,2 --prompt-tokens 24 --output-tokens 3 --repeats 1 --reset-prefix-cache off

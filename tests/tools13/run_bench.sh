@@ -122,6 +122,12 @@ bench_run short_ok --base-url "$STUB" --concurrency 2 --prompt-tokens 24 --outpu
 expect_rc "--no-ignore-eos accepts the shorter output" 0 "$RC" "$T/short_ok.out"
 check "--no-ignore-eos is recorded" CHK field "$T/short_ok.json" ignore_eos false
 
+start_stub slow --ttft 3
+bench_run slow --base-url "$STUB" --concurrency 1 --prompt-tokens 24 --output-tokens 2 --repeats 1 --timeout 0.5
+expect_rc "--timeout 0.5 against a 3 s first token: exit 1" 1 "$RC" "$T/slow.out"
+check "the timeout is reported as such" grep -q "timed out" "$T/slow.out"
+check "no result file after a failed warm-up" test ! -e "$T/slow.json"
+
 # ---- 6. usage errors and unreachable servers (TOOLS.md §0 exit codes) ----
 FULL=http://127.0.0.1:$(cat "$T/full.port")
 bench_run e1 --base-url "$FULL" --concurency 1;            expect_rc "unknown flag" 2 "$RC" "$T/e1.out"

@@ -100,7 +100,7 @@ static void print_profile(const bs_tier *t) {
     printf("\n");
 }
 
-static cJSON *tier_json(const bs_tier *t, const bs_limits *lim) {
+static cJSON *tier_json(const bs_tier *t, const bs_limits *lim, int profile) {
     int ignored = 0;
     cJSON *j = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(j, "concurrency");
     cJSON_AddStringToObject(j, "numerics", t->numerics);
@@ -119,6 +119,10 @@ static cJSON *tier_json(const bs_tier *t, const bs_limits *lim) {
         cJSON_AddNumberToObject(e, "roofline_tok_s", f.roof_tok_s);
         cJSON_AddNumberToObject(e, "pct_roofline", f.pct_roof);
         cJSON_AddNumberToObject(e, "vs_conc1", f.vs_conc1);
+        if (profile) { /* --profile: mean seconds per step of each phase, named as in the table */
+            cJSON *ph = cJSON_AddObjectToObject(e, "phase_s");
+            for (int p = 0; p < DS_PH_COUNT; p++) cJSON_AddNumberToObject(ph, ds_phase_name((ds_phase)p), lv->phase_s[p]);
+        }
         cJSON_AddItemToArray(arr, e);
     }
     cJSON *p = cJSON_AddObjectToObject(j, "prefill");
@@ -148,7 +152,7 @@ static int write_json(const char *path, const bs_opts *o, const bs_limits *lim, 
     cJSON_AddStringToObject(l, "int8_peak_what", lim->peak_what ? lim->peak_what : "");
     cJSON_AddNumberToObject(l, "samples", lim->samples);
     cJSON *arr = cJSON_AddArrayToObject(root, "tiers");
-    for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, tier_json(&t[i], lim));
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, tier_json(&t[i], lim, o->profile));
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     char tmp[4096];

@@ -92,7 +92,8 @@ check "no temporary file left beside the JSON" bash -c "[ ! -e '$JSON.tmp' ]"
 # ---- --profile: one row per phase, and the phases add up to the step they bracket ----
 check "no profile without --profile" bash -c "! grep -q 'per-phase profile' '$OUT'"
 POUT=$TMP/profile.txt
-if "$B" bench serve --model "$TMP/tiny" --threads 2 --numerics fast --quick --profile > "$POUT" 2> "$TMP/perr.log"; then
+PJSON=$TMP/profile.json
+if "$B" bench serve --model "$TMP/tiny" --threads 2 --numerics fast --quick --profile --json "$PJSON" > "$POUT" 2> "$TMP/perr.log"; then
     ok "bench serve --profile exits 0"
 else
     bad "bench serve --profile exits 0" "$TMP/perr.log"
@@ -109,6 +110,22 @@ sums=$(awk -F'|' '/^per-phase profile/{on=1; next}
 if [ -z "$sums" ]; then ok "phases add up to the mean step at every level"; else bad "phases add up to the mean step: $sums" "$POUT"; fi
 moe=$(grep '^| moe experts |' "$POUT" | awk -F'|' '{split($3, a, " "); print a[1] + 0}')
 check "the MoE experts phase is charged (tiny has routed experts)" awk -v v="${moe:-0}" 'BEGIN { exit !(v > 0) }'
+cat > "$TMP/pjson.mjs" <<'EOF'
+import { readFileSync } from "node:fs";
+const j = JSON.parse(readFileSync(process.argv[2], "utf8"));
+const errs = [];
+for (const lv of j.tiers[0].concurrency) {
+    const ph = lv.phase_s || {};
+    const v = Object.values(ph);
+    if (v.length !== 13) errs.push(`conc ${lv.conc}: ${v.length} phases in phase_s, expected 13`);
+    const sum = v.reduce((a, b) => a + b, 0);
+    if (!(Math.abs(sum - lv.step_s_mean) <= 0.05 * lv.step_s_mean + 5e-5))
+        errs.push(`conc ${lv.conc}: phases sum to ${sum} s, mean step ${lv.step_s_mean} s`);
+}
+if (errs.length) { console.log(errs.join("\n")); process.exit(1); }
+EOF
+if node "$TMP/pjson.mjs" "$PJSON" > "$TMP/pjson.log" 2>&1; then ok "--json carries the profile per level (13 phases adding up to the mean step)"
+else bad "--json carries the profile per level" "$TMP/pjson.log"; fi
 
 # ---- refusals: exit 2, message naming the flag; no partial JSON ----
 refuse() {   # name, expected rc, expected message, args...

@@ -1,7 +1,7 @@
 /* dsflash bench serve: serving speed against this host's limits, in process, in one run.
  *
  *   bench serve --model DIR [--threads N] [--numerics exact|fast|both] [--kernels PATH] [--quick]
- *               [--json FILE]
+ *               [--profile] [--json FILE]      (flags: the table below, base/flags.h rules)
  *
  * Why in process and through ds_batch_step: an HTTP sweep measures the client, the sockets and
  * the scheduler's waits as much as the model, and cannot tell which weight bytes a step read.
@@ -21,6 +21,8 @@
 #include "kernels/kernels.h"
 #include "kernels/membench.h"
 #include "base/threadpool.h"
+#include "base/flags.h"
+#include "base/phase_prof.h"
 #include "dsflash.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,58 +31,49 @@
 /* Read-bandwidth probe working set: beyond every cache level (as bench kernels). */
 #define PROBE_BYTES ((size_t)512 << 20)
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: dsflash bench serve --model DIR [--threads N] [--numerics exact|fast|both]\n"
-               "                           [--kernels auto|avx512-vnni|avx2|reference] [--quick] [--json FILE]\n"
-               "  decode at concurrency 1/4/16/32 against the batched roofline, TTFT of a 2048-token prompt\n"
-               "  (512-token chunks) and its prefill rate against the int8 peak; --quick: fewer steps, a\n"
-               "  512-token prompt in 128-token chunks. Default numerics: fast.\n");
-}
+#define BENCH_SERVE_USAGE                                                                          \
+    "usage: dsflash bench serve --model DIR [flags]\n"                                             \
+    "  decode at concurrency 1/4/16/32 against the batched roofline, TTFT of a 2048-token prompt\n" \
+    "  (512-token chunks) and its prefill rate against the int8 peak; --quick: fewer steps, a\n"    \
+    "  512-token prompt in 128-token chunks."
 
-static int parse_int(const char *opt, const char *v, int lo, int hi, int *out) {
-    char *end;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || *end || x < lo || x > hi) {
-        fprintf(stderr, "dsflash bench serve: %s: expected an integer in [%d, %d], got '%s'\n", opt, lo, hi, v ? v : "");
-        return -1;
-    }
-    *out = (int)x;
-    return 0;
-}
+static ds_flag k_flags[] = {
+    {.name = "--model", .type = DS_FLAG_STRING, .help = "checkpoint directory (required)"},
+    {.name = "--threads", .type = DS_FLAG_INT, .lo = 1, .hi = 1024, .help = "pool threads (default: every core)"},
+    {.name = "--numerics", .type = DS_FLAG_ENUM, .def = "fast", .choices = "exact|fast|both",
+     .help = "numerics tier(s) to measure"},
+    {.name = "--kernels", .type = DS_FLAG_ENUM, .def = "auto", .choices = "auto|avx512-vnni|avx2|reference"},
+    {.name = "--quick", .type = DS_FLAG_SWITCH, .help = "fewer steps, a 512-token prompt in 128-token chunks"},
+    {.name = "--profile", .type = DS_FLAG_SWITCH,
+     .help = "also time each phase of the decode steps (attention, MoE, mHC, head, ...) per level"},
+    {.name = "--json", .type = DS_FLAG_STRING, .help = "also write the figures to this file"},
+};
 
-static int parse_numerics(const char *v, bs_opts *o) {
-    if (v && !strcmp(v, "both")) {
+/* Returns 0 ok, 1 after --help, 2 on a usage error (message printed). */
+static int parse(int argc, char **argv, bs_opts *o) {
+    ds_flagset fs = {.cmd = "dsflash bench serve", .usage = BENCH_SERVE_USAGE, .flags = k_flags,
+                     .n = DS_ARRAY_LEN(k_flags)};
+    int rc = ds_flags_parse(&fs, argc, argv, 2, stderr);
+    if (rc) return rc;
+    *o = (bs_opts){.kernels = ds_flag_str(&fs, "--kernels"), .n_tiers = 1, .tiers = {"fast"}, .levels = {1, 4, 16, 32}};
+    o->model = ds_flag_str(&fs, "--model");
+    o->json = ds_flag_str(&fs, "--json");
+    o->threads = ds_flag_given(&fs, "--threads") ? (int)ds_flag_int(&fs, "--threads") : 0;
+    o->quick = ds_flag_on(&fs, "--quick");
+    o->profile = ds_flag_on(&fs, "--profile");
+    const char *tier = ds_flag_str(&fs, "--numerics");
+    if (!strcmp(tier, "both")) {
         o->tiers[0] = "exact";
         o->tiers[1] = "fast";
         o->n_tiers = 2;
-        return 0;
+    } else {
+        o->tiers[0] = !strcmp(tier, "fast") ? "fast" : "exact";
     }
-    if (v && ds_numerics_parse(v) >= 0) {
-        o->tiers[0] = !strcmp(v, "fast") ? "fast" : "exact";
-        o->n_tiers = 1;
-        return 0;
+    if (!o->model) {
+        ds_flags_fail(&fs, "--model", "DIR is required");
+        ds_flags_usage(&fs, stderr);
+        return 2;
     }
-    fprintf(stderr, "dsflash bench serve: --numerics: expected exact, fast or both, got '%s'\n", v ? v : "");
-    return -1;
-}
-
-static int parse(int argc, char **argv, bs_opts *o) {
-    *o = (bs_opts){.kernels = "auto", .n_tiers = 1, .tiers = {"fast"}, .levels = {1, 4, 16, 32}};
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--threads")) { if (parse_int(a, v, 1, 1024, &o->threads)) return -1; i++; }
-        else if (!strcmp(a, "--model")) { if (!v) goto missing; o->model = v; i++; }
-        else if (!strcmp(a, "--kernels")) { if (!v) goto missing; o->kernels = v; i++; }
-        else if (!strcmp(a, "--json")) { if (!v) goto missing; o->json = v; i++; }
-        else if (!strcmp(a, "--numerics")) { if (parse_numerics(v, o)) return -1; i++; }
-        else if (!strcmp(a, "--quick")) o->quick = 1;
-        else { fprintf(stderr, "dsflash bench serve: unknown option '%s'\n", a); return -1; }
-        continue;
-    missing:
-        fprintf(stderr, "dsflash bench serve: %s needs a value\n", a);
-        return -1;
-    }
-    if (!o->model) { fprintf(stderr, "dsflash bench serve: --model DIR is required\n"); return -1; }
     o->decode_steps = o->quick ? 3 : 16;
     o->context_tokens = o->quick ? 8 : 16;
     o->prompt_tokens = o->quick ? 512 : 2048;
@@ -122,6 +115,7 @@ typedef struct {
 /* `steps` timed decode steps of the first `conc` sequences (one greedy row each), after one
  * untimed step at this batch size. */
 static int run_level(bs_run *r, ds_seq **seqs, float **logits, int conc, int steps, bs_level *out) {
+    double ph[DS_PH_COUNT], ph_sum[DS_PH_COUNT] = {0};
     int32_t tok[32];
     const int32_t *tp[32];
     int rows[32], nl[32];
@@ -131,10 +125,13 @@ static int run_level(bs_run *r, ds_seq **seqs, float **logits, int conc, int ste
     for (int s = -1; s < steps; s++) {
         for (int i = 0; i < conc; i++) tok[i] = ds_argmax(logits[i], r->vocab);
         uint64_t b0 = ds_kernels_weight_bytes_read();
+        ds_prof_take(ph);   /* discards what came before: the profile brackets the step */
         double t0 = ds_now();
         if (ds_batch_step(r->m, conc, seqs, tp, rows, logits, nl, r->err, sizeof r->err)) { free(t); return -1; }
         double dt = ds_now() - t0;
+        ds_prof_take(ph);
         if (s < 0) continue;
+        for (int p = 0; p < DS_PH_COUNT; p++) ph_sum[p] += ph[p];
         t[s] = dt;
         bytes += (double)(ds_kernels_weight_bytes_read() - b0);
     }
@@ -143,6 +140,7 @@ static int run_level(bs_run *r, ds_seq **seqs, float **logits, int conc, int ste
     qsort(t, (size_t)steps, sizeof(double), cmp_double);
     *out = (bs_level){.conc = conc, .steps = steps, .t_mean = sum / steps, .bytes_step = bytes / steps,
                       .t_median = steps % 2 ? t[steps / 2] : 0.5 * (t[steps / 2 - 1] + t[steps / 2])};
+    for (int p = 0; p < DS_PH_COUNT; p++) out->phase_s[p] = ph_sum[p] / steps;
     free(t);
     fprintf(stderr, "  concurrency %2d: %.1f ms/step (median of %d), %.1f MB read per step\n", conc,
             1e3 * out->t_median, steps, out->bytes_step / 1e6);
@@ -256,11 +254,12 @@ static int json_writable(const char *path) {
 
 int cmd_bench_serve(int argc, char **argv) {
     bs_opts o;
-    if (argc > 2 && !strcmp(argv[2], "--help")) { usage(stdout); return 0; }
-    if (parse(argc, argv, &o)) { usage(stderr); return 2; }
+    int prc = parse(argc, argv, &o);
+    if (prc) return prc == 1 ? 0 : 2;
     ds_error err;
     if (ds_kernels_select(o.kernels, &err)) { fprintf(stderr, "dsflash bench serve: %s\n", err.msg); return 2; }
     ds_pool_init(o.threads);
+    ds_prof_enable(o.profile);
     if (o.json && !json_writable(o.json)) return 3;
     bs_limits lim = {0};
     bs_tier tiers[BS_MAX_TIERS];

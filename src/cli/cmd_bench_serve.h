@@ -5,6 +5,7 @@
  * bytes, multiply-adds); the report turns them into ratios against the limits of the same run. */
 #ifndef DS_CLI_CMD_BENCH_SERVE_H
 #define DS_CLI_CMD_BENCH_SERVE_H
+#include "base/phase_prof.h"
 #include <stdint.h>
 
 #define BS_N_LEVELS 4
@@ -24,6 +25,7 @@ typedef struct {
     int conc, steps;
     double t_median, t_mean;  /* seconds per step */
     double bytes_step;        /* mean distinct weight bytes one step read (kernel counter) */
+    double phase_s[DS_PH_COUNT];  /* --profile: mean seconds per step in each phase (exclusive) */
 } bs_level;
 
 typedef struct {
@@ -37,7 +39,7 @@ typedef struct {
 
 typedef struct {
     const char *model, *kernels, *json;
-    int threads, quick, n_tiers;
+    int threads, quick, profile, n_tiers;
     const char *tiers[BS_MAX_TIERS];
     int levels[BS_N_LEVELS];
     int decode_steps, context_tokens, prompt_tokens, chunk;

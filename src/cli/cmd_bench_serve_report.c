@@ -78,7 +78,29 @@ static void print_tier(const bs_tier *t, const bs_limits *lim, int *over) {
     }
 }
 
-static cJSON *tier_json(const bs_tier *t, const bs_limits *lim) {
+/* --profile: mean ms per step of each phase at every level (exclusive times: they add up to the
+ * mean step, which is why the step column is the mean, not the median of the table above). */
+static void print_profile(const bs_tier *t) {
+    printf("\nper-phase profile, numerics %s (mean ms per decode step; share of the step)\n| phase |", t->numerics);
+    for (int l = 0; l < BS_N_LEVELS; l++) printf(" conc %d |", t->lv[l].conc);
+    printf("\n|---|");
+    for (int l = 0; l < BS_N_LEVELS; l++) printf("---|");
+    printf("\n");
+    for (int p = 0; p < DS_PH_COUNT; p++) {
+        printf("| %s |", ds_phase_name((ds_phase)p));
+        for (int l = 0; l < BS_N_LEVELS; l++) {
+            double tot = 0;
+            for (int q = 0; q < DS_PH_COUNT; q++) tot += t->lv[l].phase_s[q];
+            printf(" %.2f (%.0f%%) |", 1e3 * t->lv[l].phase_s[p], tot > 0 ? 100.0 * t->lv[l].phase_s[p] / tot : 0.0);
+        }
+        printf("\n");
+    }
+    printf("| step (mean) |");
+    for (int l = 0; l < BS_N_LEVELS; l++) printf(" %.2f |", 1e3 * t->lv[l].t_mean);
+    printf("\n");
+}
+
+static cJSON *tier_json(const bs_tier *t, const bs_limits *lim, int profile) {
     int ignored = 0;
     cJSON *j = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(j, "concurrency");
     cJSON_AddStringToObject(j, "numerics", t->numerics);
@@ -97,6 +119,10 @@ static cJSON *tier_json(const bs_tier *t, const bs_limits *lim) {
         cJSON_AddNumberToObject(e, "roofline_tok_s", f.roof_tok_s);
         cJSON_AddNumberToObject(e, "pct_roofline", f.pct_roof);
         cJSON_AddNumberToObject(e, "vs_conc1", f.vs_conc1);
+        if (profile) { /* --profile: mean seconds per step of each phase, named as in the table */
+            cJSON *ph = cJSON_AddObjectToObject(e, "phase_s");
+            for (int p = 0; p < DS_PH_COUNT; p++) cJSON_AddNumberToObject(ph, ds_phase_name((ds_phase)p), lv->phase_s[p]);
+        }
         cJSON_AddItemToArray(arr, e);
     }
     cJSON *p = cJSON_AddObjectToObject(j, "prefill");
@@ -126,7 +152,7 @@ static int write_json(const char *path, const bs_opts *o, const bs_limits *lim, 
     cJSON_AddStringToObject(l, "int8_peak_what", lim->peak_what ? lim->peak_what : "");
     cJSON_AddNumberToObject(l, "samples", lim->samples);
     cJSON *arr = cJSON_AddArrayToObject(root, "tiers");
-    for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, tier_json(&t[i], lim));
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, tier_json(&t[i], lim, o->profile));
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     char tmp[4096];
@@ -149,7 +175,10 @@ int bs_report(const bs_opts *o, const bs_limits *lim, const bs_tier *t, int n_ti
            o->quick ? " (--quick)" : "");
     printf("limits (best of %d samples through this run): read-only %.1f GB/s | int8 peak %.0f GOP/s (%s)\n",
            lim->samples, lim->read_bw, lim->peak, lim->peak_what ? lim->peak_what : "?");
-    for (int i = 0; i < n_tiers; i++) print_tier(&t[i], lim, &over);
+    for (int i = 0; i < n_tiers; i++) {
+        print_tier(&t[i], lim, &over);
+        if (o->profile) print_profile(&t[i]);
+    }
     printf("\n(rates from the median step, 'wall' from the mean; MB read = distinct weight bytes the kernels streamed"
            " (dense + the union of routed experts); batched roofline = rows x read BW / MB read per step; prefill ops"
            " = 2 x linear multiply-adds; TTFT ends at the argmax of the last chunk's logits)\n");

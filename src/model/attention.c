@@ -14,6 +14,7 @@
 #include "model/ops.h"
 #include "model/fast_ops.h"
 #include "base/threadpool.h"
+#include "base/phase_prof.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +122,7 @@ void ds_attention_layer(ds_step *st, int l) {
     int quant = (w->wq_a.fmt == DS_LIN_W8A8 || w->wq_a.fmt == DS_LIN_W4A8) &&
                 (w->wkv.fmt == DS_LIN_W8A8 || w->wkv.fmt == DS_LIN_W4A8);
     if ((size_t)ql + (size_t)dh > st->ftmp_cols) fkv = st->ftmp, quant = 0;  /* no room: one at a time */
+    ds_prof_push(DS_PH_ATTN_QLIN);
     if (quant) {
         const int D = c->dim;
         ds_arena_mark mk = ds_arena_mark_get(st->arena);
@@ -135,26 +137,36 @@ void ds_attention_layer(ds_step *st, int l) {
         if (fkv == fq) norm_rows(st, fq, N, ql, w->q_norm, st->qr);
         ds_linear_forward(&w->wkv, st->u, N, fkv);
     }
+    ds_prof_pop();
     /* window key: kv = rmsnorm(wkv·u) with RoPE */
+    ds_prof_push(DS_PH_ATTN_NORM);
     norm_rows(st, fkv, N, dh, w->kv_norm, st->kv);
     const float *cs_all = role->ratio > 0 ? st->cs_cmp : st->cs_swa;
     for (int r = 0; r < N; r++) ds_rope_apply_t(st->m->numerics, st->kv + (size_t)r * dh, dh, rd, cs_all + (size_t)r * rd, 0);
     /* queries: qr = rmsnorm(wq_a·u), q = wq_b·qr with RoPE on each head's tail */
     if (fkv != fq) norm_rows(st, fq, N, ql, w->q_norm, st->qr);
+    ds_prof_push(DS_PH_ATTN_QLIN);
     ds_linear_bf16(&w->wq_b, st->qr, N, st->ftmp, st->q);
+    ds_prof_pop();
     for (int r = 0; r < N; r++)
         for (int h = 0; h < H; h++) ds_rope_apply_t(st->m->numerics, st->q + ((size_t)r * H + h) * dh, dh, rd, cs_all + (size_t)r * rd, 0);
 
     /* compressed keys: a FULL layer writes its new entries and index keys first, then the index
      * sources select; REUSE layers keep the selection of their index source (already in st->sel) */
+    ds_prof_pop();
     int src = -1;
     if (role->ratio > 0) {
+        ds_prof_push(DS_PH_COMPRESSOR);
         if (role->role == DS_ROLE_FULL) ds_compressor_run(st, l);
+        ds_prof_pop();
+        ds_prof_push(DS_PH_INDEXER);
         if (role->role == DS_ROLE_FULL || role->role == DS_ROLE_REINDEX) ds_indexer_run(st, l);
+        ds_prof_pop();
         src = st->ss[0].seq->pools->lay.src_of_layer[role->kv_src];
     }
 
     attn_ctx a = {st, l, w, src, (float)(1.0 / sqrt((double)dh)), c->window + (src >= 0 ? c->index_topk : 0), NULL, NULL, NULL};
+    ds_prof_push(DS_PH_ATTN_CORE);
     ds_arena_mark mk = ds_arena_mark_get(st->arena);
     const int T = ds_pool_threads();
     a.keys = DS_ARENA_NEW(st->arena, const ds_bf16 *, (size_t)T * a.max_keys);
@@ -163,6 +175,8 @@ void ds_attention_layer(ds_step *st, int l) {
     ds_pool_run(N * H, attn_task, &a);
     ds_arena_release(st->arena, mk);
     persist_window(st, l);
+    ds_prof_pop();
+    ds_prof_push(DS_PH_ATTN_OUT);
 
     /* output: z[g] = wo_a[g]·o[g] per group, out = wo_b·bf16(z) */
     const int G = c->o_groups, gin = H * dh / G, ol = c->o_lora_rank;
@@ -176,4 +190,5 @@ void ds_attention_layer(ds_step *st, int l) {
     ds_linear_forward(&w->wo_b, st->z, N, st->ftmp);
     ds_probe_bf16(st->m, st->ftmp, (size_t)N * c->dim);
     ds_round_rows_bf16(st->ftmp, (size_t)N * c->dim, st->y);
+    ds_prof_pop();
 }

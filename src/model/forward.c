@@ -12,6 +12,7 @@
 #include "model/ops.h"
 #include "model/fast_ops.h"
 #include "base/threadpool.h"
+#include "base/phase_prof.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +62,7 @@ static void site_out_task(void *vctx, int r, int thread) {
 static void run_site(ds_step *st, int l, int ffn) {
     const ds_layer_weights *w = &st->m->layers[l];
     const size_t xs = (size_t)st->N * st->c->hc_mult * st->c->dim;
+    ds_prof_push(DS_PH_MHC);
     memcpy(st->R, st->X, sizeof(ds_bf16) * xs);
     const int nmix = (2 + st->c->hc_mult) * st->c->hc_mult;
     site_ctx s = {st, ffn ? &w->hc_ffn : &w->hc_attn, ffn ? w->ffn_norm : w->attn_norm, NULL, NULL};
@@ -70,9 +72,12 @@ static void run_site(ds_step *st, int l, int ffn) {
     ds_pool_run(st->N * nmix, mix_dot_task, &s);
     ds_pool_run(st->N, site_in_task, &s);
     ds_arena_release(st->arena, mk);
+    ds_prof_pop();
     if (ffn) ds_moe_layer(st, l);
     else ds_attention_layer(st, l);
+    ds_prof_push(DS_PH_MHC);
     ds_pool_run(st->N, site_out_task, &s);
+    ds_prof_pop();
 }
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
@@ -152,6 +157,7 @@ static void compute_logits(ds_step *st, float *const *logits, const int *n_logit
     int M = 0;
     for (int i = 0; i < st->n_seqs; i++) M += n_logits ? n_logits[i] : 0;
     if (!M) return;
+    ds_prof_push(DS_PH_HEAD);
     /* gather the normalized final rows, in (sequence, row) order */
     ds_bf16 *hn = DS_ARENA_NEW(st->arena, ds_bf16, (size_t)M * D), *tmp = DS_ARENA_NEW(st->arena, ds_bf16, D);
     float **dst = DS_ARENA_NEW(st->arena, float *, M);
@@ -173,6 +179,7 @@ static void compute_logits(ds_step *st, float *const *logits, const int *n_logit
         ds_linear_forward(&m->head, hn + (size_t)r0 * D, n, out);
         for (int j = 0; j < n; j++) memcpy(dst[r0 + j], out + (size_t)j * V, sizeof(float) * (size_t)V);
     }
+    ds_prof_pop();
 }
 
 /* DSpark features (MODEL.md §4): aux[p][t·D + d] = bf16(fp32(Σ_k X[k][d]) · fp32(1/HC)) of the
@@ -246,7 +253,11 @@ int ds_batch_step_aux(ds_model *m, int n_seqs, ds_seq **seqs, const int32_t *con
             for (int k = 0; k < HC; k++) st.pre[(size_t)r * HC + k] = k == 0 ? 1.0f : 0.0f;
         }
     for (int l = 0; l < c->n_layers; l++) {
-        if (c->roles[l].engram >= 0) ds_engram_layer(&st, c->roles[l].engram);
+        if (c->roles[l].engram >= 0) {
+            ds_prof_push(DS_PH_ENGRAM);
+            ds_engram_layer(&st, c->roles[l].engram);
+            ds_prof_pop();
+        }
         if (aux && c->roles[l].captured >= 0) capture_aux(&st, c->roles[l].captured, aux);
         run_site(&st, l, 0);
         run_site(&st, l, 1);

@@ -18,6 +18,7 @@
 #include "model/forward.h"
 #include "model/ops.h"
 #include "base/threadpool.h"
+#include "base/phase_prof.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,6 +246,7 @@ void ds_moe_layer(ds_step *st, int l) {
     x.T = x.nr + N;
 
     /* routing: fp32 logits of the gate linear, then one task per row */
+    ds_prof_push(DS_PH_MOE_GATE);
     ds_linear_forward(&x.w->gate, st->u, N, st->ftmp);
     x.sel = DS_ARENA_NEW(ar, int32_t, (size_t)N * k);
     x.wt = DS_ARENA_NEW(ar, float, (size_t)N * k);
@@ -268,6 +270,8 @@ void ds_moe_layer(ds_step *st, int l) {
         x.rw[p] = x.wt[idx[p]];
     }
 
+    ds_prof_pop();
+    ds_prof_push(DS_PH_MOE_EXPERTS);
     float *g = DS_ARENA_NEW(ar, float, (size_t)x.T * x.I), *v = DS_ARENA_NEW(ar, float, (size_t)x.T * x.I);
     float *yo = DS_ARENA_NEW(ar, float, (size_t)x.T * x.D);
     x.g = g;
@@ -277,8 +281,11 @@ void ds_moe_layer(ds_step *st, int l) {
     if (all_quant(x.w, E)) experts_quant(&x, off, g, v, yo);
     else experts_float(&x, off, g, v, yo);
 
+    ds_prof_pop();
+    ds_prof_push(DS_PH_MOE_SUM);
     x.acc = DS_ARENA_NEW(ar, double, (size_t)threads * x.D);
     x.tot = DS_ARENA_NEW(ar, float, (size_t)threads * x.D);
     ds_pool_run(N, sum_task, &x);
     ds_arena_release(ar, mk);
+    ds_prof_pop();
 }

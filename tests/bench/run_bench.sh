@@ -89,6 +89,44 @@ if node "$TMP/check.mjs" "$JSON" > "$TMP/json.log" 2>&1; then ok "--json record 
 else bad "--json record complete, ratios recompute from raw figures" "$TMP/json.log"; fi
 check "no temporary file left beside the JSON" bash -c "[ ! -e '$JSON.tmp' ]"
 
+# ---- --profile: one row per phase, and the phases add up to the step they bracket ----
+check "no profile without --profile" bash -c "! grep -q 'per-phase profile' '$OUT'"
+POUT=$TMP/profile.txt
+PJSON=$TMP/profile.json
+if "$B" bench serve --model "$TMP/tiny" --threads 2 --numerics fast --quick --profile --json "$PJSON" > "$POUT" 2> "$TMP/perr.log"; then
+    ok "bench serve --profile exits 0"
+else
+    bad "bench serve --profile exits 0" "$TMP/perr.log"
+fi
+check "--profile prints the per-phase table" grep -q '^per-phase profile, numerics fast' "$POUT"
+nph=$(awk '/^per-phase profile/{on=1; next} on && /^\| step \(mean\)/{exit} on && /^\| [a-zA-Z]/' "$POUT" | grep -vc '^| phase |')
+check "13 phase rows (other, attention parts, MoE parts, mHC, Engram, head)" [ "$nph" = 13 ]
+# exclusive phase times are charged between the two profiler reads that bracket each step, the step
+# time by the bench's own clock just inside them: per level they must agree within 5% (+0.05 ms)
+sums=$(awk -F'|' '/^per-phase profile/{on=1; next}
+    on && /^\| step \(mean\)/ { for (i = 3; i < NF; i++) { st = $i + 0; d = s[i] - st; if (d < 0) d = -d;
+        if (d > 0.05 * st + 0.05 || s[i] <= 0) { print "level " i-2 ": phases " s[i] " ms vs step " st " ms" } } exit }
+    on && /^\| [a-zA-Z]/ && !/^\| phase/ { for (i = 3; i < NF; i++) { split($i, a, " "); s[i] += a[1] } }' "$POUT")
+if [ -z "$sums" ]; then ok "phases add up to the mean step at every level"; else bad "phases add up to the mean step: $sums" "$POUT"; fi
+moe=$(grep '^| moe experts |' "$POUT" | awk -F'|' '{split($3, a, " "); print a[1] + 0}')
+check "the MoE experts phase is charged (tiny has routed experts)" awk -v v="${moe:-0}" 'BEGIN { exit !(v > 0) }'
+cat > "$TMP/pjson.mjs" <<'EOF'
+import { readFileSync } from "node:fs";
+const j = JSON.parse(readFileSync(process.argv[2], "utf8"));
+const errs = [];
+for (const lv of j.tiers[0].concurrency) {
+    const ph = lv.phase_s || {};
+    const v = Object.values(ph);
+    if (v.length !== 13) errs.push(`conc ${lv.conc}: ${v.length} phases in phase_s, expected 13`);
+    const sum = v.reduce((a, b) => a + b, 0);
+    if (!(Math.abs(sum - lv.step_s_mean) <= 0.05 * lv.step_s_mean + 5e-5))
+        errs.push(`conc ${lv.conc}: phases sum to ${sum} s, mean step ${lv.step_s_mean} s`);
+}
+if (errs.length) { console.log(errs.join("\n")); process.exit(1); }
+EOF
+if node "$TMP/pjson.mjs" "$PJSON" > "$TMP/pjson.log" 2>&1; then ok "--json carries the profile per level (13 phases adding up to the mean step)"
+else bad "--json carries the profile per level" "$TMP/pjson.log"; fi
+
 # ---- refusals: exit 2, message naming the flag; no partial JSON ----
 refuse() {   # name, expected rc, expected message, args...
     local name=$1 want=$2 msg=$3; shift 3
@@ -96,9 +134,9 @@ refuse() {   # name, expected rc, expected message, args...
     if [ "$got" = "$want" ] && grep -q -- "$msg" "$TMP/r.err"; then ok "$name"; else bad "$name (rc $got)" "$TMP/r.err"; fi
 }
 refuse "--numerics bogus is refused" 2 "--numerics: expected exact, fast or both, got 'bogus'" --model "$TMP/tiny" --numerics bogus
-refuse "--model is required" 2 "--model DIR is required" --quick
+refuse "--model is required" 2 "--model: DIR is required" --quick
 refuse "--threads 0 is refused" 2 "--threads: expected an integer in \[1, 1024\], got '0'" --model "$TMP/tiny" --threads 0
-refuse "unknown flag is refused" 2 "unknown option '--bogus'" --model "$TMP/tiny" --bogus
+refuse "unknown flag is refused" 2 "--bogus: unknown option" --model "$TMP/tiny" --bogus
 refuse "missing checkpoint folder is an I/O error" 3 "dsflash bench serve:" --model "$TMP/none" --quick
 refuse "unwritable --json is an I/O error" 3 "--json $TMP/nodir/x.json: cannot write the file" \
     --model "$TMP/tiny" --quick --numerics fast --json "$TMP/nodir/x.json"

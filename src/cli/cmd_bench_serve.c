@@ -1,6 +1,6 @@
-/* dsflash bench serve: serving speed against this host's limits, in process, in one run.
+/* dsflash perf serve: serving speed against this host's limits, in process, in one run.
  *
- *   bench serve --model DIR [--threads N] [--numerics exact|fast|both] [--kernels PATH] [--quick]
+ *   perf serve --model DIR [--threads N] [--numerics exact|fast|both] [--kernels PATH] [--quick]
  *               [--profile] [--json FILE]      (flags: the table below, base/flags.h rules)
  *
  * Why in process and through ds_batch_step: an HTTP sweep measures the client, the sockets and
@@ -32,7 +32,7 @@
 #define PROBE_BYTES ((size_t)512 << 20)
 
 #define BENCH_SERVE_USAGE                                                                          \
-    "usage: dsflash bench serve --model DIR [flags]\n"                                             \
+    "usage: dsflash perf serve --model DIR [flags]\n"                                             \
     "  decode at concurrency 1/4/16/32 against the batched roofline, TTFT of a 2048-token prompt\n" \
     "  (512-token chunks) and its prefill rate against the int8 peak; --quick: fewer steps, a\n"    \
     "  512-token prompt in 128-token chunks."
@@ -51,7 +51,7 @@ static ds_flag k_flags[] = {
 
 /* Returns 0 ok, 1 after --help, 2 on a usage error (message printed). */
 static int parse(int argc, char **argv, bs_opts *o) {
-    ds_flagset fs = {.cmd = "dsflash bench serve", .usage = BENCH_SERVE_USAGE, .flags = k_flags,
+    ds_flagset fs = {.cmd = "dsflash perf serve", .usage = BENCH_SERVE_USAGE, .flags = k_flags,
                      .n = DS_ARRAY_LEN(k_flags)};
     int rc = ds_flags_parse(&fs, argc, argv, 2, stderr);
     if (rc) return rc;
@@ -225,10 +225,10 @@ static int run_tier(const bs_opts *o, const char *numerics, bs_limits *lim, bs_t
     ds_load_options lo = {.kernels = o->kernels, .threads = o->threads, .numerics = numerics};
     memset(t, 0, sizeof *t);
     t->numerics = numerics;
-    fprintf(stderr, "bench serve: loading %s (numerics %s)\n", o->model, numerics);
+    fprintf(stderr, "perf serve: loading %s (numerics %s)\n", o->model, numerics);
     double t0 = ds_now();
     r.m = ds_model_load(o->model, &lo, r.err, sizeof r.err);
-    if (!r.m) { fprintf(stderr, "dsflash bench serve: %s\n", r.err); return 3; }
+    if (!r.m) { fprintf(stderr, "dsflash perf serve: %s\n", r.err); return 3; }
     t->load_s = ds_now() - t0;
     r.vocab = ds_model_vocab_size(r.m);
     if (!lim->samples) sample_limits(lim, o->quick);   /* first sample once the checkpoint loaded */
@@ -237,7 +237,7 @@ static int run_tier(const bs_opts *o, const char *numerics, bs_limits *lim, bs_t
     if (!rc) sample_limits(lim, o->quick);
     if (!rc) rc = ttft(&r, o, t);
     if (!rc) sample_limits(lim, o->quick);
-    if (rc) fprintf(stderr, "dsflash bench serve: %s\n", r.err);
+    if (rc) fprintf(stderr, "dsflash perf serve: %s\n", r.err);
     ds_model_free(r.m);
     return rc ? 1 : 0;
 }
@@ -248,7 +248,7 @@ static int json_writable(const char *path) {
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
     if (f) { fclose(f); remove(tmp); return 1; }
-    fprintf(stderr, "dsflash bench serve: --json %s: cannot write the file\n", path);
+    fprintf(stderr, "dsflash perf serve: --json %s: cannot write the file\n", path);
     return 0;
 }
 
@@ -257,7 +257,7 @@ int cmd_bench_serve(int argc, char **argv) {
     int prc = parse(argc, argv, &o);
     if (prc) return prc == 1 ? 0 : 2;
     ds_error err;
-    if (ds_kernels_select(o.kernels, &err)) { fprintf(stderr, "dsflash bench serve: %s\n", err.msg); return 2; }
+    if (ds_kernels_select(o.kernels, &err)) { fprintf(stderr, "dsflash perf serve: %s\n", err.msg); return 2; }
     ds_pool_init(o.threads);
     ds_prof_enable(o.profile);
     if (o.json && !json_writable(o.json)) return 3;

@@ -1,4 +1,4 @@
-/* The table (and --json record) of `dsflash bench serve`.
+/* The table (and --json record) of `dsflash perf serve`.
  *
  * Why its own file: the measurements stay raw (seconds, bytes, multiply-adds) until here, where
  * each becomes a ratio against the best limit sampled in the same run.  A ratio above 100% means
@@ -163,7 +163,7 @@ static int write_json(const char *path, const bs_opts *o, const bs_limits *lim, 
     free(text);
     if (!ok || rename(tmp, path)) {
         remove(tmp);
-        fprintf(stderr, "dsflash bench serve: --json %s: cannot write the file\n", path);
+        fprintf(stderr, "dsflash perf serve: --json %s: cannot write the file\n", path);
         return -1;
     }
     return 0;
@@ -171,7 +171,7 @@ static int write_json(const char *path, const bs_opts *o, const bs_limits *lim, 
 
 int bs_report(const bs_opts *o, const bs_limits *lim, const bs_tier *t, int n_tiers, const char *kernel_path) {
     int over = 0;
-    printf("dsflash bench serve: model %s, %d threads, kernel path %s%s\n", o->model, ds_pool_threads(), kernel_path,
+    printf("dsflash perf serve: model %s, %d threads, kernel path %s%s\n", o->model, ds_pool_threads(), kernel_path,
            o->quick ? " (--quick)" : "");
     printf("limits (best of %d samples through this run): read-only %.1f GB/s | int8 peak %.0f GOP/s (%s)\n",
            lim->samples, lim->read_bw, lim->peak, lim->peak_what ? lim->peak_what : "?");

@@ -93,10 +93,10 @@ check "no temporary file left beside the JSON" bash -c "[ ! -e '$JSON.tmp' ]"
 check "no profile without --profile" bash -c "! grep -q 'per-phase profile' '$OUT'"
 POUT=$TMP/profile.txt
 PJSON=$TMP/profile.json
-if "$B" bench serve --model "$TMP/tiny" --threads 2 --numerics fast --quick --profile --json "$PJSON" > "$POUT" 2> "$TMP/perr.log"; then
-    ok "bench serve --profile exits 0"
+if "$B" perf serve --model "$TMP/tiny" --threads 2 --numerics fast --quick --profile --json "$PJSON" > "$POUT" 2> "$TMP/perr.log"; then
+    ok "perf serve --profile exits 0"
 else
-    bad "bench serve --profile exits 0" "$TMP/perr.log"
+    bad "perf serve --profile exits 0" "$TMP/perr.log"
 fi
 check "--profile prints the per-phase table" grep -q '^per-phase profile, numerics fast' "$POUT"
 nph=$(awk '/^per-phase profile/{on=1; next} on && /^\| step \(mean\)/{exit} on && /^\| [a-zA-Z]/' "$POUT" | grep -vc '^| phase |')
@@ -137,7 +137,7 @@ refuse "--numerics bogus is refused" 2 "--numerics: expected exact, fast or both
 refuse "--model is required" 2 "--model: DIR is required" --quick
 refuse "--threads 0 is refused" 2 "--threads: expected an integer in \[1, 1024\], got '0'" --model "$TMP/tiny" --threads 0
 refuse "unknown flag is refused" 2 "--bogus: unknown option" --model "$TMP/tiny" --bogus
-refuse "missing checkpoint folder is an I/O error" 3 "dsflash bench serve:" --model "$TMP/none" --quick
+refuse "missing checkpoint folder is an I/O error" 3 "dsflash perf serve:" --model "$TMP/none" --quick
 refuse "unwritable --json is an I/O error" 3 "--json $TMP/nodir/x.json: cannot write the file" \
     --model "$TMP/tiny" --quick --numerics fast --json "$TMP/nodir/x.json"
 check "no partial JSON under the asked name" bash -c "[ ! -e '$TMP/nodir/x.json' ]"

@@ -205,33 +205,39 @@ static int convert_file(conv *c, const char *rel, ds_error *err) {
     return rc;
 }
 
+/* Remove `"key": {...}` (and the comma after it) from a JSON object text. */
+static void drop_object_member(char *text, const char *key) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\"", key);
+    char *k = strstr(text, pat), *p = k ? strchr(k, '{') : NULL;
+    if (!p) return;
+    int depth = 0;
+    do { depth += *p == '{' ? 1 : *p == '}' ? -1 : 0; p++; } while (*p && depth);
+    while (*p == ' ' || *p == ',' || *p == '\n') p++;
+    memmove(k, p, strlen(p) + 1);
+}
+
 /* config.json of the official layout: the float config with the fp8 quantization_config, the flat
- * dtype fields and no rotation block. */
+ * dtype fields and no rotation block.  Edited as text, not re-printed through cJSON: the Engram
+ * hash multipliers are integers beyond 2^53 that a double would round. */
 static int write_config(conv *c, ds_error *err) {
     char *p = ds_path_join(c->src, "config.json"), *text = NULL;
     size_t len = 0;
     int rc = ds_read_file(p, &text, &len, err);
     free(p);
     if (rc) return -1;
-    cJSON *j = cJSON_Parse(text);
-    free(text);
-    if (!j) return ds_fail(err, "E_CONFIG", "float export config.json: expected JSON");
-    cJSON_DeleteItemFromObjectCaseSensitive(j, "quantization_config");
-    cJSON_DeleteItemFromObjectCaseSensitive(j, "engram_rotation_config");
-    cJSON *q = cJSON_AddObjectToObject(j, "quantization_config");
-    cJSON_AddStringToObject(q, "quant_method", "fp8");
-    cJSON_AddStringToObject(q, "activation_scheme", "dynamic");
-    cJSON *bs = cJSON_AddArrayToObject(q, "weight_block_size");
-    cJSON_AddItemToArray(bs, cJSON_CreateNumber(32));
-    cJSON_AddItemToArray(bs, cJSON_CreateNumber(32));
-    cJSON_AddStringToObject(q, "scale_fmt", "ue8m0");
-    cJSON_AddStringToObject(q, "expert_dtype", "fp4");
-    cJSON_AddStringToObject(j, "dtype", "fp8");
-    cJSON_AddStringToObject(j, "expert_dtype", "fp4");
-    char *out = cJSON_Print(j), *dp = ds_path_join(c->dst, "config.json");
+    drop_object_member(text, "quantization_config");
+    drop_object_member(text, "engram_rotation_config");
+    char *open = strchr(text, '{');
+    if (!open) { free(text); return ds_fail(err, "E_CONFIG", "float export config.json: expected a JSON object"); }
+    static const char head[] = "{\"quantization_config\": {\"quant_method\": \"fp8\", \"activation_scheme\": \"dynamic\", "
+                               "\"weight_block_size\": [32, 32], \"scale_fmt\": \"ue8m0\", \"expert_dtype\": \"fp4\"}, "
+                               "\"dtype\": \"fp8\", \"expert_dtype\": \"fp4\", ";
+    size_t n = strlen(head) + strlen(open + 1) + 1;
+    char *out = ds_xmalloc(n), *dp = ds_path_join(c->dst, "config.json");
+    snprintf(out, n, "%s%s", head, open + 1);
     rc = ds_write_file_atomic(dp, out, strlen(out), err);
-    free(out); free(dp);
-    cJSON_Delete(j);
+    free(out); free(dp); free(text);
     return rc;
 }
 

@@ -17,6 +17,7 @@
 #include "tools/mkmodel_official.h"
 #include "base/bf16.h"
 #include "base/fsutil.h"
+#include "io/official_layout.h"
 #include "io/safetensors.h"
 #include "tools/quant_fp8.h"
 #include <cJSON.h>
@@ -72,28 +73,6 @@ uint8_t ds_mk_e8m0_for(float amax, float fmt_max) {
 }
 
 /* ---- which tensors become what ---- */
-
-typedef enum { OK_COPY = 0, OK_DROP, OK_FP8, OK_MXFP4, OK_ROWS } off_kind;
-
-static bool ends_with(const char *s, const char *suf) {
-    size_t n = strlen(s), m = strlen(suf);
-    return n >= m && !strcmp(s + n - m, suf);
-}
-
-static off_kind ds_official_kind_of(const char *name, int n_mtp) {
-    static const char *const dense[] = {".attn.wq_a.weight", ".attn.wq_b.weight", ".attn.wkv.weight", ".attn.wo_a.weight",
-                                        ".attn.wo_b.weight", ".indexer.wq_b.weight", ".shared_experts.w1.weight",
-                                        ".shared_experts.w2.weight", ".shared_experts.w3.weight", ".engram.wkv.weight",
-                                        ".main_proj.weight"};
-    char last_head[48];
-    snprintf(last_head, sizeof last_head, "mtp.%d.head.weight", n_mtp - 1);
-    if (!strcmp(name, "mtp.0.embed.weight") || (n_mtp > 0 && !strcmp(name, last_head))) return OK_DROP;
-    if (ends_with(name, ".engram.embed.weight")) return OK_ROWS;
-    if (strstr(name, ".ffn.experts.") && ends_with(name, ".weight")) return OK_MXFP4;
-    for (size_t i = 0; i < DS_ARRAY_LEN(dense); i++)
-        if (ends_with(name, dense[i])) return OK_FP8;
-    return OK_COPY;
-}
 
 /* ---- encoders of whole tensors (float rows in, codes + scales out) ---- */
 
@@ -173,23 +152,23 @@ static float *widen(const ds_tensor *t) {
 }
 
 static int convert_tensor(conv *c, const ds_tensor *t, ds_error *err) {
-    off_kind k = ds_official_kind_of(t->name, c->n_mtp);
-    if (k == OK_DROP) return 0;
-    if (k == OK_COPY) return add_out(c, t->name, t->dtype, t->ndim, t->shape, (void *)t->data, t->nbytes, err);
+    ds_official_kind k = ds_official_kind_of(t->name, c->n_mtp);
+    if (k == DS_OFF_DROP) return 0;
+    if (k == DS_OFF_FLOAT) return add_out(c, t->name, t->dtype, t->ndim, t->shape, (void *)t->data, t->nbytes, err);
     if (t->ndim != 2 || (t->dtype != DS_DT_BF16 && t->dtype != DS_DT_F32))
         return ds_fail(err, "E_SRC_FORMAT", "%s: expected a 2-D float tensor to encode, found %s", t->name, ds_dtype_name(t->dtype));
     const int64_t out = t->shape[0], in = t->shape[1];
-    if (k != OK_FP8 && in % 32)
+    if (k != DS_OFF_FP8 && in % 32)
         return ds_fail(err, "E_SHAPE_MISMATCH", "%s: expected a multiple of 32 inputs for per-32 scales, found %lld", t->name, (long long)in);
     float *f = widen(t);
     char sname[160];
     snprintf(sname, sizeof sname, "%.*s.scale", (int)(strlen(t->name) - 7), t->name);   /* X.weight -> X.scale */
-    int64_t qs[2] = {out, k == OK_MXFP4 ? in / 2 : in}, ss[2] = {out, in / 32};
-    if (k == OK_FP8) { ss[0] = (out + 31) / 32; ss[1] = (in + 31) / 32; }
+    int64_t qs[2] = {out, k == DS_OFF_MXFP4 ? in / 2 : in}, ss[2] = {out, in / 32};
+    if (k == DS_OFF_FP8) { ss[0] = (out + 31) / 32; ss[1] = (in + 31) / 32; }
     uint8_t *q = ds_xcalloc((size_t)(qs[0] * qs[1]), 1), *s = ds_xcalloc((size_t)(ss[0] * ss[1]), 1);
-    if (k == OK_FP8) encode_fp8_tiles(f, out, in, q, s);
-    else encode_rows32(f, out, in, k == OK_MXFP4, q, s);
-    int rc = add_out(c, t->name, k == OK_MXFP4 ? DS_DT_U8 : DS_DT_F8_E4M3, 2, qs, q, (uint64_t)(qs[0] * qs[1]), err);
+    if (k == DS_OFF_FP8) encode_fp8_tiles(f, out, in, q, s);
+    else encode_rows32(f, out, in, k == DS_OFF_MXFP4, q, s);
+    int rc = add_out(c, t->name, k == DS_OFF_MXFP4 ? DS_DT_U8 : DS_DT_F8_E4M3, 2, qs, q, (uint64_t)(qs[0] * qs[1]), err);
     if (!rc) rc = add_out(c, sname, DS_DT_F8_E8M0, 2, ss, s, (uint64_t)(ss[0] * ss[1]), err);
     free(f); free(q); free(s);
     return rc;
@@ -269,7 +248,7 @@ static int finish_index(conv *c, ds_error *err) {
     }
     for (cJSON *e = c->map->child; e && !rc; e = e->next) cJSON_AddStringToObject(wm, e->string, finals[(int)e->valuedouble]);
     if (!rc) {
-        char *text = cJSON_Print(idx), *p = ds_path_join(c->dst, "model.safetensors.index.json");
+        char *text = cJSON_Print(idx), *p = ds_path_join(c->dst, DS_OFFICIAL_INDEX);
         rc = ds_write_file_atomic(p, text, strlen(text), err);
         free(text); free(p);
     }
@@ -282,7 +261,7 @@ static int finish_index(conv *c, ds_error *err) {
 int ds_mk_officialize(const char *float_dir, const char *dst, int n_mtp, uint64_t shard_bytes, ds_error *err) {
     conv c = {.src = float_dir, .dst = dst, .n_mtp = n_mtp, .shard_bytes = shard_bytes ? shard_bytes : ((uint64_t)2 << 30)};
     c.map = cJSON_CreateObject();
-    char *ip = ds_path_join(float_dir, "model.safetensors.index.json"), *text = NULL;
+    char *ip = ds_path_join(float_dir, DS_OFFICIAL_INDEX), *text = NULL;
     size_t len = 0;
     int rc = ds_mkdir_p(dst, err);
     if (!rc) rc = ds_read_file(ip, &text, &len, err);

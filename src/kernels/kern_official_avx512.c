@@ -1,0 +1,57 @@
+/* MXFP4 block sums on AVX-512 VNNI (contract in kern_official.h).
+ *
+ * Four 32-input blocks per zmm register (16 code bytes per 128-bit lane): the nibbles index a byte
+ * table of |2·e2m1| (vpshufb), the sign bit negates the matching activation under a mask, and
+ * VPDPBUSD (unsigned magnitude x signed activation) accumulates four int32 partials per block,
+ * summed in integers; a last partial group goes through a zero-padded copy.  All exact integers:
+ * equal to the scalar path.  Compiled twice like kern_avx512.c: natively, and by the unit tests
+ * with DS_AVX512_EMULATE where SIMDe supplies the intrinsics (checked on hosts without AVX-512). */
+#include "kernels/kern_official.h"
+#include <string.h>
+
+#ifdef DS_AVX512_EMULATE
+#pragma GCC diagnostic ignored "-Wpsabi"
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+#define DS_MX_BSUM_AVX512 ds_mx_bsum_avx512_emu
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
+#include <immintrin.h>
+#define DS_MX_BSUM_AVX512 ds_mx_bsum_avx512
+#endif
+
+static inline __m512i group_sums(const uint8_t *codes, const int8_t *xe, const int8_t *xo) {
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(DS_MX_MAG_LUT)), low4 = _mm512_set1_epi8(15), eight = _mm512_set1_epi8(8);
+    const __m512i zero = _mm512_setzero_si512();
+    __m512i c = _mm512_loadu_si512(codes);
+    __m512i lo = _mm512_and_si512(c, low4), hi = _mm512_and_si512(_mm512_srli_epi16(c, 4), low4);
+    __m512i x0 = _mm512_loadu_si512(xe), x1 = _mm512_loadu_si512(xo);
+    x0 = _mm512_mask_sub_epi8(x0, _mm512_test_epi8_mask(lo, eight), zero, x0);
+    x1 = _mm512_mask_sub_epi8(x1, _mm512_test_epi8_mask(hi, eight), zero, x1);
+    __m512i acc = _mm512_dpbusd_epi32(zero, _mm512_shuffle_epi8(lut, lo), x0);
+    return _mm512_dpbusd_epi32(acc, _mm512_shuffle_epi8(lut, hi), x1);
+}
+
+void DS_MX_BSUM_AVX512(const uint8_t *codes, const int8_t *xe, const int8_t *xo, int nb, int32_t *bsum) {
+    int b = 0;
+    int32_t t[16];
+    for (; b + 4 <= nb; b += 4) {
+        _mm512_storeu_si512(t, group_sums(codes + 16 * b, xe + 16 * b, xo + 16 * b));
+        for (int k = 0; k < 4; k++) bsum[b + k] = t[4 * k] + t[4 * k + 1] + t[4 * k + 2] + t[4 * k + 3];
+    }
+    if (b < nb) {
+        uint8_t cb[64] = {0};
+        int8_t eb[64] = {0}, ob[64] = {0};
+        const size_t bytes = (size_t)(nb - b) * 16;
+        memcpy(cb, codes + 16 * b, bytes);
+        memcpy(eb, xe + 16 * b, bytes);
+        memcpy(ob, xo + 16 * b, bytes);
+        _mm512_storeu_si512(t, group_sums(cb, eb, ob));
+        for (int k = 0; k < nb - b; k++) bsum[b + k] = t[4 * k] + t[4 * k + 1] + t[4 * k + 2] + t[4 * k + 3];
+    }
+}
+
+#ifndef DS_AVX512_EMULATE
+#pragma GCC pop_options
+#endif

@@ -252,12 +252,11 @@ static int bench_kernels(const bench_opts *o) {
     g_best_bw = lim.read_bw;
     /* matrix-vector (decode) at DeepSeek-like sizes larger than L3, exact-tier float for reference */
     bench_row(&lim, DS_LIN_W4A8, DS_NUMERICS_EXACT, 8 * 2304, 5120, 1, ms); /* 8 routed w1 stacked */
+    bench_row(&lim, DS_LIN_MXFP4, DS_NUMERICS_EXACT, 8 * 2304, 5120, 1, ms); /* the same in the official format */
     bench_row(&lim, DS_LIN_W8A8, DS_NUMERICS_EXACT, 32768, 1280, 1, ms);    /* wq_b-like */
+    bench_row(&lim, DS_LIN_FP8, DS_NUMERICS_FAST, 32768, 1280, 1, ms);      /* the same in FP8 (official), fast tier */
     bench_row(&lim, DS_LIN_BF16, DS_NUMERICS_EXACT, 5120, 8192, 1, ms);     /* wo_b, exact tier */
     bench_row(&lim, DS_LIN_F32, DS_NUMERICS_EXACT, 4096, 5120, 1, ms);      /* head slice, exact tier */
-    /* the official release's formats (kernels/official.c): 8 routed w1 stacked in MXFP4, wq_b in FP8 */
-    bench_row(&lim, DS_LIN_MXFP4, DS_NUMERICS_EXACT, 8 * 2304, 5120, 1, ms);
-    bench_row(&lim, DS_LIN_FP8, DS_NUMERICS_FAST, 32768, 1280, 1, ms);
     /* rows 1, 6 (speculative verify), 16 / 32 (batched decode), 512 (prefill chunk) */
     static const int ns[] = {1, 6, 16, 32, 512};
     static const struct { ds_lin_fmt f; ds_numerics t; int out, in; } rows[] = {

@@ -157,6 +157,9 @@ void ds_ref_linear_f(const ds_linear *L, const ds_bf16 *x, int n, float *y);
 /* Official-format linears (official.c; reached through ds_linear_forward / _forward_q). */
 void ds_official_forward(const ds_linear *L, const ds_bf16 *x, int n, float *y);
 void ds_official_forward_q(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y);
+/* Self-check of the official-format families ("mxfp4", "fp8", "fp8-fast"; selfcheck_official.c),
+ * the active path bit for bit against the scalar one.  Fills out[0..2]. */
+int ds_official_selfcheck(ds_kernel_check out[3], int *n_out, ds_error *err);
 
 /* Unpack one int4 code from the W4A8 layout: row o, column i. */
 static inline int ds_w4_code(const int8_t *w, int in, int o, int i) {

@@ -119,6 +119,21 @@ else
     bad "quantize --src-format fp8 / mkmodel yardstick did not run: $(tail -2 "$TMP/q.log" "$TMP/m.log")"
 fi
 
+echo "--- serve: the official layout through the same command as the W4A8 release"
+. tests/server/serve_lib.sh
+if start_server "$TMP/serve.log" --model "$OFF"; then
+    check "serve self-checks the official families (mxfp4, fp8, fp8-fast OK)" \
+        "grep -q 'kernel mxfp4: OK' '$TMP/serve.log' && grep -q 'kernel fp8: OK' '$TMP/serve.log' && grep -q 'kernel fp8-fast: OK' '$TMP/serve.log'"
+    model=$(curl -s "$BASE/v1/models" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')
+    curl -s -o "$TMP/c.json" -w '%{http_code}' "$BASE/v1/completions" -H 'Content-Type: application/json' \
+        -d "{\"model\":\"$model\",\"prompt\":\"Hello\",\"max_tokens\":8,\"temperature\":0}" >"$TMP/c.code"
+    check "a completion from the official layout (HTTP $(cat "$TMP/c.code"), 8 tokens)" \
+        "[ \"\$(cat '$TMP/c.code')\" = 200 ] && '$PY' -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(d[\"usage\"][\"completion_tokens\"] != 8)' '$TMP/c.json'"
+    stop_server
+else
+    bad "serve --model (official layout) did not become READY"
+fi
+
 echo "--- damaged fixtures are refused naming file and tensor"
 refuse() {   # name, corrupt.py args..., then expected code and tensor via globals CODE / TENSOR
     local name=$1; shift

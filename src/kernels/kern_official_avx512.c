@@ -33,22 +33,28 @@ static inline __m512i group_sums(const uint8_t *codes, const int8_t *xe, const i
     return _mm512_dpbusd_epi32(acc, _mm512_shuffle_epi8(lut, hi), x1);
 }
 
+/* The four block sums of a group, reduced inside the register (lane k's four partials added by two
+ * in-lane shuffles) and compressed to the low 128 bits: no store / narrow-reload round trip. */
+static inline __m128i group_totals(const uint8_t *codes, const int8_t *xe, const int8_t *xo) {
+    __m512i t = group_sums(codes, xe, xo);
+    t = _mm512_add_epi32(t, _mm512_shuffle_epi32(t, (_MM_PERM_ENUM)0x4E));
+    t = _mm512_add_epi32(t, _mm512_shuffle_epi32(t, (_MM_PERM_ENUM)0xB1));
+    return _mm512_castsi512_si128(_mm512_maskz_compress_epi32((__mmask16)0x1111, t));
+}
+
 void DS_MX_BSUM_AVX512(const uint8_t *codes, const int8_t *xe, const int8_t *xo, int nb, int32_t *bsum) {
     int b = 0;
-    int32_t t[16];
-    for (; b + 4 <= nb; b += 4) {
-        _mm512_storeu_si512(t, group_sums(codes + 16 * b, xe + 16 * b, xo + 16 * b));
-        for (int k = 0; k < 4; k++) bsum[b + k] = t[4 * k] + t[4 * k + 1] + t[4 * k + 2] + t[4 * k + 3];
-    }
+    for (; b + 4 <= nb; b += 4) _mm_storeu_si128((__m128i *)(bsum + b), group_totals(codes + 16 * b, xe + 16 * b, xo + 16 * b));
     if (b < nb) {
         uint8_t cb[64] = {0};
         int8_t eb[64] = {0}, ob[64] = {0};
+        int32_t t[4];
         const size_t bytes = (size_t)(nb - b) * 16;
         memcpy(cb, codes + 16 * b, bytes);
         memcpy(eb, xe + 16 * b, bytes);
         memcpy(ob, xo + 16 * b, bytes);
-        _mm512_storeu_si512(t, group_sums(cb, eb, ob));
-        for (int k = 0; k < nb - b; k++) bsum[b + k] = t[4 * k] + t[4 * k + 1] + t[4 * k + 2] + t[4 * k + 3];
+        _mm_storeu_si128((__m128i *)t, group_totals(cb, eb, ob));
+        for (int k = 0; k < nb - b; k++) bsum[b + k] = t[k];
     }
 }
 

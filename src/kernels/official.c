@@ -77,20 +77,36 @@ typedef struct mxrun {
     ds_mx_bsum_fn fn;
 } mxrun;
 
+/* Four output rows at a time: their block sums first, then their four float64 chains side by side
+ * (each row still sums its blocks in ascending order; the chains are independent, so the adds of
+ * one row hide the latency of the others'). */
 static void mx_task(void *vctx, int t, int thread) {
     (void)thread;
     mxrun *c = vctx;
     const ds_linear *L = c->L;
     const int nb = c->nb, o0 = t * c->per, o1 = DS_MIN(L->out, o0 + c->per);
-    int32_t bs_stack[256], *bs = nb <= 256 ? bs_stack : malloc(sizeof(int32_t) * (size_t)nb);
+    int32_t bs_stack[4 * 256], *bs = nb <= 256 ? bs_stack : malloc(sizeof(int32_t) * 4 * (size_t)nb);
     const uint8_t *W = L->w;
-    for (int o = o0; o < o1; o++) {
-        const uint8_t *codes = W + (size_t)o * (size_t)nb * 16, *sc = L->w_e8m0 + (size_t)o * nb;
-        for (int r = 0; r < c->n; r++) {
-            c->fn(codes, c->xe + (size_t)r * nb * 16, c->xo + (size_t)r * nb * 16, nb, bs);
-            double acc = 0.0;
-            for (int b = 0; b < nb; b++) acc += (double)bs[b] * g_pow2_128[sc[b]];
-            c->y[(size_t)r * L->out + o] = (float)(acc * (double)c->xs[r]);
+    for (int r = 0; r < c->n; r++) {
+        const int8_t *xe = c->xe + (size_t)r * nb * 16, *xo = c->xo + (size_t)r * nb * 16;
+        for (int o = o0; o < o1; o += 4) {
+            const int m = DS_MIN(4, o1 - o);
+            const uint8_t *sc[4];
+            for (int k = 0; k < 4; k++) {
+                int ok = o + DS_MIN(k, m - 1);   /* short group: repeat the last row (result unused) */
+                sc[k] = L->w_e8m0 + (size_t)ok * nb;
+                if (k < m) c->fn(W + (size_t)ok * nb * 16, xe, xo, nb, bs + k * nb);
+                else memcpy(bs + k * nb, bs + (m - 1) * nb, sizeof(int32_t) * (size_t)nb);
+            }
+            double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+            for (int b = 0; b < nb; b++) {
+                a0 += (double)bs[b] * g_pow2_128[sc[0][b]];
+                a1 += (double)bs[nb + b] * g_pow2_128[sc[1][b]];
+                a2 += (double)bs[2 * nb + b] * g_pow2_128[sc[2][b]];
+                a3 += (double)bs[3 * nb + b] * g_pow2_128[sc[3][b]];
+            }
+            const double acc[4] = {a0, a1, a2, a3};
+            for (int k = 0; k < m; k++) c->y[(size_t)r * L->out + o + k] = (float)(acc[k] * (double)c->xs[r]);
         }
     }
     if (bs != bs_stack) free(bs);

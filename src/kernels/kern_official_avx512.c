@@ -37,9 +37,16 @@ static inline __m512i group_sums(const uint8_t *codes, const int8_t *xe, const i
  * in-lane shuffles) and compressed to the low 128 bits: no store / narrow-reload round trip. */
 static inline __m128i group_totals(const uint8_t *codes, const int8_t *xe, const int8_t *xo) {
     __m512i t = group_sums(codes, xe, xo);
+#ifdef DS_AVX512_EMULATE   /* this SIMDe release lacks the 512-bit shuffle/compress: the same sums, in C */
+    int32_t v[16];
+    _mm512_storeu_si512(v, t);
+    return _mm_setr_epi32(v[0] + v[1] + v[2] + v[3], v[4] + v[5] + v[6] + v[7], v[8] + v[9] + v[10] + v[11],
+                          v[12] + v[13] + v[14] + v[15]);
+#else
     t = _mm512_add_epi32(t, _mm512_shuffle_epi32(t, (_MM_PERM_ENUM)0x4E));
     t = _mm512_add_epi32(t, _mm512_shuffle_epi32(t, (_MM_PERM_ENUM)0xB1));
     return _mm512_castsi512_si128(_mm512_maskz_compress_epi32((__mmask16)0x1111, t));
+#endif
 }
 
 void DS_MX_BSUM_AVX512(const uint8_t *codes, const int8_t *xe, const int8_t *xo, int nb, int32_t *bsum) {

@@ -2,12 +2,17 @@
  *
  * MXFP4 linears (CHECKPOINT.md §14) run as an integer path: an E2M1 code times 2 is an integer in
  * [-12, 12], so with per-row int8 activations q the products of one 32-input block sum exactly in
- * int32 (|sum| <= 32·12·127).  The block's power-of-two scale 2^(e-127) and the 1/2 of the doubled
- * codes fold into one exact float64 factor 2^(e-128).  The contract every path meets bit for bit:
- *     bsum[b] = Σ_{i in block b} 2·e2m1(code[o][i]) · q[i]                  (int32, exact)
- *     acc     = Σ_b bsum[b] · 2^(e[o][b] - 128)    in float64, b ascending   (fixed order)
+ * int32 (|sum| <= 32·12·127 < 2^16).  The block's power-of-two scale 2^(e-127) and the 1/2 of the
+ * doubled codes fold into 2^(e-128).  The contract every path meets bit for bit, per output row:
+ *     bsum[b] = Σ_{i in block b} 2·e2m1(code[o][i]) · q[i]                        (int32, exact)
+ *     spread  = max_b e[o][b] - min_b e[o][b] over the row's scale bytes
+ *     spread <= 37: acc = the exact Σ_b bsum[b]·2^(e_b - 128), rounded once to float64: computed
+ *                   as the int64 Σ_b bsum[b] << (e_b - e_min) (|term| < 2^53, 2^10 blocks at most:
+ *                   no overflow), converted to double (round to nearest even), times 2^(e_min-128);
+ *     spread >  37: acc = Σ_b bsum[b]·2^(e_b - 128) in float64 with b ascending (a row whose scales
+ *                   span more than 2^37 is not a trained weight, but it must still be deterministic);
  *     y[o]    = (float)(acc · (double)s_x)
- * Only bsum is computed by ISA-specific code; it is an exact integer, so the paths agree.
+ * The exact branch is order-free, so the ISA files accumulate it in SIMD integer lanes.
  *
  * The activations are laid out per 32-block as 16 even inputs (xe) and 16 odd inputs (xo), so the
  * low and high nibbles of 16 code bytes meet their activations with no shuffles. */
@@ -20,12 +25,31 @@ typedef void (*ds_mx_bsum_fn)(const uint8_t *codes, const int8_t *xe, const int8
 void ds_mx_bsum_ref(const uint8_t *codes, const int8_t *xe, const int8_t *xo, int nb, int32_t *bsum);
 void ds_mx_bsum_avx2(const uint8_t *codes, const int8_t *xe, const int8_t *xo, int nb, int32_t *bsum);
 void ds_mx_bsum_avx512(const uint8_t *codes, const int8_t *xe, const int8_t *xo, int nb, int32_t *bsum);
+/* acc of one output row (contract above); sc = the row's nb scale bytes. */
+typedef double (*ds_mx_row_fn)(const uint8_t *codes, const uint8_t *sc, const int8_t *xe, const int8_t *xo, int nb);
+double ds_mx_row_ref(const uint8_t *codes, const uint8_t *sc, const int8_t *xe, const int8_t *xo, int nb);
+double ds_mx_row_avx2(const uint8_t *codes, const uint8_t *sc, const int8_t *xe, const int8_t *xo, int nb);
+double ds_mx_row_avx512(const uint8_t *codes, const uint8_t *sc, const int8_t *xe, const int8_t *xo, int nb);
+
+#define DS_MX_EXACT_SPREAD 37
+/* The wide-spread branch: block sums (computed by fn) summed in float64, b ascending. */
+double ds_mx_row_sequential(ds_mx_bsum_fn fn, const uint8_t *codes, const uint8_t *sc, const int8_t *xe, const int8_t *xo, int nb);
+/* Smallest and largest scale byte of a row (inlined into each ISA file, vectorized there). */
+static inline void ds_mx_exp_range(const uint8_t *sc, int nb, int *lo, int *hi) {
+    uint8_t mn = 255, mx = 0;
+    for (int b = 0; b < nb; b++) {
+        mn = sc[b] < mn ? sc[b] : mn;
+        mx = sc[b] > mx ? sc[b] : mx;
+    }
+    *lo = mn;
+    *hi = mx;
+}
 
 /* |2·e2m1(c)| for c = 0..15 (sign in bit 3). */
 #define DS_MX_MAG_LUT 0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12
 
 /* Tests: the MXFP4 forward on already quantized rows with an explicit block-sum function. */
-void ds_mx_forward_q_with(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y, ds_mx_bsum_fn fn);
+void ds_mx_forward_q_with(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y, ds_mx_row_fn fn);
 /* Tests: the fast-tier FP8 forward with explicit ops (NULL = the scalar fast order). */
 void ds_fp8_forward_fast_with(const ds_linear *L, const ds_kern_ops *o, int use_dot, const ds_bf16 *x, int n, float *y);
 

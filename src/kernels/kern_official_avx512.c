@@ -7,6 +7,7 @@
  * equal to the scalar path.  Compiled twice like kern_avx512.c: natively, and by the unit tests
  * with DS_AVX512_EMULATE where SIMDe supplies the intrinsics (checked on hosts without AVX-512). */
 #include "kernels/kern_official.h"
+#include <math.h>
 #include <string.h>
 
 #ifdef DS_AVX512_EMULATE
@@ -14,11 +15,13 @@
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/x86/avx512.h>
 #define DS_MX_BSUM_AVX512 ds_mx_bsum_avx512_emu
+#define DS_MX_ROW_AVX512 ds_mx_row_avx512_emu
 #else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
 #include <immintrin.h>
 #define DS_MX_BSUM_AVX512 ds_mx_bsum_avx512
+#define DS_MX_ROW_AVX512 ds_mx_row_avx512
 #endif
 
 static inline __m512i group_sums(const uint8_t *codes, const int8_t *xe, const int8_t *xo) {
@@ -63,6 +66,42 @@ void DS_MX_BSUM_AVX512(const uint8_t *codes, const int8_t *xe, const int8_t *xo,
         _mm_storeu_si128((__m128i *)t, group_totals(cb, eb, ob));
         for (int k = 0; k < nb - b; k++) bsum[b + k] = t[k];
     }
+}
+
+/* One row (contract in kern_official.h): four blocks' totals per step, shifted by their exponent
+ * above the row's smallest and added in four int64 lanes (exact, so order-free); a last partial
+ * group through the zero-padded copy (padding scales = the smallest: shift 0 of a zero total). */
+double DS_MX_ROW_AVX512(const uint8_t *codes, const uint8_t *sc, const int8_t *xe, const int8_t *xo, int nb) {
+    int lo, hi;
+    ds_mx_exp_range(sc, nb, &lo, &hi);
+    if (hi - lo > DS_MX_EXACT_SPREAD) return ds_mx_row_sequential(DS_MX_BSUM_AVX512, codes, sc, xe, xo, nb);
+    const __m256i vlo = _mm256_set1_epi64x(lo);
+    __m256i acc = _mm256_setzero_si256();
+    int b = 0;
+    for (; b < nb; b += 4) {
+        __m128i tot;
+        uint8_t s4[4] = {(uint8_t)lo, (uint8_t)lo, (uint8_t)lo, (uint8_t)lo};
+        if (b + 4 <= nb) {
+            tot = group_totals(codes + 16 * b, xe + 16 * b, xo + 16 * b);
+            memcpy(s4, sc + b, 4);
+        } else {
+            uint8_t cb[64] = {0};
+            int8_t eb[64] = {0}, ob[64] = {0};
+            const size_t bytes = (size_t)(nb - b) * 16;
+            memcpy(cb, codes + 16 * b, bytes);
+            memcpy(eb, xe + 16 * b, bytes);
+            memcpy(ob, xo + 16 * b, bytes);
+            memcpy(s4, sc + b, (size_t)(nb - b));
+            tot = group_totals(cb, eb, ob);
+        }
+        uint32_t s32;
+        memcpy(&s32, s4, 4);
+        __m256i sh = _mm256_sub_epi64(_mm256_cvtepu8_epi64(_mm_cvtsi32_si128((int)s32)), vlo);
+        acc = _mm256_add_epi64(acc, _mm256_sllv_epi64(_mm256_cvtepi32_epi64(tot), sh));
+    }
+    int64_t v[4];
+    _mm256_storeu_si256((__m256i *)v, acc);
+    return ldexp((double)(v[0] + v[1] + v[2] + v[3]), lo - 128);
 }
 
 #ifndef DS_AVX512_EMULATE

@@ -3,8 +3,8 @@
  *
  * MXFP4 (routed experts): the integer path of kern_official.h — activations quantized per row to
  * int8 exactly as for W4A8/W8A8 (ds_quantize_rows: this engine's default activation numerics for
- * the format, in both tiers), exact int32 block sums by the active ISA, scales folded in float64 in
- * a fixed order.  Every path gives the same bits.
+ * the format, in both tiers), exact int32 block sums and their exact scaled int64 total by the
+ * active ISA, rounded once.  Every path gives the same bits.
  *
  * FP8 E4M3 with 32x32 E8M0 tiles (dense linears): the activations stay bf16 (the float-math reading
  * §14 permits).  An E4M3 code times a power of two has 4 significant bits, so it converts exactly
@@ -22,7 +22,6 @@
 #include <string.h>
 
 static float g_e4m3_lut[256];
-static double g_pow2_128[256];   /* 2^(e-128): MXFP4 scale with the 1/2 of the doubled codes */
 static double g_pow2_127[256];   /* 2^(e-127): FP8 tile scale */
 static int g_tables;
 
@@ -32,7 +31,6 @@ static void tables_init(void) {
         int e = (b >> 3) & 15, m = b & 7;
         float v = (b & 0x7f) == 0x7f ? NAN : e == 0 ? ldexpf((float)m, -9) : ldexpf((float)(8 + m), e - 10);
         g_e4m3_lut[b] = (b & 0x80) ? -v : v;
-        g_pow2_128[b] = b == 255 ? NAN : ldexp(1.0, b - 128);
         g_pow2_127[b] = b == 255 ? NAN : ldexp(1.0, b - 127);
     }
     g_tables = 1;   /* idempotent: racing initializers write the same values */
@@ -52,11 +50,33 @@ void ds_mx_bsum_ref(const uint8_t *codes, const int8_t *xe, const int8_t *xo, in
     }
 }
 
-static ds_mx_bsum_fn active_bsum(void) {
+double ds_mx_row_sequential(ds_mx_bsum_fn fn, const uint8_t *codes, const uint8_t *sc, const int8_t *xe, const int8_t *xo, int nb) {
+    int32_t stack[256], *bs = nb <= 256 ? stack : malloc(sizeof(int32_t) * (size_t)nb);
+    fn(codes, xe, xo, nb, bs);
+    double acc = 0.0;
+    for (int b = 0; b < nb; b++) acc += (double)bs[b] * ldexp(1.0, sc[b] - 128);
+    if (bs != stack) free(bs);
+    return acc;
+}
+
+double ds_mx_row_ref(const uint8_t *codes, const uint8_t *sc, const int8_t *xe, const int8_t *xo, int nb) {
+    int lo, hi;
+    ds_mx_exp_range(sc, nb, &lo, &hi);
+    if (hi - lo > DS_MX_EXACT_SPREAD) return ds_mx_row_sequential(ds_mx_bsum_ref, codes, sc, xe, xo, nb);
+    int64_t total = 0;
+    for (int b = 0; b < nb; b++) {
+        int32_t one;
+        ds_mx_bsum_ref(codes + 16 * b, xe + 16 * b, xo + 16 * b, 1, &one);
+        total += (int64_t)one * ((int64_t)1 << (sc[b] - lo));
+    }
+    return ldexp((double)total, lo - 128);
+}
+
+static ds_mx_row_fn active_row(void) {
     const char *p = ds_kernels_active();
-    if (!strcmp(p, "avx512-vnni")) return ds_mx_bsum_avx512;
-    if (!strcmp(p, "avx2")) return ds_mx_bsum_avx2;
-    return ds_mx_bsum_ref;
+    if (!strcmp(p, "avx512-vnni")) return ds_mx_row_avx512;
+    if (!strcmp(p, "avx2")) return ds_mx_row_avx2;
+    return ds_mx_row_ref;
 }
 
 static const ds_kern_ops *active_ops(void) {
@@ -74,42 +94,22 @@ typedef struct mxrun {
     const float *xs;
     int n, nb, per;
     float *y;
-    ds_mx_bsum_fn fn;
+    ds_mx_row_fn fn;
 } mxrun;
 
-/* Four output rows at a time: their block sums first, then their four float64 chains side by side
- * (each row still sums its blocks in ascending order; the chains are independent, so the adds of
- * one row hide the latency of the others'). */
 static void mx_task(void *vctx, int t, int thread) {
     (void)thread;
     mxrun *c = vctx;
     const ds_linear *L = c->L;
     const int nb = c->nb, o0 = t * c->per, o1 = DS_MIN(L->out, o0 + c->per);
-    int32_t bs_stack[4 * 256], *bs = nb <= 256 ? bs_stack : malloc(sizeof(int32_t) * 4 * (size_t)nb);
     const uint8_t *W = L->w;
     for (int r = 0; r < c->n; r++) {
         const int8_t *xe = c->xe + (size_t)r * nb * 16, *xo = c->xo + (size_t)r * nb * 16;
-        for (int o = o0; o < o1; o += 4) {
-            const int m = DS_MIN(4, o1 - o);
-            const uint8_t *sc[4];
-            for (int k = 0; k < 4; k++) {
-                int ok = o + DS_MIN(k, m - 1);   /* short group: repeat the last row (result unused) */
-                sc[k] = L->w_e8m0 + (size_t)ok * nb;
-                if (k < m) c->fn(W + (size_t)ok * nb * 16, xe, xo, nb, bs + k * nb);
-                else memcpy(bs + k * nb, bs + (m - 1) * nb, sizeof(int32_t) * (size_t)nb);
-            }
-            double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
-            for (int b = 0; b < nb; b++) {
-                a0 += (double)bs[b] * g_pow2_128[sc[0][b]];
-                a1 += (double)bs[nb + b] * g_pow2_128[sc[1][b]];
-                a2 += (double)bs[2 * nb + b] * g_pow2_128[sc[2][b]];
-                a3 += (double)bs[3 * nb + b] * g_pow2_128[sc[3][b]];
-            }
-            const double acc[4] = {a0, a1, a2, a3};
-            for (int k = 0; k < m; k++) c->y[(size_t)r * L->out + o + k] = (float)(acc[k] * (double)c->xs[r]);
+        for (int o = o0; o < o1; o++) {
+            double acc = c->fn(W + (size_t)o * nb * 16, L->w_e8m0 + (size_t)o * nb, xe, xo, nb);
+            c->y[(size_t)r * L->out + o] = (float)(acc * (double)c->xs[r]);
         }
     }
-    if (bs != bs_stack) free(bs);
 }
 
 static int task_split(int out, double work, int *per) {
@@ -120,7 +120,7 @@ static int task_split(int out, double work, int *per) {
     return (out + *per - 1) / *per;
 }
 
-void ds_mx_forward_q_with(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y, ds_mx_bsum_fn fn) {
+void ds_mx_forward_q_with(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y, ds_mx_row_fn fn) {
     tables_init();
     const int in = L->in, nb = in / 32;
     int8_t *buf = malloc((size_t)2 * n * nb * 16 + 1), *xe = buf, *xo = buf + (size_t)n * nb * 16;
@@ -241,7 +241,7 @@ static void fp8_exact_task(void *vctx, int t, int thread) {
 /* ---- entry points (dispatch.c) ---- */
 
 void ds_official_forward_q(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y) {
-    ds_mx_forward_q_with(L, xq, xs, n, y, active_bsum());
+    ds_mx_forward_q_with(L, xq, xs, n, y, active_row());
 }
 
 void ds_official_forward(const ds_linear *L, const ds_bf16 *x, int n, float *y) {

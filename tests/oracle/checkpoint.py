@@ -256,10 +256,15 @@ def e8m0_exponents(s, name):
 E2M1_TIMES2 = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], dtype=np.int64)
 
 
+EXACT_SPREAD = 37   # kernels/kern_official.h
+
+
 class Mxfp4Linear:
     """A routed expert in MXFP4, evaluated as the engine's integer path (kernels/kern_official.h):
-    per-row int8 activations q (the W4A8 quantization), bsum[b] = Σ_{i in b} 2·e2m1(c_i)·q_i exactly,
-    acc = Σ_b bsum[b]·2^(e_b - 128) in float64 with b ascending, y = fp32(acc · f64(s_x))."""
+    per-row int8 activations q (the W4A8 quantization), bsum[b] = Σ_{i in b} 2·e2m1(c_i)·q_i exactly;
+    a row whose scale exponents span <= 37 sums bsum[b]·2^(e_b - 1) exactly (integers shifted above
+    the row's smallest exponent) and rounds once to float64; a wider row sums in float64 with b
+    ascending; y = fp32(acc · f64(s_x))."""
 
     def __init__(self, c2, exps, label="MXFP4"):
         self.c2, self.exps, self.label, self.kind = c2, exps, label, "mxfp4"
@@ -278,9 +283,16 @@ class Mxfp4Linear:
         out, nin = self.c2.shape
         nb = nin // 32
         bs = np.einsum("rbj,obj->rob", q.reshape(-1, nb, 32), self.c2.reshape(out, nb, 32))  # exact int64
-        acc = np.zeros(bs.shape[:2], dtype=F64)
-        for b in range(nb):                                                       # fixed order
-            acc = acc + bs[:, :, b].astype(F64) * np.ldexp(1.0, self.exps[:, b] - 1)[None, :]
+        emin = self.exps.min(axis=1)
+        exact = (self.exps.max(axis=1) - emin) <= EXACT_SPREAD
+        shift = np.where(exact[:, None], self.exps - emin[:, None], 0)
+        total = (bs << shift[None, :, :]).sum(axis=2)                              # exact: < 2^63
+        acc = total.astype(F64) * np.ldexp(1.0, emin - 1)[None, :]                 # one rounding
+        if not np.all(exact):
+            seq = np.zeros(bs.shape[:2], dtype=F64)
+            for b in range(nb):                                                   # fixed order
+                seq = seq + bs[:, :, b].astype(F64) * np.ldexp(1.0, self.exps[:, b] - 1)[None, :]
+            acc = np.where(exact[None, :], acc, seq)
         y = (acc * s_x.reshape(-1).astype(F64)[:, None]).astype(np.float32)
         y = y.reshape(lead + (out,))
         y[zero] = np.float32(0.0)

@@ -48,7 +48,7 @@ TEST(mxfp4_paths_equal_scalar_and_the_decoded_weights) {
         for (int i = 0; i < n * in; i++) q[i] = (int8_t)(trial % 7 == 0 ? (i % 2 ? 127 : -127) : tk_range(-127, 127));
         for (int r = 0; r < n; r++) s[r] = (float)tk_range(1, 1000) * 1e-3f;
         float *y0 = malloc(sizeof(float) * n * out), *y1 = malloc(sizeof(float) * n * out);
-        ds_mx_forward_q_with(&m.L, q, s, n, y0, ds_mx_bsum_ref);
+        ds_mx_forward_q_with(&m.L, q, s, n, y0, ds_mx_row_ref);
         /* the spec-side value: with scales within 2^10 of each other the float64 sum is exact */
         if (trial % 5)
             for (int r = 0; r < n; r++)
@@ -59,8 +59,8 @@ TEST(mxfp4_paths_equal_scalar_and_the_decoded_weights) {
                     CHECK(memcmp(&want, &y0[(size_t)r * out + o], 4) == 0, "out=%d in=%d r=%d o=%d: %.9g vs %.9g", out, in, r, o,
                           (double)want, (double)y0[(size_t)r * out + o]);
                 }
-        ds_mx_bsum_fn paths[3] = {ds_mx_bsum_avx512_emu, ds_kernels_available("avx2") ? ds_mx_bsum_avx2 : NULL,
-                                  ds_kernels_available("avx512-vnni") ? ds_mx_bsum_avx512 : NULL};
+        ds_mx_row_fn paths[3] = {ds_mx_row_avx512_emu, ds_kernels_available("avx2") ? ds_mx_row_avx2 : NULL,
+                                 ds_kernels_available("avx512-vnni") ? ds_mx_row_avx512 : NULL};
         for (int p = 0; p < 3; p++) {
             if (!paths[p]) continue;
             tk_poison(y1, (size_t)n * out);
@@ -75,6 +75,39 @@ TEST(mxfp4_paths_equal_scalar_and_the_decoded_weights) {
     CHECK(runs >= 40, "only %d runs", runs);
 }
 
+TEST(mxfp4_exponent_spread_boundary) {
+    /* spread 37: the exact sum rounded once (checked with a 128-bit integer sum written here);
+     * spread 38: the ascending float64 order; every path equal to the scalar one in both */
+    for (int spread = 36; spread <= 39; spread++) {
+        mx_lin m = mx_make(8, 256, 0, 0);
+        for (int o = 0; o < 8; o++)
+            for (int b = 0; b < 8; b++) m.sc[o * 8 + b] = (uint8_t)(90 + (b == 3 ? spread : b % 3));
+        int8_t q[256];
+        float s = 0.37f, y0[8], y1[8];
+        for (int i = 0; i < 256; i++) q[i] = (int8_t)tk_range(-127, 127);
+        ds_mx_forward_q_with(&m.L, q, &s, 1, y0, ds_mx_row_ref);
+        if (spread <= DS_MX_EXACT_SPREAD)
+            for (int o = 0; o < 8; o++) {
+                __int128 tot = 0;
+                for (int i = 0; i < 256; i++) {
+                    uint8_t byte = m.codes[o * 128 + i / 2];
+                    int c = i % 2 ? byte >> 4 : byte & 15, v2 = (int)(2 * ds_e2m1_to_f32((uint8_t)c));
+                    tot += (__int128)v2 * q[i] * ((__int128)1 << (m.sc[o * 8 + i / 32] - 90));
+                }
+                float want = (float)(ldexp((double)(int64_t)tot, 90 - 128) * (double)s);
+                CHECK(memcmp(&want, &y0[o], 4) == 0, "spread %d row %d: %.9g vs %.9g", spread, o, (double)want, (double)y0[o]);
+            }
+        ds_mx_row_fn paths[3] = {ds_mx_row_avx512_emu, ds_kernels_available("avx2") ? ds_mx_row_avx2 : NULL,
+                                 ds_kernels_available("avx512-vnni") ? ds_mx_row_avx512 : NULL};
+        for (int p = 0; p < 3; p++) {
+            if (!paths[p]) continue;
+            ds_mx_forward_q_with(&m.L, q, &s, 1, y1, paths[p]);
+            CHECK(!memcmp(y0, y1, sizeof y0), "spread %d path %d differs", spread, p);
+        }
+        free(m.codes); free(m.sc);
+    }
+}
+
 TEST(mxfp4_forward_quantizes_rows_like_w4a8) {
     /* ds_linear_forward on bf16 rows = ds_quantize_rows then the integer path, on every kernel path */
     mx_lin m = mx_make(33, 128, -6, 0);
@@ -84,7 +117,7 @@ TEST(mxfp4_forward_quantizes_rows_like_w4a8) {
     int8_t q[3 * 128];
     float s[3], want[3 * 33], got[3 * 33];
     ds_ref_quantize_rows(x, n, 128, q, s);
-    ds_mx_forward_q_with(&m.L, q, s, n, want, ds_mx_bsum_ref);
+    ds_mx_forward_q_with(&m.L, q, s, n, want, ds_mx_row_ref);
     const char *names[3] = {"reference", "avx2", "avx512-vnni"};
     ds_error err;
     for (int p = 0; p < 3; p++) {

@@ -34,15 +34,27 @@ double ds_mx_row_avx512(const uint8_t *codes, const uint8_t *sc, const int8_t *x
 #define DS_MX_EXACT_SPREAD 37
 /* The wide-spread branch: block sums (computed by fn) summed in float64, b ascending. */
 double ds_mx_row_sequential(ds_mx_bsum_fn fn, const uint8_t *codes, const uint8_t *sc, const int8_t *xe, const int8_t *xo, int nb);
-/* Smallest and largest scale byte of a row (inlined into each ISA file, vectorized there). */
+/* Smallest and largest scale byte of a row: 16 bytes at a time with SSE2 unsigned min/max (inlined
+ * into each ISA file), the tail in C. */
+#include <emmintrin.h>
 static inline void ds_mx_exp_range(const uint8_t *sc, int nb, int *lo, int *hi) {
-    uint8_t mn = 255, mx = 0;
-    for (int b = 0; b < nb; b++) {
-        mn = sc[b] < mn ? sc[b] : mn;
-        mx = sc[b] > mx ? sc[b] : mx;
+    __m128i mn = _mm_set1_epi8((char)0xff), mx = _mm_setzero_si128();
+    int b = 0;
+    for (; b + 16 <= nb; b += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(sc + b));
+        mn = _mm_min_epu8(mn, v);
+        mx = _mm_max_epu8(mx, v);
     }
-    *lo = mn;
-    *hi = mx;
+#define DS_MX_FOLD(k) (mn = _mm_min_epu8(mn, _mm_srli_si128(mn, k)), mx = _mm_max_epu8(mx, _mm_srli_si128(mx, k)))
+    DS_MX_FOLD(8), DS_MX_FOLD(4), DS_MX_FOLD(2), DS_MX_FOLD(1);
+#undef DS_MX_FOLD
+    int l = _mm_cvtsi128_si32(mn) & 0xff, h = _mm_cvtsi128_si32(mx) & 0xff;
+    for (; b < nb; b++) {
+        l = sc[b] < l ? sc[b] : l;
+        h = sc[b] > h ? sc[b] : h;
+    }
+    *lo = l;
+    *hi = h;
 }
 
 /* |2·e2m1(c)| for c = 0..15 (sign in bit 3). */

@@ -78,26 +78,25 @@ double DS_MX_ROW_AVX512(const uint8_t *codes, const uint8_t *sc, const int8_t *x
     const __m256i vlo = _mm256_set1_epi64x(lo);
     __m256i acc = _mm256_setzero_si256();
     int b = 0;
-    for (; b < nb; b += 4) {
-        __m128i tot;
-        uint8_t s4[4] = {(uint8_t)lo, (uint8_t)lo, (uint8_t)lo, (uint8_t)lo};
-        if (b + 4 <= nb) {
-            tot = group_totals(codes + 16 * b, xe + 16 * b, xo + 16 * b);
-            memcpy(s4, sc + b, 4);
-        } else {
-            uint8_t cb[64] = {0};
-            int8_t eb[64] = {0}, ob[64] = {0};
-            const size_t bytes = (size_t)(nb - b) * 16;
-            memcpy(cb, codes + 16 * b, bytes);
-            memcpy(eb, xe + 16 * b, bytes);
-            memcpy(ob, xo + 16 * b, bytes);
-            memcpy(s4, sc + b, (size_t)(nb - b));
-            tot = group_totals(cb, eb, ob);
-        }
+    for (; b + 4 <= nb; b += 4) {
+        uint32_t s32;
+        memcpy(&s32, sc + b, 4);
+        __m256i sh = _mm256_sub_epi64(_mm256_cvtepu8_epi64(_mm_cvtsi32_si128((int)s32)), vlo);
+        __m128i tot = group_totals(codes + 16 * b, xe + 16 * b, xo + 16 * b);
+        acc = _mm256_add_epi64(acc, _mm256_sllv_epi64(_mm256_cvtepi32_epi64(tot), sh));
+    }
+    if (b < nb) {   /* a last partial group: zero-padded copies, padding scales = the smallest (shift 0) */
+        uint8_t cb[64] = {0}, s4[4] = {(uint8_t)lo, (uint8_t)lo, (uint8_t)lo, (uint8_t)lo};
+        int8_t eb[64] = {0}, ob[64] = {0};
+        const size_t bytes = (size_t)(nb - b) * 16;
+        memcpy(cb, codes + 16 * b, bytes);
+        memcpy(eb, xe + 16 * b, bytes);
+        memcpy(ob, xo + 16 * b, bytes);
+        memcpy(s4, sc + b, (size_t)(nb - b));
         uint32_t s32;
         memcpy(&s32, s4, 4);
         __m256i sh = _mm256_sub_epi64(_mm256_cvtepu8_epi64(_mm_cvtsi32_si128((int)s32)), vlo);
-        acc = _mm256_add_epi64(acc, _mm256_sllv_epi64(_mm256_cvtepi32_epi64(tot), sh));
+        acc = _mm256_add_epi64(acc, _mm256_sllv_epi64(_mm256_cvtepi32_epi64(group_totals(cb, eb, ob)), sh));
     }
     int64_t v[4];
     _mm256_storeu_si256((__m256i *)v, acc);

@@ -19,6 +19,7 @@
 #ifndef DS_KERNELS_OFFICIAL_H
 #define DS_KERNELS_OFFICIAL_H
 #include "kernels/kern_internal.h"
+#include <string.h>
 
 /* Block sums of one output row: codes [nb·16] (row o of the packed weight), xe / xo [nb·16]. */
 typedef void (*ds_mx_bsum_fn)(const uint8_t *codes, const int8_t *xe, const int8_t *xo, int nb, int32_t *bsum);
@@ -59,6 +60,30 @@ static inline void ds_mx_exp_range(const uint8_t *sc, int nb, int *lo, int *hi) 
 
 /* |2·e2m1(c)| for c = 0..15 (sign in bit 3). */
 #define DS_MX_MAG_LUT 0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12
+
+/* FP8 fast tier: `in` codes of one row (scales: that row's tile-scale row) -> flushed bf16 (the rule
+ * of official.c), bit-identical on every path. */
+typedef void (*ds_fp8_decode_fn)(const uint8_t *codes, const uint8_t *sc, int in, ds_bf16 *dst);
+void ds_fp8_decode_ref(const uint8_t *codes, const uint8_t *sc, int in, ds_bf16 *dst);
+void ds_fp8_decode_avx2(const uint8_t *codes, const uint8_t *sc, int in, ds_bf16 *dst);
+void ds_fp8_decode_avx512(const uint8_t *codes, const uint8_t *sc, int in, ds_bf16 *dst);
+/* One code (the scalar rule every path reproduces); f = 2^(s-127). */
+static inline ds_bf16 ds_fp8_bf16_one(uint32_t c, float f) {
+    uint32_t u = ((c & 0x7f) << 20) + (120u << 23), r;
+    float v;
+    memcpy(&v, &u, 4);
+    v = (c & 0x78 ? v : (float)(c & 7) * 0x1p-9f) * f;
+    memcpy(&r, &v, 4);
+    r |= (c & 0x80) << 24;
+    ds_bf16 h = (ds_bf16)(r >> 16);
+    return ((h >> 7) & 0xff) < DS_FF_MIN_EXP_FIELD ? 0 : h;
+}
+static inline float ds_fp8_scale_f(uint8_t s) {   /* 2^(s-127) as fp32 bits (s = 0: 2^-127, subnormal) */
+    uint32_t u = s ? (uint32_t)s << 23 : 0x00400000u;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 
 /* Tests: the MXFP4 forward on already quantized rows with an explicit block-sum function. */
 void ds_mx_forward_q_with(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y, ds_mx_row_fn fn);

@@ -79,4 +79,27 @@ double ds_mx_row_avx2(const uint8_t *codes, const uint8_t *sc, const int8_t *xe,
     }
     return ldexp((double)total, lo - 128);
 }
+/* FP8 fast-tier decode, 8 codes per step (the rule of ds_fp8_bf16_one, lane by lane). */
+void ds_fp8_decode_avx2(const uint8_t *codes, const uint8_t *sc, int in, ds_bf16 *dst) {
+    const __m256i m7f = _mm256_set1_epi32(0x7f), bias = _mm256_set1_epi32(120 << 23), m7 = _mm256_set1_epi32(7);
+    const __m256i m78 = _mm256_set1_epi32(0x78), m80 = _mm256_set1_epi32(0x80), mff = _mm256_set1_epi32(0xff);
+    const __m256i below = _mm256_set1_epi32(DS_FF_MIN_EXP_FIELD - 1), zero = _mm256_setzero_si256();
+    int i = 0;
+    for (; i + 8 <= in; i += 8) {
+        long long q8;
+        memcpy(&q8, codes + i, 8);
+        __m256i c = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(q8));
+        __m256 vn = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(_mm256_and_si256(c, m7f), 20), bias));
+        __m256 vs = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(c, m7)), _mm256_set1_ps(0x1p-9f));
+        __m256i isn = _mm256_cmpeq_epi32(_mm256_and_si256(c, m78), zero);          /* all ones: subnormal code */
+        __m256 v = _mm256_mul_ps(_mm256_blendv_ps(vn, vs, _mm256_castsi256_ps(isn)), _mm256_set1_ps(ds_fp8_scale_f(sc[i / 32])));
+        __m256i r = _mm256_or_si256(_mm256_castps_si256(v), _mm256_slli_epi32(_mm256_and_si256(c, m80), 24));
+        __m256i h = _mm256_srli_epi32(r, 16);
+        __m256i keep = _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 7), mff), below);
+        h = _mm256_and_si256(h, keep);
+        __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));   /* values < 2^16 */
+        _mm_storeu_si128((__m128i *)(dst + i), packed);
+    }
+    for (; i < in; i++) dst[i] = ds_fp8_bf16_one(codes[i], ds_fp8_scale_f(sc[i / 32]));
+}
 #pragma GCC pop_options

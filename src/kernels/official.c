@@ -145,32 +145,19 @@ static double fp8_value(const ds_linear *L, int o, int i) {
     return (double)g_e4m3_lut[q[(size_t)o * L->in + i]] * g_pow2_127[L->w_e8m0[(size_t)(o / 32) * sc + i / 32]];
 }
 
-/* Rows [o0, o1) as flushed bf16, 32 inputs (one scale) at a time.  The E4M3 magnitude bits shifted
- * into an fp32's exponent/mantissa position read as (1+m/8)·2^(e-127) (normal) or m/8·2^-126
- * (e = 0), so one multiply by 2^120 gives the E4M3 value exactly and one by 2^(s-127) applies the
- * scale; every result >= 2^-50 is a normal fp32 with 4 significant bits, exact in bf16, and smaller
- * ones are flushed by the fast-tier rule.  Branch-free, so the compiler vectorizes the inner loop. */
-static void fp8_decode_bf16(const ds_linear *L, int o0, int o1, ds_bf16 *dst) {
+/* One row as flushed bf16, scalar (the rule is ds_fp8_bf16_one in kern_official.h: a normal E4M3
+ * code's magnitude bits shifted into an fp32's exponent/mantissa position, plus 120 in the exponent
+ * field, are the fp32 (1+m/8)·2^(e-7); a subnormal code is m·2^-9 from the integer m, so no
+ * subnormal fp32 is formed; one multiply by 2^(s-127) applies the scale; results >= 2^-50 are
+ * normal with 4 significant bits, exact in bf16, smaller ones flushed by the fast-tier rule). */
+void ds_fp8_decode_ref(const uint8_t *codes, const uint8_t *sc, int in, ds_bf16 *dst) {
+    for (int i = 0; i < in; i++) dst[i] = ds_fp8_bf16_one(codes[i], ds_fp8_scale_f(sc[i / 32]));
+}
+
+static void fp8_decode_bf16(const ds_linear *L, ds_fp8_decode_fn fn, int o0, int o1, ds_bf16 *dst) {
     const int in = L->in, sc_cols = (in + 31) / 32;
-    const uint8_t *q = L->w;
-    for (int o = o0; o < o1; o++) {
-        const uint8_t *row = q + (size_t)o * in, *sc = L->w_e8m0 + (size_t)(o / 32) * sc_cols;
-        ds_bf16 *d = dst + (size_t)(o - o0) * in;
-        for (int b = 0; b < in; b += 32) {
-            const float f = (float)g_pow2_127[sc[b / 32]];
-            const int n = DS_MIN(32, in - b);
-            for (int i = 0; i < n; i++) {
-                uint32_t c = row[b + i], u = (c & 0x7f) << 20, r;
-                float v;
-                memcpy(&v, &u, 4);
-                v = v * 0x1p120f * f;
-                memcpy(&r, &v, 4);
-                r |= (c & 0x80) << 24;
-                ds_bf16 h = (ds_bf16)(r >> 16);
-                d[b + i] = ((h >> 7) & 0xff) < DS_FF_MIN_EXP_FIELD ? 0 : h;
-            }
-        }
-    }
+    for (int o = o0; o < o1; o++)
+        fn((const uint8_t *)L->w + (size_t)o * in, L->w_e8m0 + (size_t)(o / 32) * sc_cols, in, dst + (size_t)(o - o0) * in);
 }
 
 typedef struct fprun {
@@ -181,6 +168,7 @@ typedef struct fprun {
     int n, per, dot;
     float *y;
     ds_bf16 *tiles;          /* [tasks][16][in] */
+    ds_fp8_decode_fn decode;
 } fprun;
 
 static void fp8_fast_task(void *vctx, int t, int thread) {
@@ -191,7 +179,7 @@ static void fp8_fast_task(void *vctx, int t, int thread) {
     ds_bf16 *tile = c->tiles + (size_t)t * 16 * L->in;
     for (int a = o0; a < o1; a += 16) {
         int b = DS_MIN(o1, a + 16);
-        fp8_decode_bf16(L, a, b, tile);
+        fp8_decode_bf16(L, c->decode, a, b, tile);
         if (!c->ops) {
             ds_linear T = {.fmt = DS_LIN_BF16, .out = b - a, .in = L->in, .w = tile, .numerics = DS_NUMERICS_FAST};
             float *tmp = malloc(sizeof(float) * (size_t)c->n * (size_t)(b - a));
@@ -208,7 +196,8 @@ static void fp8_fast_task(void *vctx, int t, int thread) {
 
 void ds_fp8_forward_fast_with(const ds_linear *L, const ds_kern_ops *o, int use_dot, const ds_bf16 *x, int n, float *y) {
     tables_init();
-    fprun c = {.L = L, .ops = o, .x = x, .n = n, .y = y, .dot = o && use_dot && o->ff_dot};
+    fprun c = {.L = L, .ops = o, .x = x, .n = n, .y = y, .dot = o && use_dot && o->ff_dot,
+               .decode = o == &ds_kern_avx512 ? ds_fp8_decode_avx512 : o == &ds_kern_avx2 ? ds_fp8_decode_avx2 : ds_fp8_decode_ref};
     int tasks = task_split(L->out, (double)L->out * L->in * n, &c.per);
     c.tiles = malloc(sizeof(ds_bf16) * (size_t)tasks * 16 * (size_t)L->in);
     void *xbuf = NULL;

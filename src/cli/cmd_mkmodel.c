@@ -15,6 +15,8 @@ static void usage(FILE *f) {
             "usage: dsflash mkmodel --config tiny|mini|FILE.json --out DIR [--seed N] [--smooth]\n"
             "         [--float-out DIR] [--rotation random|identity] [--shard-size SIZE]\n"
             "         [--split-engram SIZE | --no-split] [--split-only] [--threads N] [--no-verify] [--quiet]\n"
+            "         [--format w4a8|official]\n"
+            "  --format official writes the unrotated model in the official FP8/MXFP4 layout instead.\n"
             "  --out writes the W4A8 release; --float-out writes the rotated float model (quantize input).\n"
             "  Defaults: seed 1; tiny: 1 MiB shards, Engram code tables also split into 64 KiB parts.\n");
 }
@@ -29,6 +31,7 @@ static int bad(const char *fmt, const char *a) {
 
 int cmd_mkmodel(int argc, char **argv) {
     ds_mkmodel_opts o;
+    bool rotation_given = false;
     ds_mkmodel_opts_default(&o);
     for (int i = 1; i < argc; i++) {
         char *arg = argv[i], name[64];
@@ -41,7 +44,7 @@ int cmd_mkmodel(int argc, char **argv) {
         } else {
             snprintf(name, sizeof name, "%s", arg);
         }
-        static const char *const with_value[] = {"--config", "--out", "--seed", "--float-out", "--rotation",
+        static const char *const with_value[] = {"--config", "--out", "--seed", "--float-out", "--rotation", "--format",
                                                  "--shard-size", "--split-engram", "--threads"};
         bool needs = false;
         for (size_t k = 0; k < DS_ARRAY_LEN(with_value); k++) needs = needs || !strcmp(name, with_value[k]);
@@ -63,6 +66,7 @@ int cmd_mkmodel(int argc, char **argv) {
             o.seed = v;
         } else if (!strcmp(name, "--smooth")) o.smooth = true;
         else if (!strcmp(name, "--rotation")) {
+            rotation_given = true;
             if (!strcmp(val, "identity")) o.identity_rotation = true;
             else if (strcmp(val, "random")) return bad("--rotation: expected random or identity, found '%s'", val);
         } else if (!strcmp(name, "--shard-size")) {
@@ -78,10 +82,16 @@ int cmd_mkmodel(int argc, char **argv) {
             o.threads = (int)v;
         } else if (!strcmp(name, "--no-verify")) o.no_verify = true;
         else if (!strcmp(name, "--quiet")) o.quiet = true;
+        else if (!strcmp(name, "--format")) {
+            if (!strcmp(val, "official")) o.official = true;
+            else if (strcmp(val, "w4a8")) return bad("--format: expected w4a8 or official, found '%s'", val);
+        }
         else return bad("unknown option '%s'", arg);
     }
     if (!o.config) return bad("--config is required%s", "");
     if (!o.out && !o.float_out) return bad("--out (or --float-out) is required%s", "");
+    if (o.official && (!o.out || o.float_out || o.split_only || rotation_given))
+        return bad("--format official: expected --out DIR without --float-out, --split-only or --rotation (the official layout is unrotated)%s", "");
     if (o.no_split && (o.split_engram || o.split_only)) return bad("--no-split excludes --split-engram and --split-only%s", "");
     ds_error err = {0};
     int rc = ds_mkmodel_run(&o, &err);

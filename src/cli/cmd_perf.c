@@ -106,6 +106,8 @@ static void fill_random(void *p, size_t n) {
 typedef struct { ds_linear L; void *w; float *s; } bench_lin;
 
 static size_t fmt_bytes(ds_lin_fmt f, int out, int in) {
+    if (f == DS_LIN_FP8) return (size_t)out * in + (size_t)((out + 31) / 32) * ((in + 31) / 32);   /* codes + tile scales */
+    if (f == DS_LIN_MXFP4) return (size_t)out * in / 2 + (size_t)out * (in / 32);                 /* codes + per-32 scales */
     return f == DS_LIN_W8A8 ? (size_t)out * in : f == DS_LIN_W4A8 ? (size_t)(out + 1) / 2 * in
          : f == DS_LIN_BF16 ? 2 * (size_t)out * in : 4 * (size_t)out * in;
 }
@@ -122,6 +124,13 @@ static void make_lin(bench_lin *b, ds_lin_fmt f, ds_numerics tier, int out, int 
     for (int o = 0; o < out; o++) b->s[o] = 1e-3f;
     b->L = (ds_linear){.fmt = f, .out = out, .in = in, .w = b->w, .w_scale = f <= DS_LIN_W4A8 ? b->s : NULL,
                        .numerics = tier};
+    if (f == DS_LIN_FP8 || f == DS_LIN_MXFP4) {   /* official formats: codes, then their E8M0 scales (2^-8) */
+        size_t codes = f == DS_LIN_FP8 ? (size_t)out * in : (size_t)out * in / 2;
+        uint8_t *w = b->w;
+        for (size_t i = 0; f == DS_LIN_FP8 && i < codes; i++) w[i] &= 0xbf;   /* no NaN codes */
+        memset(w + codes, 119, bytes - codes);
+        b->L.w_e8m0 = w + codes;
+    }
     ds_linear_prepare(&b->L);
 }
 
@@ -145,7 +154,7 @@ static void time_linear(bench_lin *c, int nc, int n, double min_secs, ds_bwprobe
     float *y = ds_amalloc(sizeof(float) * (size_t)n * L->out);
     int8_t *q = ds_amalloc((size_t)n * L->in);
     float *s = ds_amalloc(sizeof(float) * (size_t)n);
-    int quant = L->fmt <= DS_LIN_W4A8;
+    int quant = L->fmt <= DS_LIN_W4A8 || L->fmt == DS_LIN_MXFP4;
     if (quant) ds_quantize_rows(x, n, L->in, q, s);
     for (int warm = 0; warm < nc; warm++) {
         if (quant) ds_linear_forward_q(&c[warm].L, q, s, n, y);
@@ -159,7 +168,7 @@ static void time_linear(bench_lin *c, int nc, int n, double min_secs, ds_bwprobe
         else ds_linear_forward(Li, x, n, y);
         best = DS_MIN(best, ds_now() - t0);
         double l = probe                  ? ds_bwprobe_pass(probe)
-                   : L->fmt <= DS_LIN_W4A8 ? ds_bench_int8_peak_once(NULL)
+                   : L->fmt <= DS_LIN_W4A8 || L->fmt == DS_LIN_MXFP4 ? ds_bench_int8_peak_once(NULL)
                                           : ds_bench_float_peak_once(L->fmt == DS_LIN_BF16, NULL);
         lim = DS_MAX(lim, l);
     }
@@ -167,7 +176,7 @@ static void time_linear(bench_lin *c, int nc, int n, double min_secs, ds_bwprobe
      * take longer than min_secs): a best of 3 is no limit on a shared host */
     for (int extra = 0; extra < 32; extra++) {
         double l = probe                  ? ds_bwprobe_pass(probe)
-                   : L->fmt <= DS_LIN_W4A8 ? ds_bench_int8_peak_once(NULL)
+                   : L->fmt <= DS_LIN_W4A8 || L->fmt == DS_LIN_MXFP4 ? ds_bench_int8_peak_once(NULL)
                                           : ds_bench_float_peak_once(L->fmt == DS_LIN_BF16, NULL);
         lim = DS_MAX(lim, l);
     }
@@ -177,7 +186,7 @@ static void time_linear(bench_lin *c, int nc, int n, double min_secs, ds_bwprobe
 }
 
 static const char *fmt_name(ds_lin_fmt f) {
-    static const char *n[] = {"W8A8", "W4A8", "BF16", "F32"};
+    static const char *n[] = {"W8A8", "W4A8", "BF16", "F32", "FP8", "MXFP4"};
     return n[f];
 }
 
@@ -206,11 +215,11 @@ static void bench_row(const limits *lim, ds_lin_fmt f, ds_numerics tier, int out
     double t, limit;
     time_linear(c, nc, n, min_secs, probe, &t, &limit);
     ds_bwprobe_free(probe);
-    double bytes = (double)fmt_bytes(f, out, in) + (f <= DS_LIN_W4A8 ? 4.0 * out : 0.0);
+    double bytes = (double)fmt_bytes(f, out, in) + (f <= DS_LIN_W4A8 ? 4.0 * out : 0.0);   /* official: scales in fmt_bytes */
     double gbs = bytes / t / 1e9, gops = 2.0 * out * in * n / t / 1e9;
     char shape[48], name[16];
     snprintf(shape, sizeof shape, "[%d,%d] x %d", out, in, n);
-    snprintf(name, sizeof name, "%s%s", fmt_name(f), f > DS_LIN_W4A8 ? (tier == DS_NUMERICS_FAST ? "-f" : "-x") : "");
+    snprintf(name, sizeof name, "%s%s", fmt_name(f), f > DS_LIN_W4A8 && f != DS_LIN_MXFP4 ? (tier == DS_NUMERICS_FAST ? "-f" : "-x") : "");
     char row[64];
     snprintf(row, sizeof row, "%s %s", name, shape);
     const double bw = DS_MAX(lim->read_bw, g_best_bw);
@@ -246,7 +255,9 @@ static int bench_kernels(const bench_opts *o) {
     g_best_bw = lim.read_bw;
     /* matrix-vector (decode) at DeepSeek-like sizes larger than L3, exact-tier float for reference */
     bench_row(&lim, DS_LIN_W4A8, DS_NUMERICS_EXACT, 8 * 2304, 5120, 1, ms); /* 8 routed w1 stacked */
+    bench_row(&lim, DS_LIN_MXFP4, DS_NUMERICS_EXACT, 8 * 2304, 5120, 1, ms); /* the same in the official format */
     bench_row(&lim, DS_LIN_W8A8, DS_NUMERICS_EXACT, 32768, 1280, 1, ms);    /* wq_b-like */
+    bench_row(&lim, DS_LIN_FP8, DS_NUMERICS_FAST, 32768, 1280, 1, ms);      /* the same in FP8 (official), fast tier */
     bench_row(&lim, DS_LIN_BF16, DS_NUMERICS_EXACT, 5120, 8192, 1, ms);     /* wo_b, exact tier */
     bench_row(&lim, DS_LIN_F32, DS_NUMERICS_EXACT, 4096, 5120, 1, ms);      /* head slice, exact tier */
     /* rows 1, 6 (speculative verify), 16 / 32 (batched decode), 512 (prefill chunk) */

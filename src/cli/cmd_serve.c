@@ -391,9 +391,13 @@ static int load_model(serve_run *s) {
     ds_error kerr;
     ds_error_clear(&kerr);
     int krc = ds_kernels_selfcheck(kc, &nk, &kerr);
+    ds_kernel_check oc[3];   /* the official FP8/MXFP4 families */
+    int no = 0;
+    if (krc == 0) krc = ds_official_selfcheck(oc, &no, &kerr);
     fprintf(stderr, "[selfcheck] kernels: %s %s (requested %s; %s)\n", krc == 0 ? "OK" : "FAIL", ds_kernels_active(),
             fv("--kernels"), ds_kernels_reason());
     for (int i = 0; i < nk; i++) fprintf(stderr, "[selfcheck] %s\n", kc[i].line);
+    for (int i = 0; i < no; i++) fprintf(stderr, "[selfcheck] %s\n", oc[i].line);
     if (krc != 0) {
         fprintf(stderr, "[selfcheck] kernels: FAIL %s\n", kerr.msg);
         return 1;

@@ -16,6 +16,7 @@
 #include "io/checkpoint.h"
 #include "io/checkpoint_internal.h"
 #include "io/io_util.h"
+#include "io/official_layout.h"
 #include "base/fsutil.h"
 #include <cJSON.h>
 #include <dirent.h>
@@ -482,13 +483,14 @@ out:
     return rc;
 }
 
-static int check_required_files(ck_state *s, ds_error *err) {
+static int check_required_files(ck_state *s, bool official, ds_error *err) {
     ds_checkpoint *c = s->c;
-    const char *req[2] = {INDEX_FILE, DESC_FILE};
-    for (int i = 0; i < 2; i++) {
+    const char *req[2] = {official ? DS_OFFICIAL_INDEX : INDEX_FILE, DESC_FILE};
+    for (int i = 0; i < (official ? 1 : 2); i++) {
         char *p = ds_path_join(c->dir, req[i]);
         bool ok = ds_file_exists(p);
-        if (!ok) ds_io_fail(err, "E_MISSING_FILE", p, NULL, "expected a required file of the W4A8 release, found no such file");
+        if (!ok) ds_io_fail(err, "E_MISSING_FILE", p, NULL, "expected a required file of the %s, found no such file",
+                            official ? "official FP8/MXFP4 layout" : "W4A8 release");
         free(p);
         if (!ok) return -1;
     }
@@ -523,10 +525,15 @@ int ds_ckpt_open(const char *dir, const ds_ckpt_opts *opts, ds_checkpoint **out,
     char *cfg_path = ds_path_join(dir, "config.json");
     /* checks 2, 3 */
     if (ds_config_load(dir, &c->cfg, err)) goto out;
-    if (c->cfg.format != DS_FMT_W4A8) {
-        ds_io_fail(err, "E_CONFIG_QUANT", cfg_path, "quantization_config", "expected {\"quant_method\": \"ascend\", \"model_quant_type\": \"W4A8_DYNAMIC\"}, found %s",
-                   c->cfg.format == DS_FMT_FP8 ? "the official fp8 format, which this loader does not read" : "no quantization_config");
+    const bool official = c->cfg.format == DS_FMT_FP8;   /* §14: index + shards only */
+    if (c->cfg.format != DS_FMT_W4A8 && !official) {
+        ds_io_fail(err, "E_CONFIG_QUANT", cfg_path, "quantization_config", "expected {\"quant_method\": \"ascend\", \"model_quant_type\": \"W4A8_DYNAMIC\"} "
+                   "or the official {\"quant_method\": \"fp8\", ...}, found %s", "no quantization_config");
         goto out;
+    }
+    if (official) {
+        free(s.index_path);
+        s.index_path = ds_path_join(dir, DS_OFFICIAL_INDEX);
     }
     if (ds_config_is_v41_flash(&c->cfg) && c->cfg.max_pos != 1048576) {
         ds_io_fail(err, "E_CONFIG_MAXPOS", cfg_path, "text_config.max_position_embeddings",
@@ -541,13 +548,13 @@ int ds_ckpt_open(const char *dir, const ds_ckpt_opts *opts, ds_checkpoint **out,
     s.need_engram = opts->need_engram && c->cfg.n_engram > 0;
     s.need_draft = opts->need_draft && c->cfg.n_mtp_layers > 0;
     /* check 1 */
-    if (check_required_files(&s, err)) goto out;
+    if (check_required_files(&s, official, err)) goto out;
     /* check 4 */
-    if (load_description(&s, &quarot_rel, err)) goto out;
+    if (!official && load_description(&s, &quarot_rel, err)) goto out;
     /* checks 5, 6, 8-12, 22 */
     if (load_index(&s, &fs, &names, &skipped, err)) goto out;
     /* checks 25 (manifest), 26, 1 (aux files) */
-    if (load_aux(&s, &fs, &names, err)) goto out;
+    if (!official && load_aux(&s, &fs, &names, err)) goto out;
     c->n_names = names.n;
     c->by_name = names.t;
     names.t = NULL;
@@ -556,9 +563,9 @@ int ds_ckpt_open(const char *dir, const ds_ckpt_opts *opts, ds_checkpoint **out,
     c->engram_enabled = s.need_engram;
     c->draft_enabled = s.need_draft;
     /* checks 17, 18 */
-    if (ck_check_rotation(&s, quarot_rel, err)) goto out;
-    /* checks 7, 13-16, 20, 21, 25 (vocabulary), 27 */
-    if (ck_check_plan(&s, err)) goto out;
+    if (!official && ck_check_rotation(&s, quarot_rel, err)) goto out;
+    /* checks 7, 13-16, 20, 21, 25 (vocabulary), 27; the official layout's own set */
+    if (official ? ck_check_official(&s, err) : ck_check_plan(&s, err)) goto out;
     /* check 23 (map file form) */
     if (s.need_engram && ck_check_token_map(&s, err)) goto out;
     /* check 28 (warning only) */

@@ -1,6 +1,6 @@
 /* A W4A8 release directory, opened and validated (CHECKPOINT.md §1–§15).  The official FP8/MXFP4
- * layout (§14) is recognised by the config parser but refused here with E_CONFIG_QUANT: its tensor
- * plan is not implemented yet, and guessing would be a silent fallback.
+ * layout (§14) is opened through its own index (model.safetensors.index.json) and checked by
+ * io/official_layout.c instead of the description, rotation and draft-manifest steps.
  *
  * The checkpoint resolves tensor names through the index JSON, then the auxiliary files in the
  * order of §4 (mtpq shards from the manifest, mtp-vocab, vision, engram_extra); it never globs.

@@ -34,5 +34,7 @@ const char *ck_desc_label(const ck_state *s, const char *name);
 int ck_check_rotation(ck_state *s, const char *rel, ds_error *err);
 int ck_check_plan(ck_state *s, ds_error *err);
 int ck_check_token_map(ck_state *s, ds_error *err);
+/* official_layout.c: the checks of the official FP8/MXFP4 layout (CHECKPOINT.md §14). */
+int ck_check_official(ck_state *s, ds_error *err);
 
 #endif

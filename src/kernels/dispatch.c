@@ -140,6 +140,8 @@ static uint64_t weight_bytes(const ds_linear *L) {
     case DS_LIN_W8A8: return o * i + 4 * o;
     case DS_LIN_W4A8: return (o + 1) / 2 * i + 4 * o;
     case DS_LIN_BF16: return 2 * o * i;
+    case DS_LIN_FP8: return o * i + ((o + 31) / 32) * ((i + 31) / 32);
+    case DS_LIN_MXFP4: return o * i / 2 + o * (i / 32);
     default: return 4 * o * i;
     }
 }
@@ -290,6 +292,18 @@ static int plan_tasks(const ds_linear *L, int n, int job, int threads, qtask *ou
 static int max_tasks(int threads) { return 4 * threads * 2 + 4; }
 
 void ds_linear_forward_q_many(const ds_linear_job *jobs, int n_jobs) {
+    for (int j = 0; j < n_jobs; j++)
+        if (jobs[j].L->fmt == DS_LIN_MXFP4) {   /* official format in the batch: one by one (official.c) */
+            for (int k = 0; k < n_jobs; k++) {
+                const ds_linear *L = jobs[k].L;
+                if (jobs[k].n <= 0) continue;
+                if (L->fmt != DS_LIN_MXFP4) { ds_linear_forward_q_many(&jobs[k], 1); continue; }
+                atomic_fetch_add_explicit(&g_weight_bytes, weight_bytes(L), memory_order_relaxed);
+                atomic_fetch_add_explicit(&g_macs, (uint64_t)L->out * (uint64_t)L->in * (uint64_t)jobs[k].n, memory_order_relaxed);
+                ds_official_forward_q(L, jobs[k].xq, jobs[k].xs, jobs[k].n, jobs[k].y);
+            }
+            return;
+        }
     const ds_kern_ops *o = ops();
     int threads = ds_pool_threads();
     size_t qbytes = 0, qubytes = 0, xsums = 0;
@@ -444,6 +458,12 @@ static void ff_forward(const ds_linear *L, const ds_kern_ops *o, const ds_bf16 *
 
 void ds_linear_forward(const ds_linear *L, const ds_bf16 *x, int n, float *y) {
     if (n <= 0) return;
+    if (L->fmt == DS_LIN_FP8 || L->fmt == DS_LIN_MXFP4) {   /* official formats: official.c */
+        atomic_fetch_add_explicit(&g_weight_bytes, weight_bytes(L), memory_order_relaxed);
+        atomic_fetch_add_explicit(&g_macs, (uint64_t)L->out * (uint64_t)L->in * (uint64_t)n, memory_order_relaxed);
+        ds_official_forward(L, x, n, y);
+        return;
+    }
     if (L->fmt == DS_LIN_W8A8 || L->fmt == DS_LIN_W4A8) {
         int8_t *q = scratch(SLOT_ACT, (size_t)n * L->in);
         float *s = scratch(SLOT_S, sizeof(float) * (size_t)n);

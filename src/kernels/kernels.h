@@ -40,7 +40,11 @@
 #include "base/common.h"
 #include "base/bf16.h"
 
-typedef enum { DS_LIN_W8A8 = 0, DS_LIN_W4A8, DS_LIN_BF16, DS_LIN_F32 } ds_lin_fmt;
+/* FP8 / MXFP4: the official release's formats (CHECKPOINT.md §14), run in place by official.c:
+ * FP8 = E4M3 codes [out][in] with E8M0 scales per 32x32 tile (bf16 activations, float contract
+ * above); MXFP4 = E2M1 codes [out][in/2] (low nibble = even input) with E8M0 scales per 32 inputs
+ * of a row (per-row int8 activations, exact integer block sums; contract in kern_official.h). */
+typedef enum { DS_LIN_W8A8 = 0, DS_LIN_W4A8, DS_LIN_BF16, DS_LIN_F32, DS_LIN_FP8, DS_LIN_MXFP4 } ds_lin_fmt;
 
 /* Numerics tier.  EXACT: the contract above (float64 reductions, bit-identical to the NumPy
  * oracle).  FAST: float linears accumulate in fp32 in a fixed blocked order (deterministic,
@@ -62,6 +66,7 @@ typedef struct ds_linear {
     size_t packed_bytes;
     int packed_kind;       /* which path produced `packed` */
     ds_numerics numerics;  /* tier of float formats (set by the model when binding) */
+    const uint8_t *w_e8m0; /* FP8: [ceil(out/32)][ceil(in/32)]; MXFP4: [out][in/32]; else NULL */
 } ds_linear;
 
 /* Per-row dynamic int8 quantization of bf16 activations (§2.12): s = amax/127,
@@ -148,6 +153,13 @@ int ds_kernels_selfcheck(ds_kernel_check out[8], int *n_out, ds_error *err);
 void ds_ref_linear_q(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y);
 /* Float linear in the tier L->numerics names (exact: float64; fast: the blocked fp32 order). */
 void ds_ref_linear_f(const ds_linear *L, const ds_bf16 *x, int n, float *y);
+
+/* Official-format linears (official.c; reached through ds_linear_forward / _forward_q). */
+void ds_official_forward(const ds_linear *L, const ds_bf16 *x, int n, float *y);
+void ds_official_forward_q(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y);
+/* Self-check of the official-format families ("mxfp4", "fp8", "fp8-fast"; selfcheck_official.c),
+ * the active path bit for bit against the scalar one.  Fills out[0..2]. */
+int ds_official_selfcheck(ds_kernel_check out[3], int *n_out, ds_error *err);
 
 /* Unpack one int4 code from the W4A8 layout: row o, column i. */
 static inline int ds_w4_code(const int8_t *w, int in, int o, int i) {

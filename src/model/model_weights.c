@@ -4,9 +4,8 @@
  * manifest options move linears between FLOAT and W8A8, and the official release uses another
  * scheme altogether, so the rule of CHECKPOINT.md §11 applies everywhere: `X.weight_scale` present
  * → quantized, with `ceil(out/2)` packed rows → W4A8 and `out` rows → W8A8; `X.scale` present →
- * official FP8 (E4M3 weights) or MXFP4 (packed E2M1 experts) with E8M0 block scales, which are
- * dequantized once to bf16 (exact: a 3- or 1-bit mantissa times a power of two), the permitted
- * float-math reading of that format; otherwise a float tensor used in place (BF16 or F32; F16 is
+ * official FP8 (E4M3 weights) or MXFP4 (packed E2M1 experts) with E8M0 block scales, bound as
+ * views that the kernels run in place (kernels.h DS_LIN_FP8 / DS_LIN_MXFP4); otherwise a float tensor used in place (BF16 or F32; F16 is
  * widened).  Quantized and float weights stay views into the mapped files.  Small vectors (norms)
  * are widened to fp32 copies once.  Every shape is checked against the config and reported in the
  * loader's `E_CODE: <file>: <tensor>: expected <x>, found <y>` form. */
@@ -73,33 +72,24 @@ static int bind_mat_f32(ds_model *m, const char *name, int64_t d0, int64_t d1, c
     return 0;
 }
 
-/* Official FP8 dense / MXFP4 expert weights dequantized to a bf16 [out, in] copy. */
-static int dequant_official(ds_model *m, const ds_tensor *wt, const ds_tensor *st, int64_t out, int64_t in,
-                            ds_linear *L, ds_error *err) {
+/* Official FP8 dense / MXFP4 expert weights: views into the mapped shards with their E8M0 scales,
+ * run in place by the kernels (DS_LIN_FP8 / DS_LIN_MXFP4); nothing is expanded. */
+static int bind_official(const ds_tensor *wt, const ds_tensor *st, int64_t out, int64_t in, ds_linear *L, ds_error *err) {
     if (st->dtype != DS_DT_F8_E8M0 && st->dtype != DS_DT_U8) return bad_dtype(st, "F8_E8M0", err);
-    const uint8_t *sc = st->data;
-    ds_bf16 *w = ds_model_own(m, ds_xmalloc(sizeof(ds_bf16) * (size_t)out * (size_t)in));
     if (wt->dtype == DS_DT_F8_E4M3) {
         if (check_shape(wt, out, in, err) < 0 || check_shape(st, (out + 31) / 32, (in + 31) / 32, err) < 0) return -1;
-        const uint8_t *q = wt->data;
-        const int64_t sc_cols = (in + 31) / 32;
-        for (int64_t o = 0; o < out; o++)
-            for (int64_t i = 0; i < in; i++)
-                w[o * in + i] = ds_f32_to_bf16(ds_e4m3_value(q[o * in + i]) * ds_e8m0_value(sc[(o / 32) * sc_cols + i / 32]));
+        L->fmt = DS_LIN_FP8;
     } else if (wt->dtype == DS_DT_I8 || wt->dtype == DS_DT_U8) {
-        if (in % 32 || check_shape(wt, out, in / 2, err) < 0 || check_shape(st, out, in / 32, err) < 0) return -1;
-        const uint8_t *q = wt->data;
-        for (int64_t o = 0; o < out; o++)
-            for (int64_t i = 0; i < in; i++) {
-                uint8_t b = q[o * (in / 2) + i / 2];
-                int code = (i & 1) ? b >> 4 : b & 15;
-                w[o * in + i] = ds_f32_to_bf16(ds_e2m1_value(code) * ds_e8m0_value(sc[o * (in / 32) + i / 32]));
-            }
+        if (in % 32)
+            return ds_io_fail(err, "E_SHAPE_MISMATCH", file_of(wt), wt->name, "expected an input width divisible by 32 (MXFP4 "
+                              "scales per 32 inputs), found %lld", (long long)in);
+        if (check_shape(wt, out, in / 2, err) < 0 || check_shape(st, out, in / 32, err) < 0) return -1;
+        L->fmt = DS_LIN_MXFP4;
     } else {
         return bad_dtype(wt, "F8_E4M3 or packed E2M1 (I8/U8)", err);
     }
-    L->fmt = DS_LIN_BF16;
-    L->w = w;
+    L->w = wt->data;
+    L->w_e8m0 = st->data;
     return 0;
 }
 
@@ -141,7 +131,7 @@ static int describe_linear(ds_model *m, const char *base, int64_t out, int64_t i
         L->w = wt->data;
         L->w_scale = ws->data;
     } else if (os) {
-        if (dequant_official(m, wt, os, out, in, L, err) < 0) return -1;
+        if (bind_official(wt, os, out, in, L, err) < 0) return -1;
     } else {
         if (check_shape(wt, out, in, err) < 0) return -1;
         if (wt->dtype == DS_DT_BF16) L->fmt = DS_LIN_BF16;
@@ -195,6 +185,16 @@ static int bind_wo_a(ds_model *m, const char *base, ds_layer_weights *lw, ds_err
             if (ol % 2) return ds_io_fail(err, "E_SHAPE_MISMATCH", m->dir, base, "expected an even o_lora_rank for a W4A8 "
                                           "wo_a, found %d", ol);
             L->w = (const int8_t *)full.w + (row0 / 2) * gin;
+            break;
+        case DS_LIN_FP8:    /* whole 32-row scale tiles per group */
+            if (ol % 32) return ds_io_fail(err, "E_SHAPE_MISMATCH", m->dir, base, "expected o_lora_rank divisible by 32 for an "
+                                           "FP8 wo_a (32x32 scale tiles per group), found %d", ol);
+            L->w = (const uint8_t *)full.w + row0 * gin;
+            L->w_e8m0 = full.w_e8m0 + (row0 / 32) * (size_t)((gin + 31) / 32);
+            break;
+        case DS_LIN_MXFP4:
+            L->w = (const uint8_t *)full.w + row0 * (gin / 2);
+            L->w_e8m0 = full.w_e8m0 + row0 * (size_t)(gin / 32);
             break;
         }
         if (full.w_scale) L->w_scale = full.w_scale + row0;

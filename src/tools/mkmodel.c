@@ -5,6 +5,7 @@
  * (CHECKPOINT.md §10); larger models get 2 GiB shards and no split unless asked. */
 #include "tools/mkmodel.h"
 #include "base/fsutil.h"
+#include "tools/mkmodel_official.h"
 #include "tools/quantize.h"
 #include "tools/reassemble.h"
 #include <stdio.h>
@@ -36,6 +37,29 @@ static int load_config(const char *spec, ds_config *cfg, bool *is_tiny, ds_error
     return rc;
 }
 
+/* --format official: the float export (unrotated) into a temporary sibling directory, encoded
+ * into the official layout (mkmodel_official.c), then removed. */
+static int run_official(const ds_mkmodel_opts *o, const ds_config *cfg, ds_fsrc *src, ds_release_job *job, ds_error *err) {
+    char *tmp = ds_xmalloc(strlen(o->out) + 32);
+    sprintf(tmp, "%s.float-tmp", o->out);
+    ds_mk_remove_tree(tmp);
+    ds_release_job fj = *job;
+    fj.rw.float_export = true;
+    fj.rw.split_engram = 0;
+    fj.rw.split_only = false;
+    fj.rw.quiet = true;
+    fj.rw.out_label = tmp;
+    double t0 = ds_now();
+    int rc = ds_release_run(src, tmp, &fj, err);
+    ds_fsrc_free(src);
+    if (!rc && ds_mk_officialize(tmp, o->out, cfg->n_mtp_layers, job->rw.shard_bytes, err)) rc = ds_exit_for_error(err);
+    ds_mk_remove_tree(tmp);
+    free(tmp);
+    if (!rc && !o->quiet) printf("mkmodel: wrote official FP8/MXFP4 layout %s (%s, seed %llu%s) in %.1f s\n", o->out, o->config,
+                                 (unsigned long long)o->seed, o->smooth ? ", smooth" : "", ds_now() - t0);
+    return rc;
+}
+
 int ds_mkmodel_run(const ds_mkmodel_opts *o, ds_error *err) {
     ds_config cfg;
     bool tiny = false;
@@ -44,7 +68,7 @@ int ds_mkmodel_run(const ds_mkmodel_opts *o, ds_error *err) {
     cfg.dspark_draft_random = cfg.n_mtp_layers > 0;   /* random weights: no acceptance probe (docs/DECISIONS.md) */
     ds_fsrc *src = NULL;
     double t0 = ds_now();
-    if (ds_mk_source_new(&cfg, o->seed, o->smooth, o->identity_rotation, &src, err)) return ds_exit_for_error(err);
+    if (ds_mk_source_new(&cfg, o->seed, o->smooth, o->identity_rotation || o->official, &src, err)) return ds_exit_for_error(err);
     ds_release_job job;
     memset(&job, 0, sizeof job);
     ds_rw_opts_default(&job.rw);
@@ -57,6 +81,7 @@ int ds_mkmodel_run(const ds_mkmodel_opts *o, ds_error *err) {
     job.rw.src_label = o->float_out ? o->float_out : src->label;
     job.rw.out_label = o->out;
     int rc = 0;
+    if (o->official) return run_official(o, &cfg, src, &job, err);
     if (o->out) {
         rc = ds_release_run(src, o->out, &job, err);
         if (!rc && !o->quiet) printf("mkmodel: wrote release %s (%s, seed %llu%s) in %.1f s\n", o->out, o->config,

@@ -32,6 +32,7 @@ typedef struct ds_mkmodel_opts {
     int threads;
     bool quiet;
     bool no_verify;            /* skip the forward-pass checks */
+    bool official;             /* --format official: the FP8/MXFP4 layout of CHECKPOINT.md §14 */
 } ds_mkmodel_opts;
 
 void ds_mkmodel_opts_default(ds_mkmodel_opts *o);

@@ -3,6 +3,7 @@
  * structs in verify_internal.h. */
 #define _GNU_SOURCE
 #include "tools/verify_internal.h"
+#include "io/official_layout.h"
 #include "base/fsutil.h"
 #include "io/checkpoint.h"
 #include "io/config_fields.h"
@@ -181,7 +182,7 @@ int vk_load(vckpt *k, const char *dir) {
     ds_error e;
     if (ds_config_load(dir, &k->cfg, &e) == 0) k->cfg_ok = true;
     else snprintf(k->cfg_err, sizeof k->cfg_err, "%s", e.msg);
-    k->index = read_json(dir, V_INDEX_FILE, k->index_err, sizeof k->index_err);
+    k->index = read_json(dir, k->cfg_ok && k->cfg.format == DS_FMT_FP8 ? DS_OFFICIAL_INDEX : V_INDEX_FILE, k->index_err, sizeof k->index_err);
     k->desc = read_json(dir, V_DESC_FILE, k->desc_err, sizeof k->desc_err);
     if (k->desc) {
         for (const cJSON *it = k->desc->child; it; it = it->next) {
@@ -731,16 +732,20 @@ int ds_verify_run(const ds_verify_opts *o) {
         ds_error e;
         v->plan_ok = ds_plan_build(&v->m.cfg, NULL, &v->plan, &e) == 0;
     }
-    check_files(v);
-    check_config(v);
-    check_loader(v);
-    check_index(v);
-    check_headers(v);
-    check_counts(v);
-    check_labels(v);
-    v_check_shapes(v);
-    v_check_rotation(v);
-    v_check_engram(v);
+    if (v->m.cfg_ok && v->m.cfg.format == DS_FMT_FP8) {   /* official layout: its own rows (verify_official.c) */
+        v_check_official(v, check_config, check_loader, check_index, check_headers);
+    } else {
+        check_files(v);
+        check_config(v);
+        check_loader(v);
+        check_index(v);
+        check_headers(v);
+        check_counts(v);
+        check_labels(v);
+        v_check_shapes(v);
+        v_check_rotation(v);
+        v_check_engram(v);
+    }
     if (o->deep) v_check_deep(v);
     if (o->compare_dir) v_check_compare(v);
 

@@ -93,4 +93,7 @@ void v_check_engram(vctx *v);
 void v_check_deep(vctx *v);
 void v_check_compare(vctx *v);
 
+/* verify_official.c: the rows of the official FP8/MXFP4 layout (the shared rows passed in). */
+void v_check_official(vctx *v, void (*config)(vctx *), void (*loader)(vctx *), void (*index)(vctx *), void (*headers)(vctx *));
+
 #endif

@@ -23,6 +23,8 @@ import numerics as nx
 from safetensors_np import SafeTensorsFile
 
 INDEX_NAME = "quant_model_weights.safetensors.index.json"
+OFFICIAL_INDEX = "model.safetensors.index.json"
+F64 = np.float64
 DESC_NAME = "quant_model_description.json"
 
 
@@ -131,9 +133,10 @@ class Config:
                 setattr(self, attr, top.get(n, d))
             self.quant_method = "ascend" if top.get("dtype") != "fp8" else "fp8"
             self.engram_rot = top.get("engram_rotation_config")
-        if self.quant_method != "ascend":
+        if self.quant_method not in ("ascend", "fp8"):
             raise CheckpointError(f"{path}: quantization_config.quant_method is {self.quant_method!r}; the oracle "
-                                  "reads only the W4A8 release format (\"ascend\", CHECKPOINT.md §13)")
+                                  "reads the W4A8 release (\"ascend\", CHECKPOINT.md §13) and the official \"fp8\" "
+                                  "layout (§14) only")
         if self.cand_layer is None:
             self.cand_layer = -1
         if self.engram_mults is not None:
@@ -230,13 +233,95 @@ def unpack_int4(packed, out):
     return codes[:out]
 
 
+# ------------------------------------------------------------------------------------------------
+# the official FP8 / MXFP4 layout (CHECKPOINT.md §14), decoded from the format definitions
+
+def e4m3_values(codes):
+    """F8_E4M3 bytes -> exact fp32 values (FN variant: 0x7F/0xFF NaN, no infinities)."""
+    b = np.asarray(codes, dtype=np.uint8).astype(np.int64)
+    e, m = (b >> 3) & 15, b & 7
+    mag = np.where(e == 0, np.ldexp(m.astype(F64), -9), np.ldexp((8 + m).astype(F64), (e - 10).astype(np.int64)))
+    v = np.where(b & 0x80, -mag, mag)
+    v = np.where((b & 0x7F) == 0x7F, np.nan, v)
+    return v.astype(np.float32)
+
+
+def e8m0_exponents(s, name):
+    s = np.asarray(s, dtype=np.uint8).astype(np.int64)
+    if np.any(s == 255):
+        raise CheckpointError(f"{name}: E8M0 scale 255 (NaN) (CHECKPOINT.md §14)")
+    return s - 127
+
+
+E2M1_TIMES2 = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], dtype=np.int64)
+
+
+EXACT_SPREAD = 37   # kernels/kern_official.h
+
+
+class Mxfp4Linear:
+    """A routed expert in MXFP4, evaluated as the engine's integer path (kernels/kern_official.h):
+    per-row int8 activations q (the W4A8 quantization), bsum[b] = Σ_{i in b} 2·e2m1(c_i)·q_i exactly;
+    a row whose scale exponents span <= 37 sums bsum[b]·2^(e_b - 1) exactly (integers shifted above
+    the row's smallest exponent) and rounds once to float64; a wider row sums in float64 with b
+    ascending; y = fp32(acc · f64(s_x))."""
+
+    def __init__(self, c2, exps, label="MXFP4"):
+        self.c2, self.exps, self.label, self.kind = c2, exps, label, "mxfp4"
+
+    @property
+    def out_features(self):
+        return self.c2.shape[0]
+
+    def rows(self, lo, hi):
+        return Mxfp4Linear(self.c2[lo:hi], self.exps[lo:hi], self.label)
+
+    def __call__(self, x):
+        q, s_x, zero = nx.quant_activation(x)
+        lead = q.shape[:-1]
+        q = q.reshape(-1, q.shape[-1]).astype(np.int64)
+        out, nin = self.c2.shape
+        nb = nin // 32
+        bs = np.einsum("rbj,obj->rob", q.reshape(-1, nb, 32), self.c2.reshape(out, nb, 32))  # exact int64
+        emin = self.exps.min(axis=1)
+        exact = (self.exps.max(axis=1) - emin) <= EXACT_SPREAD
+        shift = np.where(exact[:, None], self.exps - emin[:, None], 0)
+        total = (bs << shift[None, :, :]).sum(axis=2)                              # exact: < 2^63
+        acc = total.astype(F64) * np.ldexp(1.0, emin - 1)[None, :]                 # one rounding
+        if not np.all(exact):
+            seq = np.zeros(bs.shape[:2], dtype=F64)
+            for b in range(nb):                                                   # fixed order
+                seq = seq + bs[:, :, b].astype(F64) * np.ldexp(1.0, self.exps[:, b] - 1)[None, :]
+            acc = np.where(exact[None, :], acc, seq)
+        y = (acc * s_x.reshape(-1).astype(F64)[:, None]).astype(np.float32)
+        y = y.reshape(lead + (out,))
+        y[zero] = np.float32(0.0)
+        return y
+
+
+def fp8_tile_weights(codes, scale, name):
+    """F8_E4M3 [out, in] with F8_E8M0 [ceil(out/32), ceil(in/32)] -> exact fp32 [out, in]."""
+    out, nin = codes.shape
+    if scale.shape != ((out + 31) // 32, (nin + 31) // 32):
+        raise CheckpointError(f"{name}: scale shape {scale.shape}, expected {((out + 31) // 32, (nin + 31) // 32)}")
+    ex = e8m0_exponents(scale, name)
+    full = np.repeat(np.repeat(ex, 32, axis=0)[:out], 32, axis=1)[:, :nin]
+    return np.ldexp(e4m3_values(codes).astype(F64), full).astype(np.float32)
+
+
 class Checkpoint:
     def __init__(self, model_dir):
         self.dir = model_dir
         self.cfg = Config(os.path.join(model_dir, "config.json"))
         self._files = {}
-        with open(self._p(INDEX_NAME), encoding="utf-8") as fh:
+        self.official = self.cfg.quant_method == "fp8"
+        self.index_name = OFFICIAL_INDEX if self.official else INDEX_NAME
+        with open(self._p(self.index_name), encoding="utf-8") as fh:
             self.weight_map = json.load(fh)["weight_map"]
+        if self.official:        # no description, rotation, draft manifest or auxiliary files (§14)
+            self.desc = {}
+            self._aux = []
+            return
         with open(self._p(DESC_NAME), encoding="utf-8") as fh:
             self.desc = json.load(fh)
         if self.desc.get("version") != "1.0.0" or self.desc.get("group_size") != 0:
@@ -350,6 +435,21 @@ class Checkpoint:
             if label not in (None, "FLOAT"):
                 raise CheckpointError(f"{wname}: label {label} but dtype {dt}")
             return Linear("float", w=self.float_tensor(wname), label="FLOAT")
+        if self.official and self.has(prefix + ".scale"):
+            sdt, sc = self.raw(prefix + ".scale")
+            if sdt not in ("F8_E8M0", "U8"):
+                raise CheckpointError(f"{wname}: scale dtype {sdt}, expected F8_E8M0")
+            if dt == "F8_E4M3":
+                return Linear("float", w=fp8_tile_weights(w, sc, wname), label="FP8")
+            if dt in ("I8", "U8"):
+                out, half = w.shape
+                if sc.shape != (out, 2 * half // 32):
+                    raise CheckpointError(f"{wname}: scale shape {sc.shape}, expected {(out, 2 * half // 32)}")
+                b = np.asarray(w).view(np.uint8).astype(np.int64)
+                c2 = np.empty((out, 2 * half), dtype=np.int64)
+                c2[:, 0::2], c2[:, 1::2] = E2M1_TIMES2[b & 15], E2M1_TIMES2[b >> 4]   # low nibble = even input
+                return Mxfp4Linear(c2, e8m0_exponents(sc, wname))
+            raise CheckpointError(f"{wname}: dtype {dt} with a .scale tensor is not an official format")
         if dt not in ("I8", "U8"):
             raise CheckpointError(f"{self._locate(wname).path}: {wname}: dtype {dt} unsupported")
         s_w = self.float_tensor(prefix + ".weight_scale").reshape(-1)
@@ -373,6 +473,8 @@ class Checkpoint:
     def rotation_block(self):
         """The 32×32 QuaRot block B (MODEL.md §3), checked block-diagonal and orthogonal; None if the
         release has no rotation file."""
+        if self.official:
+            return None
         rel = (self.desc.get("optional", {}).get("quarot", {}).get("rotation_map", {})
                .get("global_rotation", "optional/quarot.safetensors"))
         path = self._p(rel)
@@ -407,6 +509,14 @@ class Checkpoint:
 
     def engram_table(self, layer):
         """(codes int8 [rows, hd], scales fp32 [rows, hd/32]) of an Engram layer's table."""
+        if self.official:   # FP8 rows with E8M0 per-32 scales: decoded values and exact fp32 powers of two
+            name = f"layers.{layer}.engram.embed"
+            codes = e4m3_values(self.raw(name + ".weight")[1])
+            scales = np.ldexp(np.float32(1.0), e8m0_exponents(self.raw(name + ".scale")[1], name)).astype(np.float32)
+            want = self.cfg.engram_rows[self.cfg.engram_layers.index(layer)]
+            if codes.shape[0] != want or scales.shape[0] != want:
+                raise CheckpointError(f"{name}: {codes.shape[0]} rows, expected engram_num_embeddings {want}")
+            return codes, scales
         codes = self.raw(f"layers.{layer}.engram.embed.weight")[1]
         scales = self.float_tensor(f"layers.{layer}.engram.embed.scale")
         want = self.cfg.engram_rows[self.cfg.engram_layers.index(layer)]

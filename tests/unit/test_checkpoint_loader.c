@@ -111,7 +111,8 @@ TEST(e_config_quant_and_maxpos) {
     fx_json_edit(d, "config.json", "quantization_config", "{\"quant_method\":\"awq\"}");
     expect(fx_open_err(d, NULL), "E_CONFIG_QUANT", "quant_method", "found \"awq\"");
     fx_json_edit(d, "config.json", "quantization_config", "{\"quant_method\":\"fp8\"}");
-    expect(fx_open_err(d, NULL), "E_CONFIG_QUANT", "config.json: quantization_config", "official fp8 format");
+    /* the official layout is read (CHECKPOINT.md §14): a W4A8 directory relabelled fp8 lacks its index */
+    expect(fx_open_err(d, NULL), "E_MISSING_FILE", "model.safetensors.index.json", "official FP8/MXFP4 layout");
     fx_json_edit(d, "config.json", "quantization_config", NULL);
     expect(fx_open_err(d, NULL), "E_CONFIG_QUANT", "found no quantization_config", NULL);
     free(d);

@@ -1,0 +1,93 @@
+/* Private contract of the official-format kernels (official.c and its per-ISA block-sum files).
+ *
+ * MXFP4 linears (CHECKPOINT.md §14) run as an integer path: an E2M1 code times 2 is an integer in
+ * [-12, 12], so with per-row int8 activations q the products of one 32-input block sum exactly in
+ * int32 (|sum| <= 32·12·127 < 2^16).  The block's power-of-two scale 2^(e-127) and the 1/2 of the
+ * doubled codes fold into 2^(e-128).  The contract every path meets bit for bit, per output row:
+ *     bsum[b] = Σ_{i in block b} 2·e2m1(code[o][i]) · q[i]                        (int32, exact)
+ *     spread  = max_b e[o][b] - min_b e[o][b] over the row's scale bytes
+ *     spread <= 37: acc = the exact Σ_b bsum[b]·2^(e_b - 128), rounded once to float64: computed
+ *                   as the int64 Σ_b bsum[b] << (e_b - e_min) (|term| < 2^53, 2^10 blocks at most:
+ *                   no overflow), converted to double (round to nearest even), times 2^(e_min-128);
+ *     spread >  37: acc = Σ_b bsum[b]·2^(e_b - 128) in float64 with b ascending (a row whose scales
+ *                   span more than 2^37 is not a trained weight, but it must still be deterministic);
+ *     y[o]    = (float)(acc · (double)s_x)
+ * The exact branch is order-free, so the ISA files accumulate it in SIMD integer lanes.
+ *
+ * The activations are laid out per 32-block as 16 even inputs (xe) and 16 odd inputs (xo), so the
+ * low and high nibbles of 16 code bytes meet their activations with no shuffles. */
+#ifndef DS_KERNELS_OFFICIAL_H
+#define DS_KERNELS_OFFICIAL_H
+#include "kernels/kern_internal.h"
+#include <string.h>
+
+/* Block sums of one output row: codes [nb·16] (row o of the packed weight), xe / xo [nb·16]. */
+typedef void (*ds_mx_bsum_fn)(const uint8_t *codes, const int8_t *xe, const int8_t *xo, int nb, int32_t *bsum);
+void ds_mx_bsum_ref(const uint8_t *codes, const int8_t *xe, const int8_t *xo, int nb, int32_t *bsum);
+void ds_mx_bsum_avx2(const uint8_t *codes, const int8_t *xe, const int8_t *xo, int nb, int32_t *bsum);
+void ds_mx_bsum_avx512(const uint8_t *codes, const int8_t *xe, const int8_t *xo, int nb, int32_t *bsum);
+/* acc of one output row (contract above); sc = the row's nb scale bytes. */
+typedef double (*ds_mx_row_fn)(const uint8_t *codes, const uint8_t *sc, const int8_t *xe, const int8_t *xo, int nb);
+double ds_mx_row_ref(const uint8_t *codes, const uint8_t *sc, const int8_t *xe, const int8_t *xo, int nb);
+double ds_mx_row_avx2(const uint8_t *codes, const uint8_t *sc, const int8_t *xe, const int8_t *xo, int nb);
+double ds_mx_row_avx512(const uint8_t *codes, const uint8_t *sc, const int8_t *xe, const int8_t *xo, int nb);
+
+#define DS_MX_EXACT_SPREAD 37
+/* The wide-spread branch: block sums (computed by fn) summed in float64, b ascending. */
+double ds_mx_row_sequential(ds_mx_bsum_fn fn, const uint8_t *codes, const uint8_t *sc, const int8_t *xe, const int8_t *xo, int nb);
+/* Smallest and largest scale byte of a row: 16 bytes at a time with SSE2 unsigned min/max (inlined
+ * into each ISA file), the tail in C. */
+#include <emmintrin.h>
+static inline void ds_mx_exp_range(const uint8_t *sc, int nb, int *lo, int *hi) {
+    __m128i mn = _mm_set1_epi8((char)0xff), mx = _mm_setzero_si128();
+    int b = 0;
+    for (; b + 16 <= nb; b += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(sc + b));
+        mn = _mm_min_epu8(mn, v);
+        mx = _mm_max_epu8(mx, v);
+    }
+#define DS_MX_FOLD(k) (mn = _mm_min_epu8(mn, _mm_srli_si128(mn, k)), mx = _mm_max_epu8(mx, _mm_srli_si128(mx, k)))
+    DS_MX_FOLD(8), DS_MX_FOLD(4), DS_MX_FOLD(2), DS_MX_FOLD(1);
+#undef DS_MX_FOLD
+    int l = _mm_cvtsi128_si32(mn) & 0xff, h = _mm_cvtsi128_si32(mx) & 0xff;
+    for (; b < nb; b++) {
+        l = sc[b] < l ? sc[b] : l;
+        h = sc[b] > h ? sc[b] : h;
+    }
+    *lo = l;
+    *hi = h;
+}
+
+/* |2·e2m1(c)| for c = 0..15 (sign in bit 3). */
+#define DS_MX_MAG_LUT 0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12
+
+/* FP8 fast tier: `in` codes of one row (scales: that row's tile-scale row) -> flushed bf16 (the rule
+ * of official.c), bit-identical on every path. */
+typedef void (*ds_fp8_decode_fn)(const uint8_t *codes, const uint8_t *sc, int in, ds_bf16 *dst);
+void ds_fp8_decode_ref(const uint8_t *codes, const uint8_t *sc, int in, ds_bf16 *dst);
+void ds_fp8_decode_avx2(const uint8_t *codes, const uint8_t *sc, int in, ds_bf16 *dst);
+void ds_fp8_decode_avx512(const uint8_t *codes, const uint8_t *sc, int in, ds_bf16 *dst);
+/* One code (the scalar rule every path reproduces); f = 2^(s-127). */
+static inline ds_bf16 ds_fp8_bf16_one(uint32_t c, float f) {
+    uint32_t u = ((c & 0x7f) << 20) + (120u << 23), r;
+    float v;
+    memcpy(&v, &u, 4);
+    v = (c & 0x78 ? v : (float)(c & 7) * 0x1p-9f) * f;
+    memcpy(&r, &v, 4);
+    r |= (c & 0x80) << 24;
+    ds_bf16 h = (ds_bf16)(r >> 16);
+    return ((h >> 7) & 0xff) < DS_FF_MIN_EXP_FIELD ? 0 : h;
+}
+static inline float ds_fp8_scale_f(uint8_t s) {   /* 2^(s-127) as fp32 bits (s = 0: 2^-127, subnormal) */
+    uint32_t u = s ? (uint32_t)s << 23 : 0x00400000u;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Tests: the MXFP4 forward on already quantized rows with an explicit block-sum function. */
+void ds_mx_forward_q_with(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y, ds_mx_row_fn fn);
+/* Tests: the fast-tier FP8 forward with explicit ops (NULL = the scalar fast order). */
+void ds_fp8_forward_fast_with(const ds_linear *L, const ds_kern_ops *o, int use_dot, const ds_bf16 *x, int n, float *y);
+
+#endif

@@ -1,0 +1,105 @@
+/* MXFP4 block sums on AVX2 (contract in kern_official.h).
+ *
+ * Two 32-input blocks per ymm register (16 code bytes each, one per 128-bit lane): the nibbles
+ * index a byte table of |2·e2m1| (vpshufb), the sign bit negates the matching activation, and
+ * vpmaddubsw (unsigned magnitude x signed activation, |pair| <= 3048: no saturation) plus vpmaddwd
+ * against ones give four int32 partials per block, summed in integers.  A last odd block runs in
+ * one 128-bit lane.  Every value is an exact integer, so the result equals the scalar one. */
+#include "kernels/kern_official.h"
+#include <math.h>
+#include <string.h>
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#include <immintrin.h>
+
+static inline __m256i signed_act(__m256i nib, __m256i x) {
+    __m256i neg = _mm256_cmpeq_epi8(_mm256_and_si256(nib, _mm256_set1_epi8(8)), _mm256_set1_epi8(8));
+    return _mm256_sub_epi8(_mm256_xor_si256(x, neg), neg);
+}
+
+void ds_mx_bsum_avx2(const uint8_t *codes, const int8_t *xe, const int8_t *xo, int nb, int32_t *bsum) {
+    const __m256i lut = _mm256_setr_epi8(DS_MX_MAG_LUT, DS_MX_MAG_LUT), low4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    int b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        __m256i c = _mm256_loadu_si256((const __m256i *)(codes + 16 * b));
+        __m256i lo = _mm256_and_si256(c, low4), hi = _mm256_and_si256(_mm256_srli_epi16(c, 4), low4);
+        __m256i pe = _mm256_maddubs_epi16(_mm256_shuffle_epi8(lut, lo), signed_act(lo, _mm256_loadu_si256((const __m256i *)(xe + 16 * b))));
+        __m256i po = _mm256_maddubs_epi16(_mm256_shuffle_epi8(lut, hi), signed_act(hi, _mm256_loadu_si256((const __m256i *)(xo + 16 * b))));
+        __m256i s = _mm256_madd_epi16(_mm256_add_epi16(pe, po), ones);   /* |pe + po| <= 6096 */
+        int32_t t[8];
+        _mm256_storeu_si256((__m256i *)t, s);
+        bsum[b] = t[0] + t[1] + t[2] + t[3];
+        bsum[b + 1] = t[4] + t[5] + t[6] + t[7];
+    }
+    if (b < nb) {
+        uint8_t cb[32] = {0};
+        int8_t eb[32] = {0}, ob[32] = {0};
+        for (int j = 0; j < 16; j++) { cb[j] = codes[16 * b + j]; eb[j] = xe[16 * b + j]; ob[j] = xo[16 * b + j]; }
+        __m256i c = _mm256_loadu_si256((const __m256i *)cb);
+        __m256i lo = _mm256_and_si256(c, low4), hi = _mm256_and_si256(_mm256_srli_epi16(c, 4), low4);
+        __m256i pe = _mm256_maddubs_epi16(_mm256_shuffle_epi8(lut, lo), signed_act(lo, _mm256_loadu_si256((const __m256i *)eb)));
+        __m256i po = _mm256_maddubs_epi16(_mm256_shuffle_epi8(lut, hi), signed_act(hi, _mm256_loadu_si256((const __m256i *)ob)));
+        __m256i s = _mm256_madd_epi16(_mm256_add_epi16(pe, po), ones);
+        int32_t t[8];
+        _mm256_storeu_si256((__m256i *)t, s);
+        bsum[b] = t[0] + t[1] + t[2] + t[3];
+    }
+}
+/* One row (contract in kern_official.h): two blocks' totals per step, shifted by their exponent
+ * above the row's smallest and added in two int64 lanes (exact, so order-free). */
+double ds_mx_row_avx2(const uint8_t *codes, const uint8_t *sc, const int8_t *xe, const int8_t *xo, int nb) {
+    int lo, hi;
+    ds_mx_exp_range(sc, nb, &lo, &hi);
+    if (hi - lo > DS_MX_EXACT_SPREAD) return ds_mx_row_sequential(ds_mx_bsum_avx2, codes, sc, xe, xo, nb);
+    const __m256i lut = _mm256_setr_epi8(DS_MX_MAG_LUT, DS_MX_MAG_LUT), low4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    const __m128i vlo = _mm_set1_epi64x(lo);
+    __m128i acc = _mm_setzero_si128();
+    int b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        __m256i c = _mm256_loadu_si256((const __m256i *)(codes + 16 * b));
+        __m256i l4 = _mm256_and_si256(c, low4), h4 = _mm256_and_si256(_mm256_srli_epi16(c, 4), low4);
+        __m256i pe = _mm256_maddubs_epi16(_mm256_shuffle_epi8(lut, l4), signed_act(l4, _mm256_loadu_si256((const __m256i *)(xe + 16 * b))));
+        __m256i po = _mm256_maddubs_epi16(_mm256_shuffle_epi8(lut, h4), signed_act(h4, _mm256_loadu_si256((const __m256i *)(xo + 16 * b))));
+        __m256i s = _mm256_madd_epi16(_mm256_add_epi16(pe, po), ones);          /* 4 partials per block */
+        __m128i t = _mm_hadd_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        t = _mm_hadd_epi32(t, t);                                                /* [blk b, blk b+1, ...] */
+        uint16_t s2;
+        memcpy(&s2, sc + b, 2);
+        __m128i sh = _mm_sub_epi64(_mm_cvtepu8_epi64(_mm_cvtsi32_si128(s2)), vlo);
+        acc = _mm_add_epi64(acc, _mm_sllv_epi64(_mm_cvtepi32_epi64(t), sh));
+    }
+    int64_t v[2];
+    _mm_storeu_si128((__m128i *)v, acc);
+    int64_t total = v[0] + v[1];
+    if (b < nb) {
+        int32_t last;
+        ds_mx_bsum_avx2(codes + 16 * b, xe + 16 * b, xo + 16 * b, 1, &last);
+        total += (int64_t)last * ((int64_t)1 << (sc[b] - lo));
+    }
+    return ldexp((double)total, lo - 128);
+}
+/* FP8 fast-tier decode, 8 codes per step (the rule of ds_fp8_bf16_one, lane by lane). */
+void ds_fp8_decode_avx2(const uint8_t *codes, const uint8_t *sc, int in, ds_bf16 *dst) {
+    const __m256i m7f = _mm256_set1_epi32(0x7f), bias = _mm256_set1_epi32(120 << 23), m7 = _mm256_set1_epi32(7);
+    const __m256i m78 = _mm256_set1_epi32(0x78), m80 = _mm256_set1_epi32(0x80), mff = _mm256_set1_epi32(0xff);
+    const __m256i below = _mm256_set1_epi32(DS_FF_MIN_EXP_FIELD - 1), zero = _mm256_setzero_si256();
+    int i = 0;
+    for (; i + 8 <= in; i += 8) {
+        long long q8;
+        memcpy(&q8, codes + i, 8);
+        __m256i c = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(q8));
+        __m256 vn = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(_mm256_and_si256(c, m7f), 20), bias));
+        __m256 vs = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(c, m7)), _mm256_set1_ps(0x1p-9f));
+        __m256i isn = _mm256_cmpeq_epi32(_mm256_and_si256(c, m78), zero);          /* all ones: subnormal code */
+        __m256 v = _mm256_mul_ps(_mm256_blendv_ps(vn, vs, _mm256_castsi256_ps(isn)), _mm256_set1_ps(ds_fp8_scale_f(sc[i / 32])));
+        __m256i r = _mm256_or_si256(_mm256_castps_si256(v), _mm256_slli_epi32(_mm256_and_si256(c, m80), 24));
+        __m256i h = _mm256_srli_epi32(r, 16);
+        __m256i keep = _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 7), mff), below);
+        h = _mm256_and_si256(h, keep);
+        __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));   /* values < 2^16 */
+        _mm_storeu_si128((__m128i *)(dst + i), packed);
+    }
+    for (; i < in; i++) dst[i] = ds_fp8_bf16_one(codes[i], ds_fp8_scale_f(sc[i / 32]));
+}
+#pragma GCC pop_options

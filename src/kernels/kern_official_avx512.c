@@ -1,0 +1,130 @@
+/* MXFP4 block sums on AVX-512 VNNI (contract in kern_official.h).
+ *
+ * Four 32-input blocks per zmm register (16 code bytes per 128-bit lane): the nibbles index a byte
+ * table of |2·e2m1| (vpshufb), the sign bit negates the matching activation under a mask, and
+ * VPDPBUSD (unsigned magnitude x signed activation) accumulates four int32 partials per block,
+ * summed in integers; a last partial group goes through a zero-padded copy.  All exact integers:
+ * equal to the scalar path.  Compiled twice like kern_avx512.c: natively, and by the unit tests
+ * with DS_AVX512_EMULATE where SIMDe supplies the intrinsics (checked on hosts without AVX-512). */
+#include "kernels/kern_official.h"
+#include <math.h>
+#include <string.h>
+
+#ifdef DS_AVX512_EMULATE
+#pragma GCC diagnostic ignored "-Wpsabi"
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+#define DS_MX_BSUM_AVX512 ds_mx_bsum_avx512_emu
+#define DS_MX_ROW_AVX512 ds_mx_row_avx512_emu
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
+#include <immintrin.h>
+#define DS_MX_BSUM_AVX512 ds_mx_bsum_avx512
+#define DS_MX_ROW_AVX512 ds_mx_row_avx512
+#endif
+
+static inline __m512i group_sums(const uint8_t *codes, const int8_t *xe, const int8_t *xo) {
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(DS_MX_MAG_LUT)), low4 = _mm512_set1_epi8(15), eight = _mm512_set1_epi8(8);
+    const __m512i zero = _mm512_setzero_si512();
+    __m512i c = _mm512_loadu_si512(codes);
+    __m512i lo = _mm512_and_si512(c, low4), hi = _mm512_and_si512(_mm512_srli_epi16(c, 4), low4);
+    __m512i x0 = _mm512_loadu_si512(xe), x1 = _mm512_loadu_si512(xo);
+    x0 = _mm512_mask_sub_epi8(x0, _mm512_test_epi8_mask(lo, eight), zero, x0);
+    x1 = _mm512_mask_sub_epi8(x1, _mm512_test_epi8_mask(hi, eight), zero, x1);
+    __m512i acc = _mm512_dpbusd_epi32(zero, _mm512_shuffle_epi8(lut, lo), x0);
+    return _mm512_dpbusd_epi32(acc, _mm512_shuffle_epi8(lut, hi), x1);
+}
+
+/* The four block sums of a group, reduced inside the register (lane k's four partials added by two
+ * in-lane shuffles) and compressed to the low 128 bits: no store / narrow-reload round trip. */
+static inline __m128i group_totals(const uint8_t *codes, const int8_t *xe, const int8_t *xo) {
+    __m512i t = group_sums(codes, xe, xo);
+#ifdef DS_AVX512_EMULATE   /* this SIMDe release lacks the 512-bit shuffle/compress: the same sums, in C */
+    int32_t v[16];
+    _mm512_storeu_si512(v, t);
+    return _mm_setr_epi32(v[0] + v[1] + v[2] + v[3], v[4] + v[5] + v[6] + v[7], v[8] + v[9] + v[10] + v[11],
+                          v[12] + v[13] + v[14] + v[15]);
+#else
+    t = _mm512_add_epi32(t, _mm512_shuffle_epi32(t, (_MM_PERM_ENUM)0x4E));
+    t = _mm512_add_epi32(t, _mm512_shuffle_epi32(t, (_MM_PERM_ENUM)0xB1));
+    return _mm512_castsi512_si128(_mm512_maskz_compress_epi32((__mmask16)0x1111, t));
+#endif
+}
+
+void DS_MX_BSUM_AVX512(const uint8_t *codes, const int8_t *xe, const int8_t *xo, int nb, int32_t *bsum) {
+    int b = 0;
+    for (; b + 4 <= nb; b += 4) _mm_storeu_si128((__m128i *)(bsum + b), group_totals(codes + 16 * b, xe + 16 * b, xo + 16 * b));
+    if (b < nb) {
+        uint8_t cb[64] = {0};
+        int8_t eb[64] = {0}, ob[64] = {0};
+        int32_t t[4];
+        const size_t bytes = (size_t)(nb - b) * 16;
+        memcpy(cb, codes + 16 * b, bytes);
+        memcpy(eb, xe + 16 * b, bytes);
+        memcpy(ob, xo + 16 * b, bytes);
+        _mm_storeu_si128((__m128i *)t, group_totals(cb, eb, ob));
+        for (int k = 0; k < nb - b; k++) bsum[b + k] = t[k];
+    }
+}
+
+/* One row (contract in kern_official.h): four blocks' totals per step, shifted by their exponent
+ * above the row's smallest and added in four int64 lanes (exact, so order-free); a last partial
+ * group through the zero-padded copy (padding scales = the smallest: shift 0 of a zero total). */
+double DS_MX_ROW_AVX512(const uint8_t *codes, const uint8_t *sc, const int8_t *xe, const int8_t *xo, int nb) {
+    int lo, hi;
+    ds_mx_exp_range(sc, nb, &lo, &hi);
+    if (hi - lo > DS_MX_EXACT_SPREAD) return ds_mx_row_sequential(DS_MX_BSUM_AVX512, codes, sc, xe, xo, nb);
+    const __m256i vlo = _mm256_set1_epi64x(lo);
+    __m256i acc = _mm256_setzero_si256();
+    int b = 0;
+    for (; b + 4 <= nb; b += 4) {
+        uint32_t s32;
+        memcpy(&s32, sc + b, 4);
+        __m256i sh = _mm256_sub_epi64(_mm256_cvtepu8_epi64(_mm_cvtsi32_si128((int)s32)), vlo);
+        __m128i tot = group_totals(codes + 16 * b, xe + 16 * b, xo + 16 * b);
+        acc = _mm256_add_epi64(acc, _mm256_sllv_epi64(_mm256_cvtepi32_epi64(tot), sh));
+    }
+    if (b < nb) {   /* a last partial group: zero-padded copies, padding scales = the smallest (shift 0) */
+        uint8_t cb[64] = {0}, s4[4] = {(uint8_t)lo, (uint8_t)lo, (uint8_t)lo, (uint8_t)lo};
+        int8_t eb[64] = {0}, ob[64] = {0};
+        const size_t bytes = (size_t)(nb - b) * 16;
+        memcpy(cb, codes + 16 * b, bytes);
+        memcpy(eb, xe + 16 * b, bytes);
+        memcpy(ob, xo + 16 * b, bytes);
+        memcpy(s4, sc + b, (size_t)(nb - b));
+        uint32_t s32;
+        memcpy(&s32, s4, 4);
+        __m256i sh = _mm256_sub_epi64(_mm256_cvtepu8_epi64(_mm_cvtsi32_si128((int)s32)), vlo);
+        acc = _mm256_add_epi64(acc, _mm256_sllv_epi64(_mm256_cvtepi32_epi64(group_totals(cb, eb, ob)), sh));
+    }
+    int64_t v[4];
+    _mm256_storeu_si256((__m256i *)v, acc);
+    return ldexp((double)(v[0] + v[1] + v[2] + v[3]), lo - 128);
+}
+
+#ifndef DS_AVX512_EMULATE
+/* FP8 fast-tier decode, 16 codes per step (the rule of ds_fp8_bf16_one, lane by lane: blend of the
+ * normal and subnormal forms, one multiply by the block's scale, sign, bf16 truncation, flush).
+ * Native only: checked against the scalar rule by the unit tests on AVX-512 hosts and by the
+ * serve self-check. */
+void ds_fp8_decode_avx512(const uint8_t *codes, const uint8_t *sc, int in, ds_bf16 *dst) {
+    const __m512i m7f = _mm512_set1_epi32(0x7f), bias = _mm512_set1_epi32(120 << 23), m7 = _mm512_set1_epi32(7);
+    const __m512i m78 = _mm512_set1_epi32(0x78), m80 = _mm512_set1_epi32(0x80), mff = _mm512_set1_epi32(0xff);
+    const __m512i minexp = _mm512_set1_epi32(DS_FF_MIN_EXP_FIELD);
+    int i = 0;
+    for (; i + 16 <= in; i += 16) {
+        __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(codes + i)));
+        __m512 vn = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_slli_epi32(_mm512_and_si512(c, m7f), 20), bias));
+        __m512 vs = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(c, m7)), _mm512_set1_ps(0x1p-9f));
+        __m512 v = _mm512_mul_ps(_mm512_mask_blend_ps(_mm512_test_epi32_mask(c, m78), vs, vn), _mm512_set1_ps(ds_fp8_scale_f(sc[i / 32])));
+        __m512i r = _mm512_or_si512(_mm512_castps_si512(v), _mm512_slli_epi32(_mm512_and_si512(c, m80), 24));
+        __m512i h = _mm512_srli_epi32(r, 16);
+        __mmask16 keep = _mm512_cmpge_epu32_mask(_mm512_and_si512(_mm512_srli_epi32(h, 7), mff), minexp);
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm512_cvtepi32_epi16(_mm512_maskz_mov_epi32(keep, h)));
+    }
+    for (; i < in; i++) dst[i] = ds_fp8_bf16_one(codes[i], ds_fp8_scale_f(sc[i / 32]));
+}
+
+#pragma GCC pop_options
+#endif

@@ -1,0 +1,254 @@
+/* Linears stored in the official release's formats (CHECKPOINT.md §14), run without expanding the
+ * weights in memory.
+ *
+ * MXFP4 (routed experts): the integer path of kern_official.h — activations quantized per row to
+ * int8 exactly as for W4A8/W8A8 (ds_quantize_rows: this engine's default activation numerics for
+ * the format, in both tiers), exact int32 block sums and their exact scaled int64 total by the
+ * active ISA, rounded once.  Every path gives the same bits.
+ *
+ * FP8 E4M3 with 32x32 E8M0 tiles (dense linears): the activations stay bf16 (the float-math reading
+ * §14 permits).  An E4M3 code times a power of two has 4 significant bits, so it converts exactly
+ * to bf16 / float64:
+ *   exact tier: y = fp32(Σ_i f64(W[o][i])·f64(x[i])), i ascending — NUMERICS rule 2 as for BF16
+ *               linears, one scalar routine on every path;
+ *   fast tier:  16 output rows at a time are converted to bf16 into a per-task buffer (16·in·2
+ *               bytes, cache resident) and fed to the active path's fast BF16 kernel (vdpbf16ps or
+ *               FMA), so results equal the fast BF16 linear of the dequantized matrix bit for bit.
+ * Weights below 2^-50 are flushed as the fast BF16 rule says; no copy of the matrix is kept. */
+#include "kernels/kern_official.h"
+#include "base/threadpool.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static float g_e4m3_lut[256];
+static double g_pow2_127[256];   /* 2^(e-127): FP8 tile scale */
+static int g_tables;
+
+static void tables_init(void) {
+    if (g_tables) return;
+    for (int b = 0; b < 256; b++) {
+        int e = (b >> 3) & 15, m = b & 7;
+        float v = (b & 0x7f) == 0x7f ? NAN : e == 0 ? ldexpf((float)m, -9) : ldexpf((float)(8 + m), e - 10);
+        g_e4m3_lut[b] = (b & 0x80) ? -v : v;
+        g_pow2_127[b] = b == 255 ? NAN : ldexp(1.0, b - 127);
+    }
+    g_tables = 1;   /* idempotent: racing initializers write the same values */
+}
+
+void ds_mx_bsum_ref(const uint8_t *codes, const int8_t *xe, const int8_t *xo, int nb, int32_t *bsum) {
+    static const int8_t mag[16] = {DS_MX_MAG_LUT};
+    for (int b = 0; b < nb; b++) {
+        int32_t s = 0;
+        for (int j = 0; j < 16; j++) {
+            uint8_t c = codes[16 * b + j];
+            int lo = c & 15, hi = c >> 4;
+            s += (lo & 8 ? -mag[lo] : mag[lo]) * xe[16 * b + j];
+            s += (hi & 8 ? -mag[hi] : mag[hi]) * xo[16 * b + j];
+        }
+        bsum[b] = s;
+    }
+}
+
+double ds_mx_row_sequential(ds_mx_bsum_fn fn, const uint8_t *codes, const uint8_t *sc, const int8_t *xe, const int8_t *xo, int nb) {
+    int32_t stack[256], *bs = nb <= 256 ? stack : malloc(sizeof(int32_t) * (size_t)nb);
+    fn(codes, xe, xo, nb, bs);
+    double acc = 0.0;
+    for (int b = 0; b < nb; b++) acc += (double)bs[b] * ldexp(1.0, sc[b] - 128);
+    if (bs != stack) free(bs);
+    return acc;
+}
+
+double ds_mx_row_ref(const uint8_t *codes, const uint8_t *sc, const int8_t *xe, const int8_t *xo, int nb) {
+    int lo, hi;
+    ds_mx_exp_range(sc, nb, &lo, &hi);
+    if (hi - lo > DS_MX_EXACT_SPREAD) return ds_mx_row_sequential(ds_mx_bsum_ref, codes, sc, xe, xo, nb);
+    int64_t total = 0;
+    for (int b = 0; b < nb; b++) {
+        int32_t one;
+        ds_mx_bsum_ref(codes + 16 * b, xe + 16 * b, xo + 16 * b, 1, &one);
+        total += (int64_t)one * ((int64_t)1 << (sc[b] - lo));
+    }
+    return ldexp((double)total, lo - 128);
+}
+
+static ds_mx_row_fn active_row(void) {
+    const char *p = ds_kernels_active();
+    if (!strcmp(p, "avx512-vnni")) return ds_mx_row_avx512;
+    if (!strcmp(p, "avx2")) return ds_mx_row_avx2;
+    return ds_mx_row_ref;
+}
+
+static const ds_kern_ops *active_ops(void) {
+    const char *p = ds_kernels_active();
+    if (!strcmp(p, "avx512-vnni")) return &ds_kern_avx512;
+    if (!strcmp(p, "avx2")) return &ds_kern_avx2;
+    return NULL;
+}
+
+/* ---- MXFP4 ---- */
+
+typedef struct mxrun {
+    const ds_linear *L;
+    const int8_t *xe, *xo;   /* [n][nb·16] */
+    const float *xs;
+    int n, nb, per;
+    float *y;
+    ds_mx_row_fn fn;
+} mxrun;
+
+static void mx_task(void *vctx, int t, int thread) {
+    (void)thread;
+    mxrun *c = vctx;
+    const ds_linear *L = c->L;
+    const int nb = c->nb, o0 = t * c->per, o1 = DS_MIN(L->out, o0 + c->per);
+    const uint8_t *W = L->w;
+    for (int r = 0; r < c->n; r++) {
+        const int8_t *xe = c->xe + (size_t)r * nb * 16, *xo = c->xo + (size_t)r * nb * 16;
+        for (int o = o0; o < o1; o++) {
+            double acc = c->fn(W + (size_t)o * nb * 16, L->w_e8m0 + (size_t)o * nb, xe, xo, nb);
+            c->y[(size_t)r * L->out + o] = (float)(acc * (double)c->xs[r]);
+        }
+    }
+}
+
+static int task_split(int out, double work, int *per) {
+    int threads = ds_pool_threads();
+    int tasks = (threads <= 1 || work < 32768.0) ? 1 : DS_MIN((out + 15) / 16, 4 * threads);
+    *per = (out + tasks - 1) / tasks;
+    *per = (*per + 15) & ~15;   /* whole 16-row tiles; results do not depend on the split */
+    return (out + *per - 1) / *per;
+}
+
+void ds_mx_forward_q_with(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y, ds_mx_row_fn fn) {
+    tables_init();
+    const int in = L->in, nb = in / 32;
+    int8_t *buf = malloc((size_t)2 * n * nb * 16 + 1), *xe = buf, *xo = buf + (size_t)n * nb * 16;
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < in; i += 2) {
+            size_t k = (size_t)r * nb * 16 + (size_t)(i / 32) * 16 + (i % 32) / 2;
+            xe[k] = xq[(size_t)r * in + i];
+            xo[k] = xq[(size_t)r * in + i + 1];
+        }
+    mxrun c = {.L = L, .xe = xe, .xo = xo, .xs = xs, .n = n, .nb = nb, .y = y, .fn = fn};
+    int tasks = task_split(L->out, (double)L->out * in * n, &c.per);
+    ds_pool_run(tasks, mx_task, &c);
+    free(buf);
+}
+
+/* ---- FP8 ---- */
+
+/* Row o of an FP8 linear as exact doubles / flushed bf16. */
+static double fp8_value(const ds_linear *L, int o, int i) {
+    const int sc = (L->in + 31) / 32;
+    const uint8_t *q = L->w;
+    return (double)g_e4m3_lut[q[(size_t)o * L->in + i]] * g_pow2_127[L->w_e8m0[(size_t)(o / 32) * sc + i / 32]];
+}
+
+/* One row as flushed bf16, scalar (the rule is ds_fp8_bf16_one in kern_official.h: a normal E4M3
+ * code's magnitude bits shifted into an fp32's exponent/mantissa position, plus 120 in the exponent
+ * field, are the fp32 (1+m/8)·2^(e-7); a subnormal code is m·2^-9 from the integer m, so no
+ * subnormal fp32 is formed; one multiply by 2^(s-127) applies the scale; results >= 2^-50 are
+ * normal with 4 significant bits, exact in bf16, smaller ones flushed by the fast-tier rule). */
+void ds_fp8_decode_ref(const uint8_t *codes, const uint8_t *sc, int in, ds_bf16 *dst) {
+    for (int i = 0; i < in; i++) dst[i] = ds_fp8_bf16_one(codes[i], ds_fp8_scale_f(sc[i / 32]));
+}
+
+static void fp8_decode_bf16(const ds_linear *L, ds_fp8_decode_fn fn, int o0, int o1, ds_bf16 *dst) {
+    const int in = L->in, sc_cols = (in + 31) / 32;
+    for (int o = o0; o < o1; o++)
+        fn((const uint8_t *)L->w + (size_t)o * in, L->w_e8m0 + (size_t)(o / 32) * sc_cols, in, dst + (size_t)(o - o0) * in);
+}
+
+typedef struct fprun {
+    const ds_linear *L;
+    const ds_kern_ops *ops;
+    const ds_bf16 *x;
+    ds_ffact X;
+    int n, per, dot;
+    float *y;
+    ds_bf16 *tiles;          /* [tasks][16][in] */
+    ds_fp8_decode_fn decode;
+} fprun;
+
+static void fp8_fast_task(void *vctx, int t, int thread) {
+    (void)thread;
+    fprun *c = vctx;
+    const ds_linear *L = c->L;
+    const int o0 = t * c->per, o1 = DS_MIN(L->out, o0 + c->per);
+    ds_bf16 *tile = c->tiles + (size_t)t * 16 * L->in;
+    for (int a = o0; a < o1; a += 16) {
+        int b = DS_MIN(o1, a + 16);
+        fp8_decode_bf16(L, c->decode, a, b, tile);
+        if (!c->ops) {
+            ds_linear T = {.fmt = DS_LIN_BF16, .out = b - a, .in = L->in, .w = tile, .numerics = DS_NUMERICS_FAST};
+            float *tmp = malloc(sizeof(float) * (size_t)c->n * (size_t)(b - a));
+            ds_ref_linear_f_rows(&T, c->x, c->n, 0, b - a, tmp);
+            for (int r = 0; r < c->n; r++) memcpy(c->y + (size_t)r * L->out + a, tmp + (size_t)r * (b - a), sizeof(float) * (size_t)(b - a));
+            free(tmp);
+            continue;
+        }
+        ds_ffw W = {.fmt = DS_LIN_BF16, .out = b - a, .in = L->in, .w = tile};
+        if (c->dot) c->ops->ff_dot(&W, &c->X, 0, b - a, c->y + a, L->out);
+        else c->ops->ff_rows(&W, &c->X, 0, b - a, c->y + a, L->out);
+    }
+}
+
+void ds_fp8_forward_fast_with(const ds_linear *L, const ds_kern_ops *o, int use_dot, const ds_bf16 *x, int n, float *y) {
+    tables_init();
+    fprun c = {.L = L, .ops = o, .x = x, .n = n, .y = y, .dot = o && use_dot && o->ff_dot,
+               .decode = o == &ds_kern_avx512 ? ds_fp8_decode_avx512 : o == &ds_kern_avx2 ? ds_fp8_decode_avx2 : ds_fp8_decode_ref};
+    int tasks = task_split(L->out, (double)L->out * L->in * n, &c.per);
+    c.tiles = malloc(sizeof(ds_bf16) * (size_t)tasks * 16 * (size_t)L->in);
+    void *xbuf = NULL;
+    if (o) {
+        xbuf = ds_amalloc(sizeof(float) * (size_t)n * (size_t)(((L->in + 31) & ~31) + 32));
+        ds_ff_prepare_act(c.dot ? DS_FF_BF16_DOT : DS_FF_BF16_FMA, x, n, L->in, xbuf, &c.X);
+    }
+    ds_pool_run(tasks, fp8_fast_task, &c);
+    ds_afree(xbuf);
+    free(c.tiles);
+}
+
+typedef struct fxrun { const ds_linear *L; const ds_bf16 *x; int n, per; float *y; } fxrun;
+
+static void fp8_exact_task(void *vctx, int t, int thread) {
+    (void)thread;
+    fxrun *c = vctx;
+    const ds_linear *L = c->L;
+    const int o0 = t * c->per, o1 = DS_MIN(L->out, o0 + c->per);
+    for (int r = 0; r < c->n; r++) {
+        const ds_bf16 *xr = c->x + (size_t)r * L->in;
+        for (int o = o0; o < o1; o++) {
+            double acc = 0.0;
+            for (int i = 0; i < L->in; i++) acc += fp8_value(L, o, i) * (double)ds_bf16_to_f32(xr[i]);
+            c->y[(size_t)r * L->out + o] = (float)acc;
+        }
+    }
+}
+
+/* ---- entry points (dispatch.c) ---- */
+
+void ds_official_forward_q(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y) {
+    ds_mx_forward_q_with(L, xq, xs, n, y, active_row());
+}
+
+void ds_official_forward(const ds_linear *L, const ds_bf16 *x, int n, float *y) {
+    tables_init();
+    if (L->fmt == DS_LIN_MXFP4) {
+        int8_t *q = malloc((size_t)n * L->in + 1);
+        float *s = malloc(sizeof(float) * (size_t)n);
+        ds_quantize_rows(x, n, L->in, q, s);
+        ds_official_forward_q(L, q, s, n, y);
+        free(q);
+        free(s);
+        return;
+    }
+    if (L->numerics == DS_NUMERICS_FAST) {
+        ds_fp8_forward_fast_with(L, active_ops(), ds_kernels_bf16dot_active(), x, n, y);
+        return;
+    }
+    fxrun c = {.L = L, .x = x, .n = n, .y = y};
+    int tasks = task_split(L->out, (double)L->out * L->in * n, &c.per);
+    ds_pool_run(tasks, fp8_exact_task, &c);
+}

@@ -1,0 +1,244 @@
+/* Kernels of the official FP8/MXFP4 formats (src/kernels/official.c, kern_official_*.c) and the
+ * number-format encoders of `mkmodel --format official`.
+ *
+ * Independent oracles: MXFP4 results are checked against a float64 evaluation written here from
+ * the CHECKPOINT.md §14 decode table (weights decoded to values, products summed exactly in long
+ * double per block), not from the kernels' integer formulation; every ISA path (AVX2, AVX-512 VNNI
+ * natively where the CPU has it, and the AVX-512 source under SIMDe emulation on every host) must
+ * equal the scalar path bit for bit.  FP8 linears must equal the BF16 linear of the matrix decoded
+ * here, in both tiers, bit for bit.  The encoders are checked against the tie rules the spec lists. */
+#include "check.h"
+#include "test_kernels_util.h"
+#include "kernels/kern_official.h"
+#include "tools/mkmodel_official.h"
+#include "tools/quant_fp8.h"
+#define DS_AVX512_EMULATE 1
+#include "kernels/kern_official_avx512.c"
+#include <stdio.h>
+
+/* A random MXFP4 linear: codes [out][in/2], scales [out][in/32] in a realistic exponent range. */
+typedef struct { ds_linear L; uint8_t *codes, *sc; } mx_lin;
+
+static mx_lin mx_make(int out, int in, int emin, int emax) {
+    mx_lin m;
+    memset(&m, 0, sizeof m);
+    m.codes = malloc((size_t)out * in / 2);
+    m.sc = malloc((size_t)out * in / 32);
+    for (size_t i = 0; i < (size_t)out * in / 2; i++) m.codes[i] = (uint8_t)tk_rand();
+    for (size_t i = 0; i < (size_t)out * in / 32; i++) m.sc[i] = (uint8_t)tk_range(127 + emin, 127 + emax);
+    m.L = (ds_linear){.fmt = DS_LIN_MXFP4, .out = out, .in = in, .w = m.codes, .w_e8m0 = m.sc};
+    return m;
+}
+
+/* Spec-side value of weight (o, i): E2M1 code (low nibble = even input) times 2^(s - 127). */
+static double mx_weight(const mx_lin *m, int o, int i) {
+    uint8_t b = m->codes[(size_t)o * m->L.in / 2 + i / 2];
+    return (double)ds_e2m1_to_f32(i % 2 ? b >> 4 : b & 15) * ldexp(1.0, m->sc[(size_t)o * m->L.in / 32 + i / 32] - 127);
+}
+
+TEST(mxfp4_paths_equal_scalar_and_the_decoded_weights) {
+    static const int outs[] = {1, 7, 16, 17, 40, 64};
+    static const int ins[] = {32, 64, 96, 128, 160, 224, 512};
+    int runs = 0;
+    for (int trial = 0; trial < 40; trial++) {
+        int out = outs[tk_range(0, 5)], in = ins[tk_range(0, 6)], n = tk_range(1, 9);
+        mx_lin m = mx_make(out, in, trial % 5 ? -8 : -40, trial % 5 ? 2 : 30);   /* every fifth: wide exponent spread */
+        int8_t *q = malloc((size_t)n * in);
+        float *s = malloc(sizeof(float) * n);
+        for (int i = 0; i < n * in; i++) q[i] = (int8_t)(trial % 7 == 0 ? (i % 2 ? 127 : -127) : tk_range(-127, 127));
+        for (int r = 0; r < n; r++) s[r] = (float)tk_range(1, 1000) * 1e-3f;
+        float *y0 = malloc(sizeof(float) * n * out), *y1 = malloc(sizeof(float) * n * out);
+        ds_mx_forward_q_with(&m.L, q, s, n, y0, ds_mx_row_ref);
+        /* the spec-side value: with scales within 2^10 of each other the float64 sum is exact */
+        if (trial % 5)
+            for (int r = 0; r < n; r++)
+                for (int o = 0; o < out; o++) {
+                    double acc = 0;
+                    for (int i = 0; i < in; i++) acc += mx_weight(&m, o, i) * q[(size_t)r * in + i];
+                    float want = (float)(acc * (double)s[r]);
+                    CHECK(memcmp(&want, &y0[(size_t)r * out + o], 4) == 0, "out=%d in=%d r=%d o=%d: %.9g vs %.9g", out, in, r, o,
+                          (double)want, (double)y0[(size_t)r * out + o]);
+                }
+        ds_mx_row_fn paths[3] = {ds_mx_row_avx512_emu, ds_kernels_available("avx2") ? ds_mx_row_avx2 : NULL,
+                                 ds_kernels_available("avx512-vnni") ? ds_mx_row_avx512 : NULL};
+        for (int p = 0; p < 3; p++) {
+            if (!paths[p]) continue;
+            tk_poison(y1, (size_t)n * out);
+            ds_mx_forward_q_with(&m.L, q, s, n, y1, paths[p]);
+            CHECK(!memcmp(y0, y1, sizeof(float) * n * out), "path %d out=%d in=%d n=%d differs from scalar", p, out, in, n);
+            runs++;
+        }
+        free(q); free(s); free(y0); free(y1); free(m.codes); free(m.sc);
+    }
+    printf("  %d MXFP4 path runs compared (avx2 %s, avx512-vnni %s natively)\n", runs, ds_kernels_available("avx2") ? "yes" : "no",
+           ds_kernels_available("avx512-vnni") ? "yes" : "no");
+    CHECK(runs >= 40, "only %d runs", runs);
+}
+
+TEST(mxfp4_exponent_spread_boundary) {
+    /* spread 37: the exact sum rounded once (checked with a 128-bit integer sum written here);
+     * spread 38: the ascending float64 order; every path equal to the scalar one in both */
+    for (int spread = 36; spread <= 39; spread++) {
+        mx_lin m = mx_make(8, 256, 0, 0);
+        for (int o = 0; o < 8; o++)
+            for (int b = 0; b < 8; b++) m.sc[o * 8 + b] = (uint8_t)(90 + (b == 3 ? spread : b % 3));
+        int8_t q[256];
+        float s = 0.37f, y0[8], y1[8];
+        for (int i = 0; i < 256; i++) q[i] = (int8_t)tk_range(-127, 127);
+        ds_mx_forward_q_with(&m.L, q, &s, 1, y0, ds_mx_row_ref);
+        if (spread <= DS_MX_EXACT_SPREAD)
+            for (int o = 0; o < 8; o++) {
+                __int128 tot = 0;
+                for (int i = 0; i < 256; i++) {
+                    uint8_t byte = m.codes[o * 128 + i / 2];
+                    int c = i % 2 ? byte >> 4 : byte & 15, v2 = (int)(2 * ds_e2m1_to_f32((uint8_t)c));
+                    tot += (__int128)v2 * q[i] * ((__int128)1 << (m.sc[o * 8 + i / 32] - 90));
+                }
+                float want = (float)(ldexp((double)(int64_t)tot, 90 - 128) * (double)s);
+                CHECK(memcmp(&want, &y0[o], 4) == 0, "spread %d row %d: %.9g vs %.9g", spread, o, (double)want, (double)y0[o]);
+            }
+        ds_mx_row_fn paths[3] = {ds_mx_row_avx512_emu, ds_kernels_available("avx2") ? ds_mx_row_avx2 : NULL,
+                                 ds_kernels_available("avx512-vnni") ? ds_mx_row_avx512 : NULL};
+        for (int p = 0; p < 3; p++) {
+            if (!paths[p]) continue;
+            ds_mx_forward_q_with(&m.L, q, &s, 1, y1, paths[p]);
+            CHECK(!memcmp(y0, y1, sizeof y0), "spread %d path %d differs", spread, p);
+        }
+        free(m.codes); free(m.sc);
+    }
+}
+
+TEST(mxfp4_forward_quantizes_rows_like_w4a8) {
+    /* ds_linear_forward on bf16 rows = ds_quantize_rows then the integer path, on every kernel path */
+    mx_lin m = mx_make(33, 128, -6, 0);
+    const int n = 3;
+    ds_bf16 *x = malloc(sizeof(ds_bf16) * n * 128);
+    tk_fill_bf16(x, (size_t)n * 128, 2.0f);
+    int8_t q[3 * 128];
+    float s[3], want[3 * 33], got[3 * 33];
+    ds_ref_quantize_rows(x, n, 128, q, s);
+    ds_mx_forward_q_with(&m.L, q, s, n, want, ds_mx_row_ref);
+    const char *names[3] = {"reference", "avx2", "avx512-vnni"};
+    ds_error err;
+    for (int p = 0; p < 3; p++) {
+        if (!ds_kernels_available(names[p])) continue;
+        CHECK(ds_kernels_select(names[p], &err) == 0, "select %s", names[p]);
+        tk_poison(got, 3 * 33);
+        ds_linear_forward(&m.L, x, n, got);
+        CHECK(!memcmp(want, got, sizeof want), "%s differs", names[p]);
+    }
+    ds_kernels_select("auto", &err);
+    free(x); free(m.codes); free(m.sc);
+}
+
+/* A random FP8 linear and its decoded BF16 copy (exact). */
+typedef struct { ds_linear L, B; uint8_t *codes, *sc; ds_bf16 *dec; } fp8_lin;
+
+static fp8_lin fp8_make(int out, int in, ds_numerics nm, int emin) {
+    fp8_lin f;
+    const int sc_cols = (in + 31) / 32;
+    f.codes = malloc((size_t)out * in);
+    f.sc = malloc((size_t)((out + 31) / 32) * sc_cols);
+    f.dec = malloc(sizeof(ds_bf16) * (size_t)out * in);
+    for (size_t i = 0; i < (size_t)out * in; i++) {
+        uint8_t c = (uint8_t)tk_rand();
+        f.codes[i] = (c & 0x7f) == 0x7f ? 0x7e : c;   /* no NaN codes (the loader refuses them) */
+    }
+    for (size_t i = 0; i < (size_t)((out + 31) / 32) * sc_cols; i++) f.sc[i] = (uint8_t)tk_range(127 + emin, 127 - 4);
+    for (int o = 0; o < out; o++)
+        for (int i = 0; i < in; i++) {
+            float v = ldexpf(ds_e4m3_to_f32(f.codes[(size_t)o * in + i]), f.sc[(size_t)(o / 32) * sc_cols + i / 32] - 127);
+            f.dec[(size_t)o * in + i] = ds_f32_to_bf16(v);
+            CHECK(ds_bf16_to_f32(f.dec[(size_t)o * in + i]) == v, "decoded FP8 value not exact in bf16");
+        }
+    f.L = (ds_linear){.fmt = DS_LIN_FP8, .out = out, .in = in, .w = f.codes, .w_e8m0 = f.sc, .numerics = nm};
+    f.B = (ds_linear){.fmt = DS_LIN_BF16, .out = out, .in = in, .w = f.dec, .numerics = nm};
+    return f;
+}
+
+TEST(fp8_linears_equal_the_bf16_linear_of_the_decoded_matrix) {
+    static const int outs[] = {1, 16, 31, 33, 70};
+    static const int ins[] = {1, 31, 32, 33, 100, 256};
+    const char *names[3] = {"reference", "avx2", "avx512-vnni"};
+    ds_error err;
+    int runs = 0;
+    for (int trial = 0; trial < 24; trial++) {
+        ds_numerics nm = trial % 2 ? DS_NUMERICS_FAST : DS_NUMERICS_EXACT;
+        int out = outs[tk_range(0, 4)], in = ins[tk_range(0, 5)], n = tk_range(1, 5);
+        fp8_lin f = fp8_make(out, in, nm, trial % 3 ? -12 : -60);   /* every third: weights below 2^-50 (flushed in the fast tier) */
+        ds_bf16 *x = malloc(sizeof(ds_bf16) * n * in);
+        tk_fill_bf16(x, (size_t)n * in, 1.0f);
+        float *want = malloc(sizeof(float) * n * out), *got = malloc(sizeof(float) * n * out);
+        ds_ref_linear_f(&f.B, x, n, want);    /* the scalar order of that tier */
+        for (int p = 0; p < 3; p++) {
+            if (!ds_kernels_available(names[p])) continue;
+            for (int dot = 0; dot < (p == 2 ? 2 : 1); dot++) {
+                CHECK(ds_kernels_select(names[p], &err) == 0, "select %s", names[p]);
+                int prev = ds_kernels_allow_bf16dot(dot || p != 2);
+                tk_poison(got, (size_t)n * out);
+                ds_linear_forward(&f.L, x, n, got);
+                ds_kernels_allow_bf16dot(prev);
+                CHECK(!memcmp(want, got, sizeof(float) * n * out), "%s%s %s out=%d in=%d n=%d differs", names[p], dot ? "+dot" : "",
+                      ds_numerics_name(nm), out, in, n);
+                runs++;
+            }
+        }
+        ds_kernels_select("auto", &err);
+        free(x); free(want); free(got); free(f.codes); free(f.sc); free(f.dec);
+    }
+    printf("  %d FP8 runs compared\n", runs);
+    CHECK(runs >= 24, "only %d runs", runs);
+}
+
+TEST(fp8_decode_paths_equal_scalar_on_every_code) {
+    /* all 256 codes (NaN codes included: the loader refuses them, the decode must still agree) at
+     * scales that exercise the 2^-50 flush, the subnormal scale byte 0 and large exponents */
+    static const uint8_t scales[] = {0, 1, 60, 70, 77, 80, 119, 127, 135, 200, 254};
+    uint8_t codes[256 + 24];
+    for (int i = 0; i < 256 + 24; i++) codes[i] = (uint8_t)(i < 256 ? (uint64_t)i : tk_rand());
+    for (size_t k = 0; k < DS_ARRAY_LEN(scales); k++) {
+        uint8_t sc[9];
+        for (int b = 0; b < 9; b++) sc[b] = scales[(k + (size_t)b) % DS_ARRAY_LEN(scales)];
+        ds_bf16 want[280], got[280];
+        ds_fp8_decode_ref(codes, sc, 280, want);
+        for (int i = 0; i < 256; i++) {   /* the rule itself: value = e4m3 · 2^(s-127), bf16-exact, flushed */
+            float v = ldexpf(ds_e4m3_to_f32(codes[i]), sc[i / 32] - 127);
+            if (isnan(v) || isinf(v) || fabsf(v) < 0x1p-50f) continue;
+            CHECK(ds_bf16_to_f32(want[i]) == v, "code 0x%02X scale %d: %g vs %g", codes[i], sc[i / 32], (double)ds_bf16_to_f32(want[i]), (double)v);
+        }
+        if (ds_kernels_available("avx2")) {
+            ds_fp8_decode_avx2(codes, sc, 280, got);
+            CHECK(!memcmp(want, got, sizeof want), "avx2 decode differs at scale set %zu", k);
+        }
+        if (ds_kernels_available("avx512-vnni")) {
+            ds_fp8_decode_avx512(codes, sc, 280, got);
+            CHECK(!memcmp(want, got, sizeof want), "avx512 decode differs at scale set %zu", k);
+        }
+    }
+}
+
+TEST(encoders_round_trip_and_follow_the_spec_ties) {
+    for (int c = 0; c < 256; c++) {
+        if ((c & 0x7f) == 0x7f || c == 0x80) continue;   /* NaN codes; -0 encodes as +0 */
+        CHECK(ds_mk_e4m3_encode(ds_e4m3_to_f32((uint8_t)c)) == c, "E4M3 code 0x%02X does not round-trip", c);
+    }
+    for (int c = 0; c < 16; c++)
+        if (c != 8) CHECK(ds_mk_e2m1_encode(ds_e2m1_to_f32((uint8_t)c)) == c, "E2M1 code %d does not round-trip", c);
+    /* CHECKPOINT.md §14: ties 0.25, 1.25, 2.5, 5 go down; 0.75, 1.75, 3.5 go up; saturate to ±6 */
+    static const float tie[7] = {0.25f, 1.25f, 2.5f, 5.f, 0.75f, 1.75f, 3.5f};
+    static const float to[7] = {0.f, 1.f, 2.f, 4.f, 1.f, 2.f, 4.f};
+    for (int k = 0; k < 7; k++) {
+        CHECK(ds_e2m1_to_f32(ds_mk_e2m1_encode(tie[k])) == to[k], "E2M1 tie %g", (double)tie[k]);
+        CHECK(ds_e2m1_to_f32(ds_mk_e2m1_encode(-tie[k])) == -to[k], "E2M1 tie -%g", (double)tie[k]);
+    }
+    CHECK(ds_e2m1_to_f32(ds_mk_e2m1_encode(100.f)) == 6.f, "E2M1 saturation");
+    CHECK(ds_e4m3_to_f32(ds_mk_e4m3_encode(1000.f)) == 448.f && ds_e4m3_to_f32(ds_mk_e4m3_encode(-1000.f)) == -448.f, "E4M3 saturation");
+    /* E4M3 ties to even mantissa: 1 + 1/16 lies between 1 (m=0) and 1.125 (m=1) -> 1; 1 + 3/16 -> 1.25 */
+    CHECK(ds_e4m3_to_f32(ds_mk_e4m3_encode(1.0625f)) == 1.0f && ds_e4m3_to_f32(ds_mk_e4m3_encode(1.1875f)) == 1.25f, "E4M3 ties");
+    CHECK(ds_e4m3_to_f32(ds_mk_e4m3_encode(ldexpf(1.f, -10))) == 0.f, "E4M3: half the smallest subnormal ties to 0");
+    /* E8M0: the smallest power of two p with amax / p <= max */
+    CHECK(ds_mk_e8m0_for(448.f, 448.f) == 127 && ds_mk_e8m0_for(449.f, 448.f) == 128 && ds_mk_e8m0_for(6.f, 6.f) == 127, "E8M0 exact");
+    CHECK(ds_mk_e8m0_for(3.f, 6.f) == 126 && ds_mk_e8m0_for(3.1f, 6.f) == 127 && ds_mk_e8m0_for(0.f, 6.f) == 127, "E8M0 choice");
+}
+
+RUN_ALL()

@@ -215,16 +215,27 @@ UNROLL12
     }
 }
 
-/* Rows [r0, r1) of one panel group over one input block: blocks of 12, then a tail of 8 / 4 / 2 /
- * 1 (the block's weights stay in L1 between the row blocks). */
+/* Rows [r0, r1) of one panel group over one input block: blocks of 12, then the remainder as one
+ * exact-height tile (the block's weights stay in L1 between the row blocks; a 6-row verify step is
+ * one 6-row tile, not 4 + 2). */
 #define ROW_BLOCKS(FN, NP)                                                                       \
     do {                                                                                         \
         int r = r0;                                                                              \
         for (; r + DS_Q_NR <= r1; r += DS_Q_NR) FN(P, X, p, r, NP, DS_Q_NR, K, y, ystride);      \
-        if (r + 8 <= r1) { FN(P, X, p, r, NP, 8, K, y, ystride); r += 8; }                       \
-        if (r + 4 <= r1) { FN(P, X, p, r, NP, 4, K, y, ystride); r += 4; }                       \
-        if (r + 2 <= r1) { FN(P, X, p, r, NP, 2, K, y, ystride); r += 2; }                       \
-        if (r < r1) FN(P, X, p, r, NP, 1, K, y, ystride);                                        \
+        switch (r1 - r) {                                                                        \
+        case 11: FN(P, X, p, r, NP, 11, K, y, ystride); break;                                   \
+        case 10: FN(P, X, p, r, NP, 10, K, y, ystride); break;                                   \
+        case 9: FN(P, X, p, r, NP, 9, K, y, ystride); break;                                     \
+        case 8: FN(P, X, p, r, NP, 8, K, y, ystride); break;                                     \
+        case 7: FN(P, X, p, r, NP, 7, K, y, ystride); break;                                     \
+        case 6: FN(P, X, p, r, NP, 6, K, y, ystride); break;                                     \
+        case 5: FN(P, X, p, r, NP, 5, K, y, ystride); break;                                     \
+        case 4: FN(P, X, p, r, NP, 4, K, y, ystride); break;                                     \
+        case 3: FN(P, X, p, r, NP, 3, K, y, ystride); break;                                     \
+        case 2: FN(P, X, p, r, NP, 2, K, y, ystride); break;                                     \
+        case 1: FN(P, X, p, r, NP, 1, K, y, ystride); break;                                     \
+        default: break;                                                                          \
+        }                                                                                        \
     } while (0)
 
 static void w8_rows(const ds_packed *P, const ds_qact *X, int r0, int r1, int p, int np, const qrange *K,
@@ -265,9 +276,10 @@ static void q_panels(const ds_packed *P, const ds_qact *X, int r0, int r1, int p
         return;
     }
     const int chunk = DS_MAX(12, DS_MIN(Q_CHUNK_MAX, (int)(DS_Q_CHUNK_BYTES / (size_t)X->kpad) / 12 * 12));
-    const int kb = DS_MAX(1, (int)(DS_Q_KBLOCK / (2 * DS_TILE_BYTES)));  /* steps per block, 2 panels */
     for (int c0 = r0; c0 < r1; c0 += chunk) {
         const int c1 = DS_MIN(r1, c0 + chunk);
+        /* steps per input block (2 panels); one block when the chunk is a single tile: nothing to reuse */
+        const int kb = c1 - c0 <= DS_Q_NR ? P->ksteps : DS_MAX(1, (int)(DS_Q_KBLOCK / (2 * DS_TILE_BYTES)));
         for (int p = p0; p < p1;) {
             const int np = p + 2 <= p1 ? 2 : 1;
             for (int s0 = 0; s0 < P->ksteps; s0 += kb) {

@@ -359,6 +359,7 @@ void ds_linear_forward_q_many(const ds_linear_job *jobs, int n_jobs) {
     uint8_t *qubuf = o ? scratch(SLOT_QU, qubytes) : NULL;
     int32_t *xsbuf = o ? scratch(SLOT_XSUM, sizeof(int32_t) * xsums) : NULL;
     int ntask = 0, nprep = 0;
+    size_t prep_bytes = 0;
     for (int j = 0; j < n_jobs; j++) {
         const ds_linear *L = jobs[j].L;
         int n = jobs[j].n, in = L->in;
@@ -380,14 +381,15 @@ void ds_linear_forward_q_many(const ds_linear_job *jobs, int n_jobs) {
             qj[j].X = (ds_qact){.q = q ? q : jobs[j].xq, .qu = qu, .s = jobs[j].xs, .xsum = xsbuf, .n = n, .kpad = kpad};
             xsbuf += n;
             nprep += (int)DS_MIN((size_t)n, ((size_t)n * (size_t)kpad + PREP_TASK_BYTES - 1) / PREP_TASK_BYTES);
+            prep_bytes += (size_t)n * (size_t)kpad;
         }
         ntask += plan_tasks(L, n, j, threads, tasks + ntask);
     }
     qrun run = {o, qj, tasks, n_jobs, nprep};
-    /* the activation copies and row sums: inline when small, else one pool pass over row ranges
-     * (a 512-row prefill chunk has megabytes of them) */
+    /* the activation copies and row sums: inline when small (decode), else one pool pass over row
+     * ranges (a 512-row prefill chunk, or its MoE experts' grouped rows, have megabytes of them) */
     if (o && nprep > 0) {
-        if (threads <= 1 || nprep == n_jobs) {
+        if (threads <= 1 || prep_bytes < PREP_TASK_BYTES) {
             for (int j = 0; j < n_jobs; j++)
                 if (jobs[j].n > 0) prep_rows(&qj[j], 0, jobs[j].n);
         } else {

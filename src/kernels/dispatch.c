@@ -250,7 +250,53 @@ typedef struct {
     const ds_kern_ops *ops;
     qjob *jobs;
     qtask *tasks;
+    int n_jobs, n_prep;
 } qrun;
+
+/* Activation preparation of rows [r0, r1) of one job: the zero-padded copy (when the row length
+ * is not a multiple of 64), the row sums and the x+128 copy, each in blocks of 64 bytes (a fixed
+ * trip count the compiler vectorizes). */
+enum { PREP_TASK_BYTES = 256 << 10 };
+static void prep_rows(qjob *j, int r0, int r1) {
+    const int in = j->L->in, kpad = j->X.kpad;
+    for (int r = r0; r < r1; r++) {
+        const int8_t *src = j->xq + (size_t)r * in;
+        int8_t *q = (int8_t *)j->X.q + (size_t)r * kpad;
+        if (q != src) {
+            memcpy(q, src, (size_t)in);
+            memset(q + in, 0, (size_t)(kpad - in));
+        }
+        int32_t sum = 0;
+        for (int i = 0; i < kpad; i += 64) {
+            int32_t part = 0;
+            for (int k = 0; k < 64; k++) part += q[i + k];
+            sum += part;
+        }
+        ((int32_t *)j->X.xsum)[r] = sum;
+        if (j->X.qu) {
+            uint8_t *u = (uint8_t *)j->X.qu + (size_t)r * kpad;
+            for (int i = 0; i < kpad; i += 64)
+                for (int k = 0; k < 64; k++) u[i + k] = (uint8_t)q[i + k] ^ 0x80u;
+        }
+    }
+}
+
+/* Prep task t: the jobs' rows cut into ranges of about PREP_TASK_BYTES (same cut as counted). */
+static void prep_task(void *vctx, int t, int thread) {
+    (void)thread;
+    qrun *c = vctx;
+    for (int j = 0; j < c->n_jobs; j++) {
+        qjob *q = &c->jobs[j];
+        if (!q->L || q->X.n <= 0 || !q->P) continue;
+        const int n = q->X.n;
+        const int parts = (int)DS_MIN((size_t)n, ((size_t)n * (size_t)q->X.kpad + PREP_TASK_BYTES - 1) / PREP_TASK_BYTES);
+        if (t < parts) {
+            prep_rows(q, (int)((long)n * t / parts), (int)((long)n * (t + 1) / parts));
+            return;
+        }
+        t -= parts;
+    }
+}
 
 static void q_task(void *vctx, int t, int thread) {
     (void)thread;
@@ -326,7 +372,8 @@ void ds_linear_forward_q_many(const ds_linear_job *jobs, int n_jobs) {
     int8_t *qbuf = o ? scratch(SLOT_Q, qbytes) : NULL;
     uint8_t *qubuf = o ? scratch(SLOT_QU, qubytes) : NULL;
     int32_t *xsbuf = o ? scratch(SLOT_XSUM, sizeof(int32_t) * xsums) : NULL;
-    int ntask = 0;
+    int ntask = 0, nprep = 0;
+    size_t prep_bytes = 0;
     for (int j = 0; j < n_jobs; j++) {
         const ds_linear *L = jobs[j].L;
         int n = jobs[j].n, in = L->in;
@@ -335,36 +382,34 @@ void ds_linear_forward_q_many(const ds_linear_job *jobs, int n_jobs) {
         if (o) {
             qj[j].P = ensure_packed(L);
             int kpad = (in + 63) & ~63;
-            const int8_t *q = jobs[j].xq;
-            if (in % 64) { /* zero-pad rows so kernels never read past a row */
-                int8_t *dst = qbuf;
+            int8_t *q = NULL;
+            if (in % 64) { /* zero-padded copy, so kernels never read past a row */
+                q = qbuf;
                 qbuf += (size_t)kpad * n;
-                for (int r = 0; r < n; r++) {
-                    memcpy(dst + (size_t)r * kpad, q + (size_t)r * in, (size_t)in);
-                    memset(dst + (size_t)r * kpad + in, 0, (size_t)(kpad - in));
-                }
-                q = dst;
             }
-            int32_t *xsum = xsbuf;
-            xsbuf += n;
-            for (int r = 0; r < n; r++) {
-                int32_t sum = 0;
-                const int8_t *qr = q + (size_t)r * kpad;
-                for (int i = 0; i < in; i++) sum += qr[i];
-                xsum[r] = sum;
-            }
-            const uint8_t *qu = NULL;
+            uint8_t *qu = NULL;
             if (o->wants_qu && L->fmt == DS_LIN_W8A8) {
-                uint8_t *dst = qubuf;
+                qu = qubuf;
                 qubuf += (size_t)kpad * n;
-                for (size_t i = 0; i < (size_t)kpad * n; i++) dst[i] = (uint8_t)q[i] ^ 0x80u;
-                qu = dst;
             }
-            qj[j].X = (ds_qact){.q = q, .qu = qu, .s = jobs[j].xs, .xsum = xsum, .n = n, .kpad = kpad};
+            qj[j].X = (ds_qact){.q = q ? q : jobs[j].xq, .qu = qu, .s = jobs[j].xs, .xsum = xsbuf, .n = n, .kpad = kpad};
+            xsbuf += n;
+            nprep += (int)DS_MIN((size_t)n, ((size_t)n * (size_t)kpad + PREP_TASK_BYTES - 1) / PREP_TASK_BYTES);
+            prep_bytes += (size_t)n * (size_t)kpad;
         }
         ntask += plan_tasks(L, n, j, threads, tasks + ntask);
     }
-    qrun run = {o, qj, tasks};
+    qrun run = {o, qj, tasks, n_jobs, nprep};
+    /* the activation copies and row sums: inline when small (decode), else one pool pass over row
+     * ranges (a 512-row prefill chunk, or its MoE experts' grouped rows, have megabytes of them) */
+    if (o && nprep > 0) {
+        if (threads <= 1 || prep_bytes < PREP_TASK_BYTES) {
+            for (int j = 0; j < n_jobs; j++)
+                if (jobs[j].n > 0) prep_rows(&qj[j], 0, jobs[j].n);
+        } else {
+            ds_pool_run(nprep, prep_task, &run);
+        }
+    }
     ds_pool_run(ntask, q_task, &run);
 }
 

@@ -8,8 +8,9 @@
  *   W4A8: the weights, stored as w+8 (0..15); the activations stay signed; the bias adds 8*Σx.
  * Sums stay below 2^31 for every shape here (CHECKPOINT.md §7), and int32 wraps exactly anyway,
  * so outputs are bit-identical to the scalar reference.  Matrix-vector calls walk 4 panels at
- * once (4 weight streams); matrix-matrix calls keep 2 panels x 8 activation rows = 16
- * accumulators in registers, re-reading the panel from L1/L2 for each block of 8 rows.
+ * once (4 weight streams); matrix-matrix calls keep 2 panels x 12 activation rows = 24
+ * accumulators in registers and are cache-blocked (q_panels): row chunks stay in L2, input blocks
+ * of a panel pair stay in L1 while every row tile of the chunk runs against them.
  * Float kernels: weights widened to float64 and FMA'd with exact float64 activations, 2 x 8 lanes
  * per output row, combined in a fixed order (batch and thread invariant).  Fast-tier float kernels
  * (end of file) accumulate in fp32 in the blocked order of kernels.h, with vdpbf16ps for BF16
@@ -87,9 +88,11 @@ static inline simde__m512 emu_fmadd_ps(simde__m512 a, simde__m512 b, simde__m512
  * unit take minutes to compile for no benefit. */
 #define AI static inline
 #define UNROLL8
+#define UNROLL12
 #else
 #define AI static inline __attribute__((always_inline))
 #define UNROLL8 _Pragma("GCC unroll 8")
+#define UNROLL12 _Pragma("GCC unroll 12")
 #endif
 
 static inline int32_t ld4(const void *p) { int32_t v; memcpy(&v, p, 4); return v; }
@@ -101,32 +104,73 @@ AI void store16(__m512i acc, float sx, const float *scale, int o0, int out, floa
     else if (o0 < out) _mm512_mask_storeu_ps(yrow + o0, (__mmask16)((1u << (out - o0)) - 1u), v);
 }
 
-AI void w8_block(const ds_packed *P, const ds_qact *X, int p, int r, const int NP, const int NR,
-                 float *y, int ystride) {
-    __m512i acc[4][8];
-UNROLL8
+/* VPDPBUSD through a tied asm operand: GCC 12 keeps an array of intrinsic accumulators poorly (a
+ * register copy per instruction plus stack spills inside the k loop); "+v" keeps each accumulator
+ * in its register (measured +25-35% on W8A8 with many rows).  Not volatile, so still scheduled
+ * freely.  (A {1to16} memory-broadcast operand for W4A8 was measured slower on this path's hosts
+ * than one register broadcast shared by both panels.)  The emulated build runs the intrinsic. */
+#ifndef DS_AVX512_EMULATE
+AI __m512i dpbusd(__m512i acc, __m512i u, __m512i s) {
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
+    return acc;
+}
+#else
+#define dpbusd(acc, u, s) _mm512_dpbusd_epi32((acc), (u), (s))
+#endif
+#define DS_Q_NR 12 /* rows per micro-tile: 2 panels x 12 rows = 24 accumulators */
+
+/* Input steps [s0, s1) of a micro-tile.  Tiles that do not cover the whole input start from and
+ * park their int32 partial sums in `part` (row r at part + (r - r0) * 32 ints: 2 panels x 16);
+ * int32 sums are exact, so splitting the inputs changes no bit. */
+typedef struct { int s0, s1, first, last, r0; int32_t *part; } qrange;
+
+AI void acc_init(__m512i acc[4][12], const int NP, const int NR, const qrange *K, int r) {
+UNROLL12
     for (int j = 0; j < NP; j++)
-UNROLL8
-        for (int i = 0; i < NR; i++) acc[j][i] = _mm512_setzero_si512();
+UNROLL12
+        for (int i = 0; i < NR; i++)
+            acc[j][i] = K->first ? _mm512_setzero_si512()
+                                 : _mm512_load_si512((const void *)(K->part + (size_t)(r - K->r0 + i) * 32 + 16 * j));
+}
+
+/* Returns 1 when the partial sums were parked (more input blocks follow). */
+AI int acc_park(__m512i acc[4][12], const int NP, const int NR, const qrange *K, int r) {
+    if (K->last) return 0;
+UNROLL12
+    for (int j = 0; j < NP; j++)
+UNROLL12
+        for (int i = 0; i < NR; i++)
+            _mm512_store_si512((void *)(K->part + (size_t)(r - K->r0 + i) * 32 + 16 * j), acc[j][i]);
+    return 1;
+}
+
+/* One micro-tile: NP panels (16 outputs each) x NR activation rows, NP*NR accumulators held in
+ * registers over the whole input range (2 x 12 = 24 of the 32 zmm, plus the weight tiles). */
+AI void w8_block(const ds_packed *P, const ds_qact *X, int p, int r, const int NP, const int NR,
+                 const qrange *K, float *y, int ystride) {
+    __m512i acc[4][12];
+    acc_init(acc, NP, NR, K, r);
     const uint8_t *wp = P->tiles + (size_t)p * P->panel_bytes;
     const uint8_t *xr = X->qu + (size_t)r * X->kpad;
-    for (int s = 0; s < P->ksteps; s++) {
+    const size_t kpad = (size_t)X->kpad;
+    for (int s = K->s0; s < K->s1; s++) {
         __m512i w[4];
-UNROLL8
+UNROLL12
         for (int j = 0; j < NP; j++)
             w[j] = _mm512_load_si512((const void *)(wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES));
-UNROLL8
+UNROLL12
         for (int i = 0; i < NR; i++) {
-            __m512i xb = _mm512_set1_epi32(ld4(xr + (size_t)i * X->kpad + 4 * (size_t)s));
-UNROLL8
-            for (int j = 0; j < NP; j++) acc[j][i] = _mm512_dpbusd_epi32(acc[j][i], xb, w[j]);
+            __m512i xb = _mm512_set1_epi32(ld4(xr + (size_t)i * kpad + 4 * (size_t)s));
+UNROLL12
+            for (int j = 0; j < NP; j++) acc[j][i] = dpbusd(acc[j][i], xb, w[j]);
         }
     }
-UNROLL8
+    if (acc_park(acc, NP, NR, K, r)) return;
+UNROLL12
     for (int j = 0; j < NP; j++) {
         int o0 = (p + j) * DS_PANEL_ROWS;
         __m512i bias = _mm512_slli_epi32(_mm512_loadu_si512((const void *)(P->wsum + o0)), 7);
-UNROLL8
+UNROLL12
         for (int i = 0; i < NR; i++)
             store16(_mm512_sub_epi32(acc[j][i], bias), X->s[r + i], P->scale, o0, P->out,
                     y + (size_t)(r + i) * ystride);
@@ -134,106 +178,117 @@ UNROLL8
 }
 
 AI void w4_block(const ds_packed *P, const ds_qact *X, int p, int r, const int NP, const int NR,
-                 float *y, int ystride) {
-    __m512i acc[4][8];
+                 const qrange *K, float *y, int ystride) {
+    __m512i acc[4][12];
     const __m512i m0f = _mm512_set1_epi8(0x0f);
-UNROLL8
-    for (int j = 0; j < NP; j++)
-UNROLL8
-        for (int i = 0; i < NR; i++) acc[j][i] = _mm512_setzero_si512();
+    acc_init(acc, NP, NR, K, r);
     const uint8_t *wp = P->tiles + (size_t)p * P->panel_bytes;
     const int8_t *xr = X->q + (size_t)r * X->kpad;
-    for (int s = 0; s < P->ksteps; s++) {
+    const size_t kpad = (size_t)X->kpad;
+    for (int s = K->s0; s < K->s1; s++) {
         __m512i lo[4], hi[4];
-UNROLL8
+UNROLL12
         for (int j = 0; j < NP; j++) {
             __m512i w = _mm512_load_si512((const void *)(wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES));
             lo[j] = _mm512_and_si512(w, m0f);
             hi[j] = _mm512_and_si512(_mm512_srli_epi16(w, 4), m0f);
         }
-UNROLL8
+UNROLL12
         for (int i = 0; i < NR; i++) {
-            const int8_t *xs = xr + (size_t)i * X->kpad + 8 * (size_t)s;
+            const int8_t *xs = xr + (size_t)i * kpad + 8 * (size_t)s;
             __m512i x0 = _mm512_set1_epi32(ld4(xs)), x1 = _mm512_set1_epi32(ld4(xs + 4));
-UNROLL8
+UNROLL12
             for (int j = 0; j < NP; j++) {
-                acc[j][i] = _mm512_dpbusd_epi32(acc[j][i], lo[j], x0);
-                acc[j][i] = _mm512_dpbusd_epi32(acc[j][i], hi[j], x1);
+                acc[j][i] = dpbusd(acc[j][i], lo[j], x0);
+                acc[j][i] = dpbusd(acc[j][i], hi[j], x1);
             }
         }
     }
-UNROLL8
+    if (acc_park(acc, NP, NR, K, r)) return;
+UNROLL12
     for (int i = 0; i < NR; i++) {
         __m512i bias = _mm512_set1_epi32(8 * X->xsum[r + i]);
-UNROLL8
+UNROLL12
         for (int j = 0; j < NP; j++)
             store16(_mm512_sub_epi32(acc[j][i], bias), X->s[r + i], P->scale, (p + j) * DS_PANEL_ROWS,
                     P->out, y + (size_t)(r + i) * ystride);
     }
 }
 
-#define ROW_TAIL(FN, NP, r, r1)                                                                  \
-    switch ((r1) - (r)) {                                                                        \
-    case 7: FN(P, X, p, r, NP, 7, y, ystride); break;                                            \
-    case 6: FN(P, X, p, r, NP, 6, y, ystride); break;                                            \
-    case 5: FN(P, X, p, r, NP, 5, y, ystride); break;                                            \
-    case 4: FN(P, X, p, r, NP, 4, y, ystride); break;                                            \
-    case 3: FN(P, X, p, r, NP, 3, y, ystride); break;                                            \
-    case 2: FN(P, X, p, r, NP, 2, y, ystride); break;                                            \
-    case 1: FN(P, X, p, r, NP, 1, y, ystride); break;                                            \
-    default: break;                                                                              \
-    }
+/* Rows [r0, r1) of one panel group over one input block: blocks of 12, then the remainder as one
+ * exact-height tile (the block's weights stay in L1 between the row blocks; a 6-row verify step is
+ * one 6-row tile, not 4 + 2). */
+#define ROW_BLOCKS(FN, NP)                                                                       \
+    do {                                                                                         \
+        int r = r0;                                                                              \
+        for (; r + DS_Q_NR <= r1; r += DS_Q_NR) FN(P, X, p, r, NP, DS_Q_NR, K, y, ystride);      \
+        switch (r1 - r) {                                                                        \
+        case 11: FN(P, X, p, r, NP, 11, K, y, ystride); break;                                   \
+        case 10: FN(P, X, p, r, NP, 10, K, y, ystride); break;                                   \
+        case 9: FN(P, X, p, r, NP, 9, K, y, ystride); break;                                     \
+        case 8: FN(P, X, p, r, NP, 8, K, y, ystride); break;                                     \
+        case 7: FN(P, X, p, r, NP, 7, K, y, ystride); break;                                     \
+        case 6: FN(P, X, p, r, NP, 6, K, y, ystride); break;                                     \
+        case 5: FN(P, X, p, r, NP, 5, K, y, ystride); break;                                     \
+        case 4: FN(P, X, p, r, NP, 4, K, y, ystride); break;                                     \
+        case 3: FN(P, X, p, r, NP, 3, K, y, ystride); break;                                     \
+        case 2: FN(P, X, p, r, NP, 2, K, y, ystride); break;                                     \
+        case 1: FN(P, X, p, r, NP, 1, K, y, ystride); break;                                     \
+        default: break;                                                                          \
+        }                                                                                        \
+    } while (0)
 
-static void w8_panels(const ds_packed *P, const ds_qact *X, int r0, int r1, int p0, int p1, float *y,
-                      int ystride) {
-    int p = p0;
-    if (r1 - r0 == 1) {
-        for (; p + 4 <= p1; p += 4) w8_block(P, X, p, r0, 4, 1, y, ystride);
-        for (; p < p1; p++) w8_block(P, X, p, r0, 1, 1, y, ystride);
-        return;
-    }
-    for (; p + 2 <= p1; p += 2) {
-        int r = r0;
-        for (; r + 8 <= r1; r += 8) w8_block(P, X, p, r, 2, 8, y, ystride);
-        ROW_TAIL(w8_block, 2, r, r1)
-    }
-    for (; p < p1; p++) {
-        int r = r0;
-        for (; r + 8 <= r1; r += 8) w8_block(P, X, p, r, 1, 8, y, ystride);
-        ROW_TAIL(w8_block, 1, r, r1)
-    }
+static void w8_rows(const ds_packed *P, const ds_qact *X, int r0, int r1, int p, int np, const qrange *K,
+                    float *y, int ystride) {
+    if (np == 4) w8_block(P, X, p, r0, 4, 1, K, y, ystride);
+    else if (np == 2) ROW_BLOCKS(w8_block, 2);
+    else ROW_BLOCKS(w8_block, 1);
 }
 
-static void w4_panels(const ds_packed *P, const ds_qact *X, int r0, int r1, int p0, int p1, float *y,
-                      int ystride) {
-    int p = p0;
-    if (r1 - r0 == 1) {
-        for (; p + 4 <= p1; p += 4) w4_block(P, X, p, r0, 4, 1, y, ystride);
-        for (; p < p1; p++) w4_block(P, X, p, r0, 1, 1, y, ystride);
-        return;
-    }
-    for (; p + 2 <= p1; p += 2) {
-        int r = r0;
-        for (; r + 8 <= r1; r += 8) w4_block(P, X, p, r, 2, 8, y, ystride);
-        ROW_TAIL(w4_block, 2, r, r1)
-    }
-    for (; p < p1; p++) {
-        int r = r0;
-        for (; r + 8 <= r1; r += 8) w4_block(P, X, p, r, 1, 8, y, ystride);
-        ROW_TAIL(w4_block, 1, r, r1)
-    }
+static void w4_rows(const ds_packed *P, const ds_qact *X, int r0, int r1, int p, int np, const qrange *K,
+                    float *y, int ystride) {
+    if (np == 4) w4_block(P, X, p, r0, 4, 1, K, y, ystride);
+    else if (np == 2) ROW_BLOCKS(w4_block, 2);
+    else ROW_BLOCKS(w4_block, 1);
 }
 
-/* Activation rows in chunks of <= 256 KiB: a chunk stays in L2 while every panel of the range
- * streams past it (without this, a 512-row prefill chunk re-read 2.5 MiB of activations from L3
- * for every panel pair: 22-35% of the int8 peak instead of 55-70% at 32 rows). */
+/* Cache blocking of the many-row product (the single-row product walks 4 panels at once over the
+ * whole input: 4 weight streams, nothing to reuse).  Activation rows go in chunks of <=
+ * DS_Q_CHUNK_BYTES that stay in L2 while every panel pair of the range streams past once per chunk;
+ * inside a chunk, a panel pair's inputs go in blocks of DS_Q_KBLOCK bytes of weights that stay in
+ * L1 while every 12-row tile of the chunk runs against them, partial sums parked in between. */
+#ifndef DS_Q_CHUNK_BYTES
+#define DS_Q_CHUNK_BYTES ((size_t)512 << 10)
+#endif
+#ifndef DS_Q_KBLOCK
+#define DS_Q_KBLOCK ((size_t)16 << 10)
+#endif
+enum { Q_CHUNK_MAX = 192 };
 static void q_panels(const ds_packed *P, const ds_qact *X, int r0, int r1, int p0, int p1, float *y,
                      int ystride) {
-    const int chunk = DS_MAX(8, (int)(((size_t)256 << 10) / (size_t)X->kpad) & ~7);
+    _Alignas(64) int32_t part[Q_CHUNK_MAX * 32];
+    const int w8 = P->fmt == DS_LIN_W8A8;
+    if (r1 - r0 == 1) {
+        qrange K = {0, P->ksteps, 1, 1, r0, part};
+        int p = p0;
+        for (; p + 4 <= p1; p += 4) (w8 ? w8_rows : w4_rows)(P, X, r0, r1, p, 4, &K, y, ystride);
+        for (; p < p1; p++) (w8 ? w8_rows : w4_rows)(P, X, r0, r1, p, 1, &K, y, ystride);
+        return;
+    }
+    const int chunk = DS_MAX(12, DS_MIN(Q_CHUNK_MAX, (int)(DS_Q_CHUNK_BYTES / (size_t)X->kpad) / 12 * 12));
     for (int c0 = r0; c0 < r1; c0 += chunk) {
         const int c1 = DS_MIN(r1, c0 + chunk);
-        if (P->fmt == DS_LIN_W8A8) w8_panels(P, X, c0, c1, p0, p1, y, ystride);
-        else w4_panels(P, X, c0, c1, p0, p1, y, ystride);
+        /* steps per input block (2 panels); one block when the chunk is a single tile: nothing to reuse */
+        const int kb = c1 - c0 <= DS_Q_NR ? P->ksteps : DS_MAX(1, (int)(DS_Q_KBLOCK / (2 * DS_TILE_BYTES)));
+        for (int p = p0; p < p1;) {
+            const int np = p + 2 <= p1 ? 2 : 1;
+            for (int s0 = 0; s0 < P->ksteps; s0 += kb) {
+                const int s1 = DS_MIN(P->ksteps, s0 + kb);
+                qrange K = {s0, s1, s0 == 0, s1 == P->ksteps, c0, part};
+                (w8 ? w8_rows : w4_rows)(P, X, c0, c1, p, np, &K, y, ystride);
+            }
+            p += np;
+        }
     }
 }
 

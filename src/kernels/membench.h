@@ -22,15 +22,18 @@ void ds_bwprobe_free(ds_bwprobe *b);
 const char *ds_bwprobe_best_kernel(const ds_bwprobe *b);
 /* STREAM copy (c = a, 16 B/element) and triad (a = b + s*c, 24 B/element), GB/s, best of reps. */
 void ds_bench_stream(size_t elems, int reps, double *copy_gbs, double *triad_gbs);
-/* int8 dot-product peak in GOP/s (1 multiply-add = 2 ops) with all pool threads: VPDPBUSD zmm on
- * the avx512-vnni path, VPMADDUBSW+VPADDW ymm on avx2 (its fastest int8 dot sequence), a scalar int32 loop otherwise.
+/* int8 dot-product peak in GOP/s (1 multiply-add = 2 ops) of all pool threads: the best rate one
+ * core reaches (every task times itself; independent accumulator chains written in asm) times the
+ * pool's thread count.  VPDPBUSD zmm on the avx512-vnni path, VPMADDUBSW+VPADDW ymm on avx2 (its
+ * fastest int8 dot sequence) or AVX-VNNI ymm where the CPU has it, a scalar int32 loop otherwise.
  * *what names the instruction sequence measured. */
 double ds_bench_int8_peak(const char **what);
-/* One short (~1-3 ms) sample of the same, for interleaving (alternates 8 and 16 chains, and on
+/* One short (< 1 ms) sample of the same, for interleaving (alternates 12 and 24 chains, and on
  * the avx2 path AVX-VNNI where the CPU has it). */
 double ds_bench_int8_peak_once(const char **what);
-/* fp32 peak of the fast float linears in GOP/s (1 multiply-add = 2 ops): vdpbf16ps zmm for bf16
- * where the CPU has avx512-bf16 (bf16 != 0), else FMA zmm / ymm per path, scalar otherwise. */
+/* fp32 peak of the fast float linears in GOP/s (1 multiply-add = 2 ops), measured the same way:
+ * vdpbf16ps zmm for bf16 where the CPU has avx512-bf16 (bf16 != 0), else FMA zmm / ymm per path,
+ * scalar otherwise. */
 double ds_bench_float_peak(int bf16, const char **what);
 double ds_bench_float_peak_once(int bf16, const char **what);
 

@@ -63,6 +63,36 @@ TEST(emulated_avx512_integer_kernels_equal_reference) {
     printf("  %d emulated integer linears compared\n", runs);
 }
 
+/* The cache blocking of the many-row product: row chunks (513 rows), input blocks with partial sums
+ * parked and resumed (inputs past 512 for W8A8 and 1024 for W4A8), 12-row tiles and their tails. */
+TEST(emulated_avx512_blocked_products_equal_reference) {
+    static const struct { int out, in, n; } shapes[] = {
+        {50, 1100, 13}, {33, 2085, 40}, {50, 1100, 200}, {33, 2085, 513}, {17, 4096, 25}, {96, 520, 12}};
+    int runs = 0;
+    for (size_t k = 0; k < DS_ARRAY_LEN(shapes); k++)
+        for (int f = 0; f < 2; f++) {
+            int out = shapes[k].out, in = shapes[k].in, n = shapes[k].n;
+            tk_lin t = tk_make(f ? DS_LIN_W4A8 : DS_LIN_W8A8, out, in);
+            int8_t *q = malloc((size_t)n * in);
+            float *s = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n * out), *yr = malloc(sizeof(float) * n * out);
+            for (size_t i = 0; i < (size_t)n * in; i++) q[i] = (int8_t)tk_range(-127, 127);
+            for (int r = 0; r < n; r++) s[r] = (float)tk_range(1, 1000) * 1e-3f;
+            size_t bytes;
+            ds_packed *P = ds_pack_linear(&t.L, &bytes);
+            int8_t *qp; uint8_t *qu; int32_t *xsum;
+            ds_qact X = make_qact(q, s, n, in, &qp, &qu, &xsum);
+            tk_poison(y, (size_t)n * out);
+            ds_kern_avx512_emu.q_panels(P, &X, 0, n, 0, P->npanels, y, out);
+            ds_ref_linear_q(&t.L, q, s, n, yr);
+            CHECK(!memcmp(y, yr, sizeof(float) * n * out), "fmt %d out=%d in=%d n=%d differs", f, out, in, n);
+            runs++;
+            ds_afree(P);
+            free(q); free(s); free(y); free(yr); free(qp); free(qu); free(xsum);
+            tk_free(&t);
+        }
+    printf("  %d emulated blocked products compared\n", runs);
+}
+
 TEST(emulated_avx512_float_kernels_within_tolerance) {
     double worst = 0;
     for (int trial = 0; trial < 24; trial++) {

@@ -2,6 +2,7 @@
  *
  *   bench kernels [--threads N] [--kernels PATH] [--quick]
  *   bench decode --model DIR [--threads N] [--kernels PATH] [--numerics exact|fast] [--prompt-tokens N] [--tokens N]
+ *                [--num-speculative-tokens K]   (speculation rows: cmd_bench_spec.c)
  *   bench serve --model DIR ...   (continuous batching, TTFT, prefill: cmd_bench_serve.c)
  *
  * Why ratios: an absolute GB/s means nothing on a shared 2-core VM (a concurrent build halves it),
@@ -13,6 +14,7 @@
  * (The HTTP concurrency client of TOOLS.md §4 is a separate tool.) */
 #include "cli/commands.h"
 #include "cli/cmd_bench_serve.h"
+#include "cli/cmd_bench_spec.h"
 #include "kernels/kernels.h"
 #include "kernels/membench.h"
 #include "base/flags.h"
@@ -24,7 +26,7 @@
 
 typedef struct {
     const char *model, *kernels, *numerics;
-    int threads, prompt_tokens, tokens, quick;
+    int threads, prompt_tokens, tokens, quick, spec;
 } bench_opts;
 
 /* One table per mode (base/flags.h); a new flag is a new row. */
@@ -41,12 +43,14 @@ static ds_flag k_decode_flags[] = {
      .help = "exact: bit-identical to the reference; fast: fp32 blocked reductions"},
     {.name = "--prompt-tokens", .type = DS_FLAG_INT, .def = "64", .lo = 1, .hi = 65536},
     {.name = "--tokens", .type = DS_FLAG_INT, .def = "32", .lo = 1, .hi = 100000},
+    {.name = "--num-speculative-tokens", .type = DS_FLAG_INT, .def = "0", .lo = 0, .hi = 8,
+     .help = "K > 0: also decode with the DSpark draft (required) and print A, per-position acceptance, spec on/off tok/s"},
 };
 
 static void usage(FILE *f) {
     fprintf(f, "usage: dsflash bench kernels [--threads N] [--kernels auto|avx512-vnni|avx2|reference] [--quick]\n"
                "       dsflash bench decode --model DIR [--threads N] [--kernels PATH] [--numerics exact|fast]\n"
-               "                            [--prompt-tokens N] [--tokens N]\n"
+               "                            [--prompt-tokens N] [--tokens N] [--num-speculative-tokens K]\n"
                "       dsflash bench serve --model DIR [--threads N] [--numerics exact|fast|both] [--quick] [--json FILE]\n"
                "`dsflash bench MODE --help` lists a mode's flags.\n");
 }
@@ -68,6 +72,7 @@ static int parse(int argc, char **argv, int decode, bench_opts *o) {
     o->numerics = ds_flag_str(&fs, "--numerics");
     o->prompt_tokens = (int)ds_flag_int(&fs, "--prompt-tokens");
     o->tokens = (int)ds_flag_int(&fs, "--tokens");
+    o->spec = (int)ds_flag_int(&fs, "--num-speculative-tokens");
     if (!o->model) return ds_flags_fail(&fs, "--model", "required (the checkpoint directory to time)");
     return 0;
 }
@@ -280,7 +285,7 @@ static int cmp_double(const void *a, const void *b) {
 
 static int bench_decode(const bench_opts *o) {
     limits lim;
-    ds_load_options lo = {.kernels = o->kernels, .threads = o->threads, .numerics = o->numerics};
+    ds_load_options lo = {.kernels = o->kernels, .threads = o->threads, .numerics = o->numerics, .draft = o->spec ? 2 : 0};
     char errbuf[1024];
     double t0 = ds_now();
     ds_model *m = ds_model_load(o->model, &lo, errbuf, sizeof errbuf);
@@ -336,6 +341,7 @@ static int bench_decode(const bench_opts *o) {
     printf("| median token | %.1f ms = %.2f tok/s = %.0f%% of roofline |\n", 1e3 * t_med, 1.0 / t_med,
            100.0 / t_med / roof);
     ds_seq_free(s);
+    if (o->spec) rc = ds_bench_spec_decode(m, prompt, P, N, o->spec, 15);
     goto done;
 step_fail:
     fprintf(stderr, "dsflash bench decode: %s\n", errbuf);

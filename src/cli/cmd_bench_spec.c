@@ -122,7 +122,7 @@ static int step_costs(ds_model *m, const int32_t *prompt, int P, int K, int reps
         int32_t an[GROUP], dm[GROUP * DS_DRAFT_MAX_BLOCK];
         for (int i = 0; i < GROUP; i++) many[i] = s, an[i] = prompt[P - K - 1];
         const double c1 = cpu_now();
-        if (!rc && ds_draft_propose_many(m, GROUP, many, an, NULL, NULL, dm, NULL, NULL, err) < 0) rc = -1;
+        if (!rc && ds_draft_propose_many(m, GROUP, many, an, NULL, NULL, NULL, dm, NULL, NULL, err) < 0) rc = -1;
         const double dg = cpu_now() - c1;
         if (dg < cpu[3]) cpu[3] = dg;
     }

@@ -59,15 +59,16 @@ typedef struct ds_backend {
      * which rolls the sequence back past the rejected rows and moves the draft context to L.
      * propose: the draft passes of n sequences as one batch, each for its anchor at the
      * sequence's length (all earlier positions committed); pick chooses row i of sequence s from
-     * its draft logits with pick_ctx[s] (NULL: greedy); drafts[s·spec_block..] receive the
+     * its draft logits with pick_ctx[s] (NULL: greedy, the first-index argmax over the ids not in
+     * greedy_mask, which may be NULL); drafts[s·spec_block..] receive the
      * proposals where ok[s] (a sequence that cannot draft now gets ok[s] = false, the others still
      * run).  Returns 0, or -1 (err) when the pass itself failed. */
     int spec_block;
     bool spec_trained;         /* the checkpoint declares a trained draft (start-up probe applies) */
     bool spec_active;          /* set by the engine: the draft context is kept only while it speculates */
     int (*propose)(void *impl, int n, void *const *seqs, const int32_t *anchors,
-                   int32_t (*pick)(void *ctx, int row, float *logits), void *const *pick_ctx, int32_t *drafts, bool *ok,
-                   ds_error *err);
+                   int32_t (*pick)(void *ctx, int row, float *logits), void *const *pick_ctx, const uint8_t *greedy_mask,
+                   int32_t *drafts, bool *ok, ds_error *err);
 } ds_backend;
 
 /* The deterministic test backend.  Its "hidden state" at position p is a running hash of the

@@ -197,8 +197,8 @@ static void mb_destroy(void *impl) {
 
 /* Sequences that cannot draft now drop out; the others run as one batched draft pass. */
 static int mb_propose(void *impl, int n, void *const *seqs, const int32_t *anchors,
-                      int32_t (*pick)(void *ctx, int row, float *logits), void *const *pick_ctx, int32_t *drafts, bool *ok,
-                      ds_error *err) {
+                      int32_t (*pick)(void *ctx, int row, float *logits), void *const *pick_ctx, const uint8_t *greedy_mask,
+                      int32_t *drafts, bool *ok, ds_error *err) {
     mback *b = impl;
     enum { GROUP = 16 };
     const int B = b->m->draft->block;
@@ -220,7 +220,7 @@ static int mb_propose(void *impl, int n, void *const *seqs, const int32_t *ancho
             pc[k] = pick_ctx ? pick_ctx[i] : NULL;
             idx[k++] = i;
         }
-        if (k && ds_draft_propose_many(b->m, k, ss, an, pick, pc, dr, NULL, NULL, err) < 0) {
+        if (k && ds_draft_propose_many(b->m, k, ss, an, pick, pc, greedy_mask, dr, NULL, NULL, err) < 0) {
             for (int j = 0; j < k; j++) ok[idx[j]] = false;
             return -1;
         }

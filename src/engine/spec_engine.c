@@ -164,12 +164,12 @@ static void propose_batch(ds_engine *e, ds_req *const *reqs, int n) {
     if (n <= 0 || n > MAXN) return;
     for (int i = 0; i < n; i++) {
         ctx[i] = (pick_ctx){e, reqs[i]};
-        ctxp[i] = &ctx[i];
+        ctxp[i] = greedy_req(reqs[i]) ? NULL : &ctx[i];   /* greedy: the draft's own masked argmax */
         seqs[i] = reqs[i]->seq;
         anchors[i] = reqs[i]->tokens[reqs[i]->n_tokens - 1];
     }
     ds_error err = {{0}, {0}};
-    if (e->be->propose(e->be->impl, n, seqs, anchors, pick, ctxp, d, ok, &err) < 0)
+    if (e->be->propose(e->be->impl, n, seqs, anchors, pick, ctxp, e->mask ? e->mask->masked : NULL, d, ok, &err) < 0)
         ds_log(DS_LOG_DEBUG, "no drafts this step: %s", err.msg);
     for (int i = 0; i < n; i++) {
         ds_req *r = reqs[i];

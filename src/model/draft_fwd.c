@@ -257,7 +257,8 @@ int ds_draft_check(const ds_model *m, const ds_seq *s, int32_t anchor, ds_error 
 }
 
 int ds_draft_propose_many(ds_model *m, int n, const ds_seq *const *seqs, const int32_t *anchors, ds_draft_pick_fn pick,
-                          void *const *pick_ctx, int32_t *drafts, float *logits, float *conf, ds_error *err) {
+                          void *const *pick_ctx, const uint8_t *greedy_mask, int32_t *drafts, float *logits, float *conf,
+                          ds_error *err) {
     if (n <= 0) return 0;
     for (int s = 0; s < n; s++)
         if (ds_draft_check(m, seqs[s], anchors[s], err) < 0) return -1;
@@ -287,7 +288,7 @@ int ds_draft_propose_many(ds_model *m, int n, const ds_seq *const *seqs, const i
         draft_site(&st, &dp, stage, 0);
         draft_site(&st, &dp, stage, 1);
     }
-    ds_draft_heads(m, &st, n, anchors, pick, pick_ctx, drafts, logits, conf);
+    ds_draft_heads(m, &st, n, anchors, pick, pick_ctx, greedy_mask, drafts, logits, conf);
     ds_step_ctx_release(m, ctx);
     return 0;
 }
@@ -295,5 +296,5 @@ int ds_draft_propose_many(ds_model *m, int n, const ds_seq *const *seqs, const i
 int ds_draft_propose(ds_model *m, const ds_seq *s, int32_t anchor, ds_draft_pick_fn pick, void *pick_ctx,
                      int32_t *drafts, float *logits, float *conf, ds_error *err) {
     void *const pc[1] = {pick_ctx};
-    return ds_draft_propose_many(m, 1, &s, &anchor, pick, pc, drafts, logits, conf, err);
+    return ds_draft_propose_many(m, 1, &s, &anchor, pick, pc, NULL, drafts, logits, conf, err);
 }

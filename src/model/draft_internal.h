@@ -13,6 +13,6 @@ void ds_draft_pack_markov(ds_model *m, ds_draft *d);
 /* Heads of a pass over n sequences whose B rows each sit in st->X (sequence s: rows s·B..s·B+B−1):
  * drafts [n][B], logits [n][B][V] and conf [n][B] as ds_draft_propose_many documents. */
 void ds_draft_heads(ds_model *m, ds_step *st, int n, const int32_t *anchors, ds_draft_pick_fn pick, void *const *pick_ctx,
-                    int32_t *drafts, float *logits, float *conf);
+                    const uint8_t *greedy_mask, int32_t *drafts, float *logits, float *conf);
 
 #endif

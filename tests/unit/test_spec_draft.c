@@ -5,7 +5,8 @@
  * one the NumPy oracle checks in tests/spec, compare_draft.py), in both numerics tiers; the
  * vectorized argmax must equal the plain scalar rule it replaces (first index of the maximum, ties
  * to the lower id, masked and excluded ids never chosen, NaN never chosen unless first) on random
- * rows full of ties, masks, infinities and NaNs.  The trained fixture comes from
+ * rows full of ties, masks, infinities and NaNs; a greedy row whose logits are not asked for (the
+ * bounded Markov pick) must propose what the fully corrected row proposes.  The trained fixture comes from
  * tests/data/trained-tiny through `dsflash quantize`. */
 #include "check.h"
 #include "engine/spec.h"
@@ -75,14 +76,14 @@ static void batch_equals_single(const char *numerics) {
         CHECK(ds_draft_propose(m, s[i], anchors[i], NULL, NULL, d1 + i * B, l1 + (size_t)i * B * V, c1 + i * B, &err) == 0,
               "single pass: %s", err.msg);
     const ds_seq *cs[NSEQ] = {s[0], s[1], s[2]};
-    CHECK(ds_draft_propose_many(m, NSEQ, cs, anchors, NULL, NULL, dn, ln, cn, &err) == 0, "batched pass: %s", err.msg);
+    CHECK(ds_draft_propose_many(m, NSEQ, cs, anchors, NULL, NULL, NULL, dn, ln, cn, &err) == 0, "batched pass: %s", err.msg);
     CHECK(memcmp(d1, dn, sizeof(int32_t) * NSEQ * B) == 0, "%s: batched proposals differ from single ones", numerics);
     CHECK(memcmp(l1, ln, sizeof(float) * (size_t)NSEQ * B * V) == 0, "%s: batched draft logits not bit-identical", numerics);
     CHECK(memcmp(c1, cn, sizeof(float) * NSEQ * B) == 0, "%s: batched confidences not bit-identical", numerics);
     /* the proposals are the argmax of their logits (noise excluded), and the batch order does not matter */
     const ds_seq *rev[NSEQ] = {s[2], s[1], s[0]};
     int32_t ar[NSEQ] = {anchors[2], anchors[1], anchors[0]}, dr[NSEQ * DS_DRAFT_MAX_BLOCK];
-    CHECK(ds_draft_propose_many(m, NSEQ, rev, ar, NULL, NULL, dr, NULL, NULL, &err) == 0, "reversed pass: %s", err.msg);
+    CHECK(ds_draft_propose_many(m, NSEQ, rev, ar, NULL, NULL, NULL, dr, NULL, NULL, &err) == 0, "reversed pass: %s", err.msg);
     for (int i = 0; i < NSEQ; i++) CHECK(memcmp(dr + (NSEQ - 1 - i) * B, d1 + i * B, sizeof(int32_t) * B) == 0, "order");
     int argmax_ok = 1;
     for (int r = 0; r < NSEQ * B; r++) {
@@ -93,7 +94,25 @@ static void batch_equals_single(const char *numerics) {
         argmax_ok &= best == d1[r];
     }
     CHECK(argmax_ok, "%s: a proposal is not the argmax of its draft logits", numerics);
-    printf("  %s: %d sequences x %d rows: batched == single (proposals, logits, confidences)\n", numerics, NSEQ, B);
+    /* greedy rows whose logits are not asked for skip most of the Markov correction: their
+     * proposals must equal those of the fully corrected rows, with and without a mask */
+    uint8_t *mask = calloc((size_t)V, 1);
+    for (int v = 0; v < V; v += 3) mask[v] = 1;
+    int same = 1, rows = 0;
+    for (int k = 0; k < 12; k++) {
+        int32_t an[NSEQ], df[NSEQ * DS_DRAFT_MAX_BLOCK], dp[NSEQ * DS_DRAFT_MAX_BLOCK];
+        for (int i = 0; i < NSEQ; i++) an[i] = ids[300 + 7 * k + i];
+        const uint8_t *mk = k % 2 ? mask : NULL;
+        CHECK(ds_draft_propose_many(m, NSEQ, cs, an, NULL, NULL, mk, df, ln, NULL, &err) == 0, "full: %s", err.msg);
+        CHECK(ds_draft_propose_many(m, NSEQ, cs, an, NULL, NULL, mk, dp, NULL, NULL, &err) == 0, "bounded: %s", err.msg);
+        same &= memcmp(df, dp, sizeof(int32_t) * NSEQ * B) == 0;
+        for (int r = 0; r < NSEQ * B; r++) same &= !(mk && mk[dp[r]]);
+        rows += NSEQ * B;
+    }
+    CHECK(same, "%s: bounded greedy proposals differ from the fully corrected ones", numerics);
+    free(mask);
+    printf("  %s: %d sequences x %d rows: batched == single (proposals, logits, confidences); %d greedy rows: bounded "
+           "Markov pick == full\n", numerics, NSEQ, B, rows);
     for (int i = 0; i < NSEQ; i++) ds_seq_free(s[i]);
     free(l1);
     free(ln);

@@ -167,7 +167,7 @@ int ds_bench_spec_decode(ds_model *m, const int32_t *prompt, int P, int n_tokens
         printf("| draft pass / decode step | %.2f (%.2f ms) |\n", rd, best[2] * 1e3);
         printf("| the same in processor time (all threads) | verify %.2f, draft %.2f (%.2f / %.2f / %.2f ms) |\n",
                cpu[1] / cpu[0], cpu[2] / cpu[0], cpu[1] * 1e3, cpu[2] * 1e3, cpu[0] * 1e3);
-        printf("| weight bytes read by the kernels: decode step / verify step / draft pass | %.1f / %.1f / %.1f MB |\n",
+        printf("| weight bytes: decode step / verify step / draft pass (Markov rows as full reads: a bound) | %.1f / %.1f / %.1f MB |\n",
                bytes[0] / 1e6, bytes[1] / 1e6, bytes[2] / 1e6);
         printf("| %d requests' draft passes batched, per request / one single pass (processor time) | %.2f |\n", GROUP,
                cpu[3] / GROUP / cpu[2]);

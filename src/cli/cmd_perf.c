@@ -16,6 +16,7 @@
  */
 #include "cli/commands.h"
 #include "cli/cmd_bench_serve.h"
+#include "cli/cmd_bench_spec.h"
 #include "kernels/kernels.h"
 #include "kernels/membench.h"
 #include "base/flags.h"
@@ -27,7 +28,7 @@
 
 typedef struct {
     const char *model, *kernels, *numerics;
-    int threads, prompt_tokens, tokens, quick;
+    int threads, prompt_tokens, tokens, quick, spec;
 } bench_opts;
 
 /* One table per mode (base/flags.h); a new flag is a new row. */
@@ -44,12 +45,14 @@ static ds_flag k_decode_flags[] = {
      .help = "exact: bit-identical to the reference; fast: fp32 blocked reductions"},
     {.name = "--prompt-tokens", .type = DS_FLAG_INT, .def = "64", .lo = 1, .hi = 65536},
     {.name = "--tokens", .type = DS_FLAG_INT, .def = "32", .lo = 1, .hi = 100000},
+    {.name = "--num-speculative-tokens", .type = DS_FLAG_INT, .def = "0", .lo = 0, .hi = 8,
+     .help = "K > 0: also decode with the DSpark draft (required) and print A, per-position acceptance, spec on/off tok/s"},
 };
 
 static void usage(FILE *f) {
     fprintf(f, "usage: dsflash perf kernels [--threads N] [--kernels auto|avx512-vnni|avx2|reference] [--quick]\n"
                "       dsflash perf decode --model DIR [--threads N] [--kernels PATH] [--numerics exact|fast]\n"
-               "                           [--prompt-tokens N] [--tokens N]\n"
+               "                           [--prompt-tokens N] [--tokens N] [--num-speculative-tokens K]\n"
                "       dsflash perf serve --model DIR [--threads N] [--numerics exact|fast|both] [--quick] [--json FILE]\n"
                "`dsflash perf MODE --help` lists a mode's flags.\n");
 }
@@ -71,6 +74,7 @@ static int parse(int argc, char **argv, int decode, bench_opts *o) {
     o->numerics = ds_flag_str(&fs, "--numerics");
     o->prompt_tokens = (int)ds_flag_int(&fs, "--prompt-tokens");
     o->tokens = (int)ds_flag_int(&fs, "--tokens");
+    o->spec = (int)ds_flag_int(&fs, "--num-speculative-tokens");
     if (!o->model) return ds_flags_fail(&fs, "--model", "required (the checkpoint directory to time)");
     return 0;
 }
@@ -294,7 +298,7 @@ static int cmp_double(const void *a, const void *b) {
 
 static int bench_decode(const bench_opts *o) {
     limits lim;
-    ds_load_options lo = {.kernels = o->kernels, .threads = o->threads, .numerics = o->numerics};
+    ds_load_options lo = {.kernels = o->kernels, .threads = o->threads, .numerics = o->numerics, .draft = o->spec ? 2 : 0};
     char errbuf[1024];
     double t0 = ds_now();
     ds_model *m = ds_model_load(o->model, &lo, errbuf, sizeof errbuf);
@@ -350,6 +354,7 @@ static int bench_decode(const bench_opts *o) {
     printf("| median token | %.1f ms = %.2f tok/s = %.0f%% of roofline |\n", 1e3 * t_med, 1.0 / t_med,
            100.0 / t_med / roof);
     ds_seq_free(s);
+    if (o->spec) rc = ds_bench_spec_decode(m, prompt, P, N, o->spec, 15);
     goto done;
 step_fail:
     fprintf(stderr, "dsflash perf decode: %s\n", errbuf);

@@ -57,13 +57,18 @@ typedef struct ds_backend {
     /* Speculative decoding (SERVING.md §8; 0 / NULL when the backend has no draft).  A verify
      * item computes K+1 rows; after_step is then called with the committed length L <= pos0+n,
      * which rolls the sequence back past the rejected rows and moves the draft context to L.
-     * propose: one draft pass for the anchor at the sequence's length (all earlier positions
-     * committed); pick chooses row i's proposal from its draft logits (NULL: greedy). */
+     * propose: the draft passes of n sequences as one batch, each for its anchor at the
+     * sequence's length (all earlier positions committed); pick chooses row i of sequence s from
+     * its draft logits with pick_ctx[s] (NULL: greedy, the first-index argmax over the ids not in
+     * greedy_mask, which may be NULL); drafts[s·spec_block..] receive the
+     * proposals where ok[s] (a sequence that cannot draft now gets ok[s] = false, the others still
+     * run).  Returns 0, or -1 (err) when the pass itself failed. */
     int spec_block;
-    bool spec_trained;
-    bool spec_active;          /* set by the engine: the draft context is kept only while it speculates */         /* the checkpoint declares a trained draft (start-up probe applies) */
-    int (*propose)(void *impl, void *seq, int32_t anchor, int32_t (*pick)(void *ctx, int row, float *logits), void *pick_ctx,
-                   int32_t *drafts, ds_error *err);
+    bool spec_trained;         /* the checkpoint declares a trained draft (start-up probe applies) */
+    bool spec_active;          /* set by the engine: the draft context is kept only while it speculates */
+    int (*propose)(void *impl, int n, void *const *seqs, const int32_t *anchors,
+                   int32_t (*pick)(void *ctx, int row, float *logits), void *const *pick_ctx, const uint8_t *greedy_mask,
+                   int32_t *drafts, bool *ok, ds_error *err);
 } ds_backend;
 
 /* The deterministic test backend.  Its "hidden state" at position p is a running hash of the

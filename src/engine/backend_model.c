@@ -195,11 +195,38 @@ static void mb_destroy(void *impl) {
     free(b);
 }
 
-static int mb_propose(void *impl, void *seq, int32_t anchor, int32_t (*pick)(void *ctx, int row, float *logits), void *pick_ctx,
-                      int32_t *drafts, ds_error *err) {
+/* Sequences that cannot draft now drop out; the others run as one batched draft pass. */
+static int mb_propose(void *impl, int n, void *const *seqs, const int32_t *anchors,
+                      int32_t (*pick)(void *ctx, int row, float *logits), void *const *pick_ctx, const uint8_t *greedy_mask,
+                      int32_t *drafts, bool *ok, ds_error *err) {
     mback *b = impl;
-    mseq *q = seq;
-    return ds_draft_propose(b->m, q->s, anchor, pick, pick_ctx, drafts, NULL, NULL, err);
+    enum { GROUP = 16 };
+    const int B = b->m->draft->block;
+    for (int g0 = 0; g0 < n; g0 += GROUP) {
+        const ds_seq *ss[GROUP];
+        int32_t an[GROUP], dr[GROUP * DS_DRAFT_MAX_BLOCK];
+        void *pc[GROUP];
+        int idx[GROUP], k = 0;
+        for (int i = g0; i < n && i < g0 + GROUP; i++) {
+            ds_error ce = {{0}, {0}};
+            const ds_seq *s = ((const mseq *)seqs[i])->s;
+            ok[i] = ds_draft_check(b->m, s, anchors[i], &ce) == 0;
+            if (!ok[i]) {
+                ds_log(DS_LOG_DEBUG, "no draft for a sequence this step: %s", ce.msg);
+                continue;
+            }
+            ss[k] = s;
+            an[k] = anchors[i];
+            pc[k] = pick_ctx ? pick_ctx[i] : NULL;
+            idx[k++] = i;
+        }
+        if (k && ds_draft_propose_many(b->m, k, ss, an, pick, pc, greedy_mask, dr, NULL, NULL, err) < 0) {
+            for (int j = 0; j < k; j++) ok[idx[j]] = false;
+            return -1;
+        }
+        for (int j = 0; j < k; j++) memcpy(drafts + (size_t)idx[j] * B, dr + (size_t)j * B, sizeof(int32_t) * (size_t)B);
+    }
+    return 0;
 }
 
 ds_backend *ds_backend_model_new(ds_model *m) {

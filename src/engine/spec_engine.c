@@ -110,10 +110,7 @@ static int32_t pick(void *vctx, int i, float *logits) {
     const int V = e->be->vocab;
     int32_t t = 0;
     if (greedy_req(r)) {
-        int32_t best = -1;
-        for (int v = 0; v < V; v++)
-            if (!(e->mask && e->mask->masked[v]) && (best < 0 || logits[v] > logits[best])) best = v;
-        t = best < 0 ? 0 : best;
+        t = ds_draft_argmax(logits, V, e->mask ? e->mask->masked : NULL, -1);
     } else {
         t = sample_q(e, r, i, logits);
     }
@@ -141,29 +138,47 @@ static int32_t sample_q(ds_engine *e, ds_req *r, int i, const float *logits) {
     return last;
 }
 
-/* One draft pass for r: proposals for the positions after its last token (written into
- * r->tokens beyond n_tokens, where the verify row reads them). */
-static void propose(ds_engine *e, ds_req *r) {
+/* Get r ready for a draft pass: room beyond n_tokens for the proposals, and q rows when it samples. */
+static bool propose_prepare(ds_engine *e, ds_req *r) {
     const int B = e->be->spec_block, V = e->be->vocab;
     r->n_drafts = 0;
-    if (r->spec_off > 0 || !r->seq) return;
+    if (r->spec_off > 0 || !r->seq) return false;
     if (!greedy_req(r) && !r->spec_q) r->spec_q = ds_xmalloc(sizeof(float) * (size_t)B * V);
     if (r->n_tokens + B > r->cap_tokens) {
         while (r->n_tokens + B > r->cap_tokens) r->cap_tokens *= 2;
         r->tokens = ds_xrealloc(r->tokens, sizeof(int32_t) * (size_t)r->cap_tokens);
     }
-    /* the pick's history reads drafts 0..i-1 from the token array, so they are stored as chosen */
-    pick_ctx c = {e, r};
-    ds_error err = {{0}, {0}};
-    int32_t d[8];
-    if (e->be->propose(e->be->impl, r->seq, r->tokens[r->n_tokens - 1], pick, &c, d, &err) < 0) {
-        ds_log(DS_LOG_DEBUG, "request %s: no draft this step: %s", r->id, err.msg);
-        return;
+    return true;
+}
+
+/* One batched draft pass for the n requests: proposals for the positions after each one's last
+ * token (written into r->tokens beyond n_tokens, where the verify row reads them; the pick's
+ * history reads drafts 0..i-1 there too, so they are stored as chosen). */
+static void propose_batch(ds_engine *e, ds_req *const *reqs, int n) {
+    enum { MAXN = 32 };
+    const int B = e->be->spec_block;
+    void *seqs[MAXN] = {0}, *ctxp[MAXN] = {0};
+    pick_ctx ctx[MAXN];
+    int32_t anchors[MAXN] = {0}, d[MAXN * 8];
+    bool ok[MAXN] = {0};
+    if (n <= 0 || n > MAXN) return;
+    for (int i = 0; i < n; i++) {
+        ctx[i] = (pick_ctx){e, reqs[i]};
+        ctxp[i] = greedy_req(reqs[i]) ? NULL : &ctx[i];   /* greedy: the draft's own masked argmax */
+        seqs[i] = reqs[i]->seq;
+        anchors[i] = reqs[i]->tokens[reqs[i]->n_tokens - 1];
     }
-    memcpy(r->drafts, d, sizeof(int32_t) * (size_t)B);
-    memcpy(r->tokens + r->n_tokens, d, sizeof(int32_t) * (size_t)B);   /* the verify row reads them here */
-    r->n_drafts = B;
-    r->drafts_at = r->n_tokens;
+    ds_error err = {{0}, {0}};
+    if (e->be->propose(e->be->impl, n, seqs, anchors, pick, ctxp, e->mask ? e->mask->masked : NULL, d, ok, &err) < 0)
+        ds_log(DS_LOG_DEBUG, "no drafts this step: %s", err.msg);
+    for (int i = 0; i < n; i++) {
+        ds_req *r = reqs[i];
+        if (!ok[i]) continue;
+        memcpy(r->drafts, d + (size_t)i * B, sizeof(int32_t) * (size_t)B);
+        memcpy(r->tokens + r->n_tokens, d + (size_t)i * B, sizeof(int32_t) * (size_t)B);
+        r->n_drafts = B;
+        r->drafts_at = r->n_tokens;
+    }
 }
 
 /* ------------------------------------------------------------------ guard and metrics */
@@ -321,6 +336,9 @@ void ds_spec_finish_item(ds_engine *e, int k, const float *rows) {
 
 void ds_spec_after_step(ds_engine *e) {
     if (!e->spec_on) return;
+    enum { MAXN = 32 };
+    ds_req *batch[MAXN];
+    int n = 0;
     for (int i = 0; i < e->n_running; i++) {
         ds_req *r = e->running[i];
         if (r->state != DS_REQ_DECODE || r->n_computed != r->n_tokens - 1) continue;
@@ -329,7 +347,13 @@ void ds_spec_after_step(ds_engine *e) {
             if (r->drafts_at != r->n_tokens) r->spec_off--, r->drafts_at = r->n_tokens;
             continue;
         }
-        propose(e, r);
+        if (!propose_prepare(e, r)) continue;
+        batch[n++] = r;
+        if (n == MAXN) {
+            propose_batch(e, batch, n);
+            n = 0;
+        }
     }
+    if (n) propose_batch(e, batch, n);
     log_line(e);
 }

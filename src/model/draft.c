@@ -10,8 +10,9 @@
  * The draft stages are bound as ordinary V4.1 blocks at m->layers[L + s] (ratio 0, the draft's own
  * expert count), so the MoE and the hyper-connection code of the trunk run them unchanged; their
  * attention differs (ring + non-causal block keys) and lives in draft_fwd.c. */
-#include "model/draft.h"
+#include "model/draft_internal.h"
 #include "model/ops.h"
+#include "model/fast_ops.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,7 @@ static int bind_extras(ds_model *m, ds_draft *d, ds_error *err) {
     d->markov_embed = me->data;
     snprintf(n, sizeof n, "mtp.%d.markov_head.head", S - 1);
     if (ds_model_bind_linear(m, n, c->vocab_size, r, &d->markov_head, err) < 0) return -1;
+    ds_draft_pack_markov(m, d);
     snprintf(n, sizeof n, "mtp.%d.confidence_head.proj.weight", S - 1);
     const ds_tensor *cp = ds_ckpt_tensor(m->ckpt, n);
     int64_t cw = (int64_t)D + r;
@@ -182,18 +184,22 @@ static int alloc_pages(ds_seq *s, int64_t b0, int64_t b1, ds_error *err) {
     return 0;
 }
 
-/* ctx rows = rmsnorm(bf16(main_proj·aux), main_norm), then every stage's ring row. */
+/* ctx rows = rmsnorm(bf16(main_proj·aux), main_norm), then every stage's ring row (temporaries on a
+ * step arena: a commit follows every verify step). */
 static void write_rows(ds_model *m, ds_seq *s, const ds_bf16 *aux, int64_t p0, int n) {
     const ds_draft *d = m->draft;
     const ds_config *c = &m->cfg;
+    const ds_numerics nt = m->numerics;
     const int D = c->dim, dh = c->head_dim, rd = c->rope_head_dim;
     const int cols = D > dh ? D : dh;
-    float *lin = ds_amalloc(sizeof(float) * (size_t)n * cols);
-    ds_bf16 *ctx = ds_amalloc(sizeof(ds_bf16) * (size_t)n * D), *tmp = ds_xmalloc(sizeof(ds_bf16) * (size_t)cols);
+    ds_step_ctx *sc = ds_step_ctx_acquire(m);
+    ds_arena *ar = &sc->arena;
+    float *lin = DS_ARENA_NEW(ar, float, (size_t)n * cols);
+    ds_bf16 *ctx = DS_ARENA_NEW(ar, ds_bf16, (size_t)n * D), *tmp = DS_ARENA_NEW(ar, ds_bf16, (size_t)cols);
     ds_linear_forward(&d->main_proj, aux, n, lin);
     for (int j = 0; j < n; j++) {
         ds_round_rows_bf16(lin + (size_t)j * D, (size_t)D, tmp);
-        ds_rmsnorm_bf16(tmp, d->main_norm, D, c->norm_eps, ctx + (size_t)j * D);
+        ds_rmsnorm_t(nt, tmp, d->main_norm, D, c->norm_eps, ctx + (size_t)j * D);
     }
     float cs[2 * DS_ROPE_MAX_PAIRS];
     for (int st = 0; st < d->n_stages; st++) {
@@ -202,14 +208,12 @@ static void write_rows(ds_model *m, ds_seq *s, const ds_bf16 *aux, int64_t p0, i
         for (int j = 0; j < n; j++) {
             ds_bf16 *row = ds_seq_draft_row(s, st, p0 + j);
             ds_round_rows_bf16(lin + (size_t)j * dh, (size_t)dh, tmp);
-            ds_rmsnorm_bf16(tmp, w->kv_norm, dh, c->norm_eps, row);
+            ds_rmsnorm_t(nt, tmp, w->kv_norm, dh, c->norm_eps, row);
             ds_rope_cossin(&m->rope_swa, p0 + j, cs);
-            ds_rope_apply(row, dh, rd, cs, 0);
+            ds_rope_apply_t(nt, row, dh, rd, cs, 0);
         }
     }
-    ds_afree(lin);
-    ds_afree(ctx);
-    free(tmp);
+    ds_step_ctx_release(m, sc);
 }
 
 int ds_draft_commit(ds_model *m, ds_seq *s, const ds_bf16 *aux, int64_t p0, int n, ds_error *err) {

@@ -39,6 +39,8 @@ typedef struct ds_draft {
     const float *norm;             /* [D] mtp.{S−1}.norm */
     const ds_bf16 *markov_embed;   /* [V][r] lookup table */
     ds_linear markov_head;         /* [V, r] */
+    const ds_bf16 *markov_t;       /* [r][V] transposed copy of a BF16 Markov head (draft_heads.c) */
+    const float *markov_norm;      /* [V] upper bounds of ||markov_head[v]||_2 (greedy pruning), or NULL */
     const float *conf_proj;        /* [D + r] confidence head (fp32) */
     int own_vocab;                 /* mtp.0.embed / mtp.{S−1}.head present */
 } ds_draft;
@@ -70,6 +72,26 @@ typedef int32_t (*ds_draft_pick_fn)(void *ctx, int row, float *logits);
  * requires drf_hi == s->len.  Returns 0 or -1 (err). */
 int ds_draft_propose(ds_model *m, const ds_seq *s, int32_t anchor, ds_draft_pick_fn pick, void *pick_ctx,
                      int32_t *drafts, float *logits, float *conf, ds_error *err);
+
+/* Whether a draft pass for `anchor` on s may run now (0, or -1 with the reason in err). */
+int ds_draft_check(const ds_model *m, const ds_seq *s, int32_t anchor, ds_error *err);
+
+/* The draft passes of n sequences as one: their block rows go through the stages and the head
+ * together (one read of every weight), the Markov rows of all sequences share one read of the
+ * Markov head, and every row's result equals the one a single-sequence pass gives (the draft is
+ * batch-invariant).  Sequence s picks its rows with pick(pick_ctx[s], …) when pick, pick_ctx and
+ * pick_ctx[s] are all set, otherwise greedily: the first-index argmax over the ids neither in
+ * greedy_mask (V bytes, may be NULL) nor the noise id.  A greedy row whose logits are not asked
+ * for may skip the Markov correction of the ids that provably cannot win (same proposals).
+ * Writes drafts[s·block..], logits[s·block·V..] and conf[s·block..] (optional).  Every sequence
+ * must pass ds_draft_check (otherwise nothing runs: -1).  Returns 0 or -1 (err). */
+int ds_draft_propose_many(ds_model *m, int n, const ds_seq *const *seqs, const int32_t *anchors, ds_draft_pick_fn pick,
+                          void *const *pick_ctx, const uint8_t *greedy_mask, int32_t *drafts, float *logits, float *conf,
+                          ds_error *err);
+
+/* First-index argmax of x[0..V−1] over the ids not masked (masked may be NULL) and not `exclude`
+ * (−1: none); NaN is never chosen unless it is the first candidate; 0 when nothing is eligible. */
+int32_t ds_draft_argmax(const float *x, int V, const uint8_t *masked, int32_t exclude);
 
 /* Forget ring rows at positions >= len (rollback below the committed draft context). */
 void ds_draft_truncate(ds_seq *s, int64_t len);

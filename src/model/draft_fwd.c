@@ -8,9 +8,16 @@
  * the attention differs.  Its key list for a row is fixed — ring rows of positions
  * max(P−W+1, first ring row) .. P ascending, then the block's own rows 0..B−1 — and the exact tier
  * reduces it in float64 with one rounding (docs/NUMERICS.md "attention"), the fast tier in fp32 in
- * the same order, so a proposal depends only on the sequence's committed context. */
-#include "model/draft.h"
-#include "model/forward.h"
+ * the same order, so a proposal depends only on the sequence's committed context.
+ *
+ * Batched passes: ds_draft_propose_many runs the B rows of several sequences as one step (rows
+ * s·B..s·B+B−1 belong to sequence s); the linears, the MoE and the hyper-connection sites are
+ * row-wise and batch-invariant, and the attention task of a row reads only its own sequence's ring
+ * and block, so a batched proposal equals the single one bit for bit.  The site entry/exit use the
+ * tier's building blocks (fast tier: fp32 mixes, collapse, norm and rotary), and every temporary
+ * comes from the step arena (the per-thread attention scratch included). */
+#include "model/draft_internal.h"
+#include "model/fast_ops.h"
 #include "model/ops.h"
 #include "base/threadpool.h"
 #include <math.h>
@@ -20,18 +27,20 @@
 
 typedef struct dattn_ctx {
     ds_step *st;
-    const ds_seq *seq;
+    const ds_seq *const *seqs;    /* the sequence of row r is seqs[r / B] */
     const ds_layer_weights *w;
-    int stage;
-    int64_t lo, P;                /* ring rows lo..P are keys */
+    int stage, B, max_nk;
+    int64_t *lo, *P;              /* per sequence: ring rows lo..P are keys */
     float scale;
     int fast;
+    uint8_t *scratch;             /* per thread: keys, scores and the accumulator */
+    size_t scratch_bytes;
 } dattn_ctx;
 
 /* Softmax-weighted sum of keys (values = keys) for one (row, head), exact tier. */
 static void core_exact(const ds_bf16 *qh, const ds_bf16 *const *keys, int nk, float sink, float scale, int dh, float *sc,
-                       ds_bf16 *oh) {
-    double *acc = calloc((size_t)dh, sizeof(double));
+                       double *acc, ds_bf16 *oh) {
+    memset(acc, 0, sizeof(double) * (size_t)dh);
     float mx = sink;
     for (int i = 0; i < nk; i++) {
         sc[i] = (float)ds_dot_bb(qh, keys[i], dh) * scale;
@@ -45,13 +54,12 @@ static void core_exact(const ds_bf16 *qh, const ds_bf16 *const *keys, int nk, fl
     float fden = (float)(den + (double)(float)exp((double)sink - (double)mx));
     for (int i = 0; i < nk; i++) ds_axpy_bf16(acc, sc[i] / fden, keys[i], dh);
     for (int d = 0; d < dh; d++) oh[d] = ds_f32_to_bf16((float)acc[d]);
-    free(acc);
 }
 
 /* The same in fp32, one fixed order (fast tier). */
 static void core_fast(const ds_bf16 *qh, const ds_bf16 *const *keys, int nk, float sink, float scale, int dh, float *sc,
-                      ds_bf16 *oh) {
-    float *acc = calloc((size_t)dh, sizeof(float));
+                      float *acc, ds_bf16 *oh) {
+    memset(acc, 0, sizeof(float) * (size_t)dh);
     float mx = sink;
     for (int i = 0; i < nk; i++) {
         float d = 0.0f;
@@ -70,57 +78,73 @@ static void core_fast(const ds_bf16 *qh, const ds_bf16 *const *keys, int nk, flo
         for (int j = 0; j < dh; j++) acc[j] += p * ds_bf16_to_f32(keys[i][j]);
     }
     for (int d = 0; d < dh; d++) oh[d] = ds_f32_to_bf16(acc[d]);
-    free(acc);
 }
 
 static void dattn_task(void *vctx, int task, int thread) {
-    (void)thread;
     dattn_ctx *a = vctx;
     ds_step *st = a->st;
     const ds_config *c = st->c;
-    const int H = c->n_heads, dh = c->head_dim, rd = c->rope_head_dim, B = st->N;
-    const int row = task / H, h = task % H;
-    const int n_ring = a->P >= a->lo ? (int)(a->P - a->lo + 1) : 0, nk = n_ring + B;
-    const ds_bf16 **keys = malloc(sizeof(*keys) * (size_t)nk);
-    float *sc = malloc(sizeof(float) * (size_t)nk);
+    const int H = c->n_heads, dh = c->head_dim, rd = c->rope_head_dim, B = a->B;
+    const int row = task / H, h = task % H, s = row / B;
+    const int64_t lo = a->lo[s], P = a->P[s];
+    const int n_ring = P >= lo ? (int)(P - lo + 1) : 0, nk = n_ring + B;
+    uint8_t *mem = a->scratch + (size_t)thread * a->scratch_bytes;
+    double *acc = (double *)mem;
+    const ds_bf16 **keys = (const ds_bf16 **)(mem + sizeof(double) * (size_t)dh);
+    float *sc = (float *)(keys + a->max_nk);
     int k = 0;
-    for (int64_t q = a->lo; q <= a->P; q++) keys[k++] = ds_seq_draft_row(a->seq, a->stage, q);
-    for (int j = 0; j < B; j++) keys[k++] = st->kv + (size_t)j * dh;
+    for (int64_t q = lo; q <= P; q++) keys[k++] = ds_seq_draft_row(a->seqs[s], a->stage, q);
+    for (int j = 0; j < B; j++) keys[k++] = st->kv + ((size_t)s * B + j) * dh;
     const ds_bf16 *qh = st->q + ((size_t)row * H + h) * dh;
     ds_bf16 *oh = st->o + ((size_t)row * H + h) * dh;
-    if (a->fast) core_fast(qh, keys, nk, a->w->attn_sink[h], a->scale, dh, sc, oh);
-    else core_exact(qh, keys, nk, a->w->attn_sink[h], a->scale, dh, sc, oh);
-    ds_rope_apply(oh, dh, rd, st->cs_swa + (size_t)row * rd, 1);
-    free(keys);
-    free(sc);
+    if (a->fast) core_fast(qh, keys, nk, a->w->attn_sink[h], a->scale, dh, sc, (float *)acc, oh);
+    else core_exact(qh, keys, nk, a->w->attn_sink[h], a->scale, dh, sc, acc, oh);
+    ds_rope_apply_t(st->m->numerics, oh, dh, rd, st->cs_swa + (size_t)row * rd, 1);
 }
 
-static void norm_rows(const ds_config *c, const float *lin, int N, int n, const float *w, ds_bf16 *dst) {
-    ds_bf16 *tmp = malloc(sizeof(ds_bf16) * (size_t)n);
-    for (int r = 0; r < N; r++) {
+static void norm_rows(ds_step *st, const float *lin, int n, const float *w, ds_bf16 *dst) {
+    ds_bf16 *tmp = DS_ARENA_NEW(st->arena, ds_bf16, (size_t)n);
+    for (int r = 0; r < st->N; r++) {
         ds_round_rows_bf16(lin + (size_t)r * n, (size_t)n, tmp);
-        ds_rmsnorm_bf16(tmp, w, n, c->norm_eps, dst + (size_t)r * n);
+        ds_rmsnorm_t(st->m->numerics, tmp, w, n, st->c->norm_eps, dst + (size_t)r * n);
     }
-    free(tmp);
 }
+
+typedef struct dpass {
+    int n, B;
+    const ds_seq *const *seqs;
+    int64_t *P;                   /* per sequence: the last committed position */
+} dpass;
 
 /* MODEL.md §2.6 projections with SWA rope, then the draft key set (§4.1), then wo_a/wo_b. */
-static void draft_attention(ds_step *st, const ds_seq *seq, int stage, int64_t P) {
+static void draft_attention(ds_step *st, const dpass *dp, int stage) {
     const ds_config *c = st->c;
+    const ds_numerics nt = st->m->numerics;
     const ds_layer_weights *w = &st->m->layers[c->n_layers + stage];
     const int N = st->N, H = c->n_heads, dh = c->head_dim, rd = c->rope_head_dim, ql = c->q_lora_rank;
+    ds_arena_mark mark = ds_arena_mark_get(st->arena);
     ds_linear_forward(&w->wq_a, st->u, N, st->ftmp);
-    norm_rows(c, st->ftmp, N, ql, w->q_norm, st->qr);
+    norm_rows(st, st->ftmp, ql, w->q_norm, st->qr);
     ds_linear_forward(&w->wkv, st->u, N, st->ftmp);
-    norm_rows(c, st->ftmp, N, dh, w->kv_norm, st->kv);
-    for (int r = 0; r < N; r++) ds_rope_apply(st->kv + (size_t)r * dh, dh, rd, st->cs_swa + (size_t)r * rd, 0);
+    norm_rows(st, st->ftmp, dh, w->kv_norm, st->kv);
+    for (int r = 0; r < N; r++) ds_rope_apply_t(nt, st->kv + (size_t)r * dh, dh, rd, st->cs_swa + (size_t)r * rd, 0);
     ds_linear_bf16(&w->wq_b, st->qr, N, st->ftmp, st->q);
     for (int r = 0; r < N; r++)
-        for (int h = 0; h < H; h++) ds_rope_apply(st->q + ((size_t)r * H + h) * dh, dh, rd, st->cs_swa + (size_t)r * rd, 0);
-    int64_t lo = P - c->window + 1;
-    if (lo < seq->drf_lo) lo = seq->drf_lo;
-    if (lo < 0) lo = 0;
-    dattn_ctx a = {st, seq, w, stage, lo, P, (float)(1.0 / sqrt((double)dh)), st->m->numerics == DS_NUMERICS_FAST};
+        for (int h = 0; h < H; h++) ds_rope_apply_t(nt, st->q + ((size_t)r * H + h) * dh, dh, rd, st->cs_swa + (size_t)r * rd, 0);
+    int64_t *lo = DS_ARENA_NEW(st->arena, int64_t, (size_t)dp->n);
+    int max_nk = dp->B;
+    for (int s = 0; s < dp->n; s++) {
+        lo[s] = dp->P[s] - c->window + 1;
+        if (lo[s] < dp->seqs[s]->drf_lo) lo[s] = dp->seqs[s]->drf_lo;
+        if (lo[s] < 0) lo[s] = 0;
+        int nk = (dp->P[s] >= lo[s] ? (int)(dp->P[s] - lo[s] + 1) : 0) + dp->B;
+        if (nk > max_nk) max_nk = nk;
+    }
+    dattn_ctx a = {st, dp->seqs, w, stage, dp->B, max_nk, lo, dp->P, (float)(1.0 / sqrt((double)dh)), nt == DS_NUMERICS_FAST,
+                   NULL, 0};
+    a.scratch_bytes = (sizeof(double) * (size_t)dh + sizeof(void *) * (size_t)max_nk + sizeof(float) * (size_t)max_nk + 63) &
+                      ~(size_t)63;
+    a.scratch = ds_arena_alloc(st->arena, a.scratch_bytes * (size_t)ds_pool_threads());
     ds_pool_run(N * H, dattn_task, &a);
     const int G = c->o_groups, gin = H * dh / G, ol = c->o_lora_rank;
     for (int g = 0; g < G; g++) {
@@ -132,30 +156,64 @@ static void draft_attention(ds_step *st, const ds_seq *seq, int stage, int64_t P
     }
     ds_linear_forward(&w->wo_b, st->z, N, st->ftmp);
     ds_round_rows_bf16(st->ftmp, (size_t)N * c->dim, st->y);
+    ds_arena_release(st->arena, mark);
+}
+
+typedef struct dsite_ctx {
+    ds_step *st;
+    const ds_hc_params *hp;
+    const float *norm;
+    float *dots;                  /* [N][(2+HC)·HC] mix dot products */
+    ds_bf16 *tmp;                 /* [N][D] collapsed rows before the norm */
+} dsite_ctx;
+
+static void mix_dot_task(void *vctx, int t, int thread) {
+    (void)thread;
+    dsite_ctx *s = vctx;
+    const int HC = s->st->c->hc_mult, D = s->st->c->dim, nmix = (2 + HC) * HC;
+    s->dots[t] = ds_hc_mix_dot_t(s->st->m->numerics, s->hp, s->st->X + (size_t)(t / nmix) * HC * D, t % nmix);
+}
+
+/* Site entry of one row: mixes from X, u = rmsnorm(collapse(X, pre_in)). */
+static void site_in_task(void *vctx, int r, int thread) {
+    (void)thread;
+    dsite_ctx *s = vctx;
+    ds_step *st = s->st;
+    const ds_numerics nt = st->m->numerics;
+    const int HC = st->c->hc_mult, D = st->c->dim, nmix = (2 + HC) * HC;
+    const ds_bf16 *X = st->X + (size_t)r * HC * D;
+    ds_hc_mixes_from_dots_t(nt, s->hp, X, s->dots + (size_t)r * nmix, &st->mix[r]);
+    ds_hc_collapse_t(nt, X, st->pre + (size_t)r * HC, HC, D, s->tmp + (size_t)r * D);
+    ds_rmsnorm_t(nt, s->tmp + (size_t)r * D, s->norm, D, st->c->norm_eps, st->u + (size_t)r * D);
+}
+
+/* Site exit of one row: X = expand(y, R), and this site's pre becomes the next site's. */
+static void site_out_task(void *vctx, int r, int thread) {
+    (void)thread;
+    dsite_ctx *s = vctx;
+    ds_step *st = s->st;
+    const int HC = st->c->hc_mult, D = st->c->dim;
+    ds_hc_expand_t(st->m->numerics, st->y + (size_t)r * D, st->R + (size_t)r * HC * D, &st->mix[r], HC, D,
+                   st->X + (size_t)r * HC * D);
+    memcpy(st->pre + (size_t)r * HC, st->mix[r].pre, sizeof(float) * (size_t)HC);
 }
 
 /* One lagged mHC site over every row (as forward.c's run_site): u from X and the previous pre,
  * the sublayer, then X = expand(y, R) and pre = this site's pre. */
-static void draft_site(ds_step *st, const ds_seq *seq, int stage, int ffn, int64_t P) {
+static void draft_site(ds_step *st, const dpass *dp, int stage, int ffn) {
     const ds_config *c = st->c;
-    const int HC = c->hc_mult, D = c->dim, N = st->N;
+    const int HC = c->hc_mult, D = c->dim, N = st->N, nmix = (2 + HC) * HC;
     const ds_layer_weights *w = &st->m->layers[c->n_layers + stage];
-    const ds_hc_params *hp = ffn ? &w->hc_ffn : &w->hc_attn;
     memcpy(st->R, st->X, sizeof(ds_bf16) * (size_t)N * HC * D);
-    ds_bf16 *tmp = malloc(sizeof(ds_bf16) * (size_t)D);
-    for (int r = 0; r < N; r++) {
-        const ds_bf16 *X = st->X + (size_t)r * HC * D;
-        ds_hc_mixes(hp, X, &st->mix[r]);
-        ds_hc_collapse(X, st->pre + (size_t)r * HC, HC, D, tmp);
-        ds_rmsnorm_bf16(tmp, ffn ? w->ffn_norm : w->attn_norm, D, c->norm_eps, st->u + (size_t)r * D);
-    }
-    free(tmp);
+    ds_arena_mark mark = ds_arena_mark_get(st->arena);
+    dsite_ctx s = {st, ffn ? &w->hc_ffn : &w->hc_attn, ffn ? w->ffn_norm : w->attn_norm,
+                   DS_ARENA_NEW(st->arena, float, (size_t)N * nmix), DS_ARENA_NEW(st->arena, ds_bf16, (size_t)N * D)};
+    ds_pool_run(N * nmix, mix_dot_task, &s);
+    ds_pool_run(N, site_in_task, &s);
+    ds_arena_release(st->arena, mark);
     if (ffn) ds_moe_layer(st, c->n_layers + stage);
-    else draft_attention(st, seq, stage, P);
-    for (int r = 0; r < N; r++) {
-        ds_hc_expand(st->y + (size_t)r * D, st->R + (size_t)r * HC * D, &st->mix[r], HC, D, st->X + (size_t)r * HC * D);
-        memcpy(st->pre + (size_t)r * HC, st->mix[r].pre, sizeof(float) * (size_t)HC);
-    }
+    else draft_attention(st, dp, stage);
+    ds_pool_run(N, site_out_task, &s);
 }
 
 /* Every buffer of the pass comes from the step arena (no allocation on the decode path). */
@@ -183,54 +241,7 @@ static void dstep_alloc(ds_step *st, const ds_config *c, int N) {
     st->z = DS_ARENA_NEW(ar, ds_bf16, N * (size_t)c->o_groups * (size_t)c->o_lora_rank);
 }
 
-/* conf = proj · fp32(concat(hid, me)): float64 with one rounding (exact), fp32 in order (fast). */
-static float confidence(const ds_draft *d, const ds_bf16 *hid, const ds_bf16 *me, int D, int fast) {
-    if (fast) {
-        float s = 0.0f;
-        for (int j = 0; j < D; j++) s += d->conf_proj[j] * ds_bf16_to_f32(hid[j]);
-        for (int j = 0; j < d->rank; j++) s += d->conf_proj[D + j] * ds_bf16_to_f32(me[j]);
-        return s;
-    }
-    return (float)(ds_dot_fb(d->conf_proj, hid, D) + ds_dot_fb(d->conf_proj + D, me, d->rank));
-}
-
-/* Greedy proposal: argmax, ties to the lower id, never the noise token (MODEL.md §7.3). */
-static int32_t pick_greedy(const float *logits, int V, int32_t noise) {
-    int32_t best = noise == 0 ? 1 : 0;
-    for (int v = best + 1; v < V; v++)
-        if (v != noise && logits[v] > logits[best]) best = v;
-    return best;
-}
-
-/* The head, the serial Markov correction and the confidence head of §4.1. */
-static void draft_heads(ds_model *m, const ds_step *st, ds_draft_pick_fn pick, void *pick_ctx, int32_t anchor,
-                        int32_t *drafts, float *logits, float *conf) {
-    const ds_draft *d = m->draft;
-    const ds_config *c = &m->cfg;
-    const int B = d->block, D = c->dim, HC = c->hc_mult, V = c->vocab_size, r = d->rank;
-    ds_bf16 *hid = DS_ARENA_NEW(st->arena, ds_bf16, (size_t)B * D), *hn = DS_ARENA_NEW(st->arena, ds_bf16, (size_t)B * D);
-    for (int i = 0; i < B; i++) {
-        ds_hc_collapse(st->X + (size_t)i * HC * D, st->pre + (size_t)i * HC, HC, D, hid + (size_t)i * D);
-        ds_rmsnorm_bf16(hid + (size_t)i * D, d->norm, D, c->norm_eps, hn + (size_t)i * D);
-    }
-    float *base = DS_ARENA_NEW(st->arena, float, (size_t)B * V), *mk = DS_ARENA_NEW(st->arena, float, (size_t)V);
-    ds_linear_forward(&d->head, hn, B, base);
-    int32_t prev = anchor;
-    for (int i = 0; i < B; i++) {
-        const ds_bf16 *me = d->markov_embed + (size_t)prev * r;
-        ds_linear_forward(&d->markov_head, me, 1, mk);
-        float *li = base + (size_t)i * V;
-        for (int v = 0; v < V; v++) li[v] = li[v] + mk[v];
-        int32_t t = pick ? pick(pick_ctx, i, li) : pick_greedy(li, V, c->dspark_noise_id);
-        drafts[i] = t;
-        if (conf) conf[i] = confidence(d, hid + (size_t)i * D, me, D, m->numerics == DS_NUMERICS_FAST);
-        if (logits) memcpy(logits + (size_t)i * V, li, sizeof(float) * (size_t)V);
-        prev = t;
-    }
-}
-
-int ds_draft_propose(ds_model *m, const ds_seq *s, int32_t anchor, ds_draft_pick_fn pick, void *pick_ctx,
-                     int32_t *drafts, float *logits, float *conf, ds_error *err) {
+int ds_draft_check(const ds_model *m, const ds_seq *s, int32_t anchor, ds_error *err) {
     const ds_draft *d = m ? m->draft : NULL;
     if (!d) return ds_fail(err, "E_INVALID_ARG", "draft: the model has no draft loaded");
     const ds_config *c = &m->cfg;
@@ -242,27 +253,48 @@ int ds_draft_propose(ds_model *m, const ds_seq *s, int32_t anchor, ds_draft_pick
     if (s->len + d->block > m->max_len)
         return ds_fail(err, "E_CONTEXT_LENGTH", "draft: block at positions %lld..%lld exceeds the max model length %lld",
                        (long long)s->len, (long long)(s->len + d->block - 1), (long long)m->max_len);
+    return 0;
+}
+
+int ds_draft_propose_many(ds_model *m, int n, const ds_seq *const *seqs, const int32_t *anchors, ds_draft_pick_fn pick,
+                          void *const *pick_ctx, const uint8_t *greedy_mask, int32_t *drafts, float *logits, float *conf,
+                          ds_error *err) {
+    if (n <= 0) return 0;
+    for (int s = 0; s < n; s++)
+        if (ds_draft_check(m, seqs[s], anchors[s], err) < 0) return -1;
+    const ds_draft *d = m->draft;
+    const ds_config *c = &m->cfg;
     const int B = d->block, D = c->dim, HC = c->hc_mult, rd = c->rope_head_dim;
-    const int64_t P = s->len - 1;
     ds_step st;
     memset(&st, 0, sizeof st);
     st.m = m;
     st.c = &d->cfg;
     ds_step_ctx *ctx = ds_step_ctx_acquire(m);
     st.arena = &ctx->arena;
-    dstep_alloc(&st, &d->cfg, B);
-    for (int i = 0; i < B; i++) {
-        int32_t id = i == 0 ? anchor : c->dspark_noise_id;
-        const ds_bf16 *e = d->embed + (size_t)id * D;
-        for (int k = 0; k < HC; k++) memcpy(st.X + ((size_t)i * HC + k) * D, e, sizeof(ds_bf16) * (size_t)D);
-        st.pre[(size_t)i * HC] = 1.0f;
-        ds_rope_cossin(&m->rope_swa, P + 1 + i, st.cs_swa + (size_t)i * rd);
+    dstep_alloc(&st, &d->cfg, n * B);
+    dpass dp = {n, B, seqs, DS_ARENA_NEW(st.arena, int64_t, (size_t)n)};
+    for (int s = 0; s < n; s++) {
+        dp.P[s] = seqs[s]->len - 1;
+        for (int i = 0; i < B; i++) {
+            const size_t row = (size_t)s * B + i;
+            int32_t id = i == 0 ? anchors[s] : c->dspark_noise_id;
+            const ds_bf16 *e = d->embed + (size_t)id * D;
+            for (int k = 0; k < HC; k++) memcpy(st.X + (row * HC + k) * D, e, sizeof(ds_bf16) * (size_t)D);
+            st.pre[row * HC] = 1.0f;
+            ds_rope_cossin(&m->rope_swa, dp.P[s] + 1 + i, st.cs_swa + row * rd);
+        }
     }
     for (int stage = 0; stage < d->n_stages; stage++) {
-        draft_site(&st, s, stage, 0, P);
-        draft_site(&st, s, stage, 1, P);
+        draft_site(&st, &dp, stage, 0);
+        draft_site(&st, &dp, stage, 1);
     }
-    draft_heads(m, &st, pick, pick_ctx, anchor, drafts, logits, conf);
+    ds_draft_heads(m, &st, n, anchors, pick, pick_ctx, greedy_mask, drafts, logits, conf);
     ds_step_ctx_release(m, ctx);
     return 0;
+}
+
+int ds_draft_propose(ds_model *m, const ds_seq *s, int32_t anchor, ds_draft_pick_fn pick, void *pick_ctx,
+                     int32_t *drafts, float *logits, float *conf, ds_error *err) {
+    void *const pc[1] = {pick_ctx};
+    return ds_draft_propose_many(m, 1, &s, &anchor, pick, pc, NULL, drafts, logits, conf, err);
 }

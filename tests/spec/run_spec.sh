@@ -11,9 +11,10 @@
 #    continuation (reference 2.22), A >= 1 on the held-out text.
 # 3b. The NumPy oracle's draft (tests/oracle/draft.py) on the trained release: every draft pass of
 #    a speculative run — proposals, draft logits, confidences — bit-identical (compare_draft.py).
+# 3c. `dsflash perf decode --num-speculative-tokens 5` on it: identity, and an A above 1 printed.
 # 4. The same identity on a random tiny model (mkmodel tiny: random draft, almost nothing accepted).
 # 5. A rotated release without its un-rotated draft vocabulary: loading with the draft required
-#    fails with E_DRAFT_VOCAB_MISSING (CHECKPOINT.md §11).
+#    fails with E_DRAFT_VOCAB_MISSING (CHECKPOINT.md §11), and so does `perf decode --num-speculative-tokens`.
 #
 # Env: DSFLASH_BIN, DS_TEST_TMP, BUILD.  Ends with "N passed, N failed".
 set -u
@@ -70,6 +71,17 @@ else
 fi
 grep -E 'draft passes' "$TMP/draft_oracle.log" | sed 's/^/  /'
 
+# ---- 3c. `perf decode` speculation rows on the trained release (identity checked by the command)
+if "$BIN" perf decode --model "$TMP/tt_w4a8" --threads 1 --prompt-tokens 48 --tokens 32 --num-speculative-tokens 5 \
+    > "$TMP/bench.log" 2>&1; then
+    ok "perf decode --num-speculative-tokens 5: speculative greedy tokens equal plain ones"
+else
+    ko "perf decode --num-speculative-tokens 5: $(grep -E 'identity|dsflash' "$TMP/bench.log" | tail -2)"
+fi
+grep -E '^\| (acceptance length|per-position|decode, spec|verify step|draft pass|the same in processor)' "$TMP/bench.log" | sed 's/^/  /'
+ab=$(sed -n 's/^| acceptance length A (own greedy continuation) | \([0-9.]*\) |$/\1/p' "$TMP/bench.log")
+check "perf decode prints A > 1 on the trained release (found ${ab:-none})" "$PY" -c "import sys; sys.exit(0 if float('${ab:-0}') > 1.0 else 1)"
+
 # ---- 4. identity on a random tiny model
 if "$BIN" mkmodel --config tiny --seed 3 --no-split --out "$TMP/tiny" --quiet > "$TMP/mk.log" 2>&1; then
     "$PY" -c "import numpy as np; np.random.default_rng(11).integers(3, 1000, 600).astype('<u4').tofile('$TMP/rand.u32')"
@@ -108,6 +120,13 @@ PYEOF
         ok "rotated release without draft vocabulary: the required draft fails to load (E_DRAFT_VOCAB_MISSING)"
     else
         ko "rotated release without draft vocabulary: expected E_DRAFT_VOCAB_MISSING, found exit $rc: $(tail -1 "$TMP/novocab.log")"
+    fi
+    "$BIN" perf decode --model "$TMP/tiny_novocab" --tokens 2 --num-speculative-tokens 5 > "$TMP/bench_nodraft.log" 2>&1
+    rc=$?
+    if [ $rc != 0 ] && grep -q E_DRAFT_VOCAB_MISSING "$TMP/bench_nodraft.log"; then
+        ok "perf decode --num-speculative-tokens without a usable draft is refused (exit $rc, E_DRAFT_VOCAB_MISSING)"
+    else
+        ko "perf decode --num-speculative-tokens without a usable draft: expected E_DRAFT_VOCAB_MISSING, found exit $rc: $(tail -1 "$TMP/bench_nodraft.log")"
     fi
 else
     ko "mkmodel tiny wrote no rotation file: the rotated-release check cannot run"

@@ -1,0 +1,267 @@
+/* The end of a DSpark draft pass (MODEL.md §4.1): the draft head over every row of the pass, the
+ * serial Markov correction, the pick of each row and the confidence head.
+ *
+ * Why the Markov head has its own routine: its weight is [V, r] with a small rank r (16 on the
+ * tiny fixture, 256 on the release), and it runs once per draft row, serially, because row i's
+ * correction reads the token chosen at row i−1.  Through the generic linear every one of the V
+ * outputs is a short dot product ending in a horizontal reduction, which made five Markov rows cost
+ * more than the whole draft head.  Here the weight is kept transposed ([r][V], packed once at load)
+ * and each output is an element-wise accumulation over j = 0..r−1 in that order, so the compiler
+ * vectorizes across outputs and nothing is reduced horizontally; the rows of every sequence of a
+ * batched pass share one read of each weight block.  Numerics: the exact tier accumulates the
+ * (exact) bf16·bf16 products in float64 and rounds once (docs/NUMERICS.md "float linear"), the
+ * fast tier accumulates fp32 products in ascending j (its own fixed order), both independent of
+ * the batch and of the thread count.
+ *
+ * A greedy row whose logits nobody reads skips most of the Markov correction: a Cauchy–Schwarz
+ * bound on every id's correction leaves only the ids that could still beat the best corrected value
+ * found so far (pick_pruned; the full correction runs when too many remain), so the proposals are
+ * those of the full correction while the Markov head is read for a handful of ids.
+ *
+ * The greedy pick is a vectorized first-index argmax with the same answer as the scalar loop it
+ * replaces (ties to the lower id, NaN never chosen unless the first candidate is NaN). */
+#include "model/draft_internal.h"
+#include "model/fast_ops.h"
+#include "base/threadpool.h"
+#include <math.h>
+#include <string.h>
+
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__clang__)
+#define DS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define DS_CLONES
+#endif
+
+enum { MK_BLOCK = 256, MK_TASK_BLOCKS = 8, AM_LANES = 16 };
+
+void ds_draft_pack_markov(ds_model *m, ds_draft *d) {
+    const ds_linear *L = &d->markov_head;
+    d->markov_t = NULL;
+    if (L->fmt != DS_LIN_BF16) return;   /* other formats go through the generic linear */
+    const size_t V = (size_t)L->out, r = (size_t)L->in;
+    ds_bf16 *t = ds_model_own(m, ds_amalloc(sizeof(ds_bf16) * V * r));
+    const ds_bf16 *w = L->w;
+    for (size_t v = 0; v < V; v++)
+        for (size_t j = 0; j < r; j++) t[j * V + v] = w[v * r + j];
+    d->markov_t = t;
+    /* ||W[v]||_2 rounded up, for the greedy bound below; a non-finite weight disables the bound */
+    float *nv = ds_model_own(m, ds_xmalloc(sizeof(float) * V));
+    for (size_t v = 0; v < V; v++) {
+        double ss = 0;
+        for (size_t j = 0; j < r; j++) ss += (double)ds_bf16_to_f32(w[v * r + j]) * ds_bf16_to_f32(w[v * r + j]);
+        nv[v] = (float)(sqrt(ss) * (1.0 + 1e-6));
+        if (!isfinite(nv[v])) return;
+    }
+    d->markov_norm = nv;
+}
+
+/* out[v] += fp32(Σ_j e_j·W[v][j]) for outputs v0..v0+nb−1 of one row (fast tier: fp32, j ascending). */
+DS_CLONES static void markov_block_fast(const ds_bf16 *Wt, size_t V, int r, const float *e, int v0, int nb, float *out) {
+    float acc[MK_BLOCK];
+    for (int i = 0; i < nb; i++) acc[i] = 0.0f;
+    for (int j = 0; j < r; j++) {
+        const float ej = e[j];
+        const ds_bf16 *w = Wt + (size_t)j * V + v0;
+#pragma omp simd
+        for (int i = 0; i < nb; i++) acc[i] = acc[i] + ej * ds_bf16_to_f32(w[i]);
+    }
+#pragma omp simd
+    for (int i = 0; i < nb; i++) out[v0 + i] = out[v0 + i] + acc[i];
+}
+
+/* The same in float64 (exact tier): products of bf16 values are exact, one rounding to fp32. */
+DS_CLONES static void markov_block_exact(const ds_bf16 *Wt, size_t V, int r, const float *e, int v0, int nb, float *out) {
+    double acc[MK_BLOCK];
+    for (int i = 0; i < nb; i++) acc[i] = 0.0;
+    for (int j = 0; j < r; j++) {
+        const double ej = e[j];
+        const ds_bf16 *w = Wt + (size_t)j * V + v0;
+#pragma omp simd
+        for (int i = 0; i < nb; i++) acc[i] = acc[i] + ej * (double)ds_bf16_to_f32(w[i]);
+    }
+    for (int i = 0; i < nb; i++) out[v0 + i] = out[v0 + i] + (float)acc[i];
+}
+
+typedef struct markov_ctx {
+    const ds_draft *d;
+    int n, V, exact;
+    const float *e;               /* [n][r] Markov embeddings of the previous tokens */
+    float *const *rows;           /* n logits rows [V], corrected in place */
+} markov_ctx;
+
+static void markov_task(void *vctx, int t, int thread) {
+    (void)thread;
+    const markov_ctx *c = vctx;
+    const int r = c->d->rank;
+    const int v_end = c->V < (t + 1) * MK_BLOCK * MK_TASK_BLOCKS ? c->V : (t + 1) * MK_BLOCK * MK_TASK_BLOCKS;
+    for (int v0 = t * MK_BLOCK * MK_TASK_BLOCKS; v0 < v_end; v0 += MK_BLOCK) {
+        const int nb = v_end - v0 < MK_BLOCK ? v_end - v0 : MK_BLOCK;
+        for (int s = 0; s < c->n; s++) {   /* the block of weights stays in cache across sequences */
+            if (c->exact) markov_block_exact(c->d->markov_t, (size_t)c->V, r, c->e + (size_t)s * r, v0, nb, c->rows[s]);
+            else markov_block_fast(c->d->markov_t, (size_t)c->V, r, c->e + (size_t)s * r, v0, nb, c->rows[s]);
+        }
+    }
+}
+
+/* rows[s][v] += markov_head(markov_embed[prev[s]])[v] for the n rows. */
+static void markov_correct(ds_model *m, ds_arena *ar, int n, const int32_t *prev, float *const *rows) {
+    const ds_draft *d = m->draft;
+    const int V = m->cfg.vocab_size, r = d->rank;
+    ds_arena_mark mk = ds_arena_mark_get(ar);
+    if (!d->markov_t) {
+        ds_bf16 *me = DS_ARENA_NEW(ar, ds_bf16, (size_t)n * r);
+        float *y = DS_ARENA_NEW(ar, float, (size_t)n * V);
+        for (int s = 0; s < n; s++) memcpy(me + (size_t)s * r, d->markov_embed + (size_t)prev[s] * r, sizeof(ds_bf16) * (size_t)r);
+        ds_linear_forward(&d->markov_head, me, n, y);
+        for (int s = 0; s < n; s++)
+            for (int v = 0; v < V; v++) rows[s][v] = rows[s][v] + y[(size_t)s * V + v];
+        ds_arena_release(ar, mk);
+        return;
+    }
+    float *e = DS_ARENA_NEW(ar, float, (size_t)n * r);
+    for (int s = 0; s < n; s++)
+        for (int j = 0; j < r; j++) e[(size_t)s * r + j] = ds_bf16_to_f32(d->markov_embed[(size_t)prev[s] * r + j]);
+    markov_ctx c = {d, n, V, m->numerics != DS_NUMERICS_FAST, e, rows};
+    const int per = MK_BLOCK * MK_TASK_BLOCKS;
+    ds_pool_run((V + per - 1) / per, markov_task, &c);
+    ds_arena_release(ar, mk);
+}
+
+/* Largest eligible value, NaN ignored (comparisons with NaN are false); -INFINITY when none. */
+DS_CLONES static float eligible_max(const float *x, int V, const uint8_t *masked, int32_t exclude) {
+    float l[AM_LANES];
+    for (int k = 0; k < AM_LANES; k++) l[k] = -INFINITY;
+    int v = 0;
+    for (; v + AM_LANES <= V; v += AM_LANES)
+#pragma omp simd
+        for (int k = 0; k < AM_LANES; k++) {
+            const float xv = x[v + k];
+            const int ok = (!masked || !masked[v + k]) & (v + k != exclude);
+            l[k] = ok && xv > l[k] ? xv : l[k];
+        }
+    for (; v < V; v++)
+        if ((!masked || !masked[v]) && v != exclude && x[v] > l[0]) l[0] = x[v];
+    float mx = l[0];
+    for (int k = 1; k < AM_LANES; k++) mx = l[k] > mx ? l[k] : mx;
+    return mx;
+}
+
+int32_t ds_draft_argmax(const float *x, int V, const uint8_t *masked, int32_t exclude) {
+    int32_t first = -1;
+    for (int v = 0; v < V && first < 0; v++)
+        if ((!masked || !masked[v]) && v != exclude) first = v;
+    if (first < 0) return 0;
+    if (isnan(x[first])) return first;   /* the scalar rule keeps its first candidate then */
+    const float mx = eligible_max(x, V, masked, exclude);
+    for (int v = first; v < V; v++)
+        if ((!masked || !masked[v]) && v != exclude && x[v] == mx) return v;
+    return first;   /* every eligible value NaN but the first: unreachable, kept for safety */
+}
+
+/* Markov correction of one output, with the arithmetic of the block routines (same bits). */
+static float markov_one(const ds_draft *d, const float *e, int32_t v, int V, int exact) {
+    const ds_bf16 *w = d->markov_t + v;
+    if (exact) {
+        double acc = 0.0;
+        for (int j = 0; j < d->rank; j++) acc = acc + (double)e[j] * (double)ds_bf16_to_f32(w[(size_t)j * V]);
+        return (float)acc;
+    }
+    float acc = 0.0f;
+    for (int j = 0; j < d->rank; j++) acc = acc + e[j] * ds_bf16_to_f32(w[(size_t)j * V]);
+    return acc;
+}
+
+/* Greedy pick of row b (uncorrected draft logits) without correcting every id: with
+ * T = fp32(b[v0] + mk[v0]) at the argmax v0 of b, an id v can only reach T when
+ * b[v] + ||W[v]||·||e||·(1 + 1e-3) >= T − |T|·2^-20 − 1e-30 (Cauchy–Schwarz; the factor covers
+ * the fp32/float64 rounding of mk, the 2^-20 the final fp32 add, so every id outside this set
+ * has a corrected value strictly below T).  The argmax over the set, ties to the lower id, is the
+ * argmax of the fully corrected row.  Returns -1 (full correction needed) when the set exceeds
+ * max_cand or any value involved is not finite. */
+static int32_t pick_pruned(const ds_draft *d, const float *b, const float *e, int V, const uint8_t *mask, int32_t noise,
+                           int exact, int32_t *cand, int max_cand) {
+    double E = 0.0;
+    for (int j = 0; j < d->rank; j++) E += (double)e[j] * (double)e[j];
+    E = sqrt(E) * (1.0 + 1e-3);
+    const int32_t v0 = ds_draft_argmax(b, V, mask, noise);
+    if (!isfinite(E) || (mask && mask[v0]) || v0 == noise || !isfinite(b[v0])) return -1;
+    const float T = b[v0] + markov_one(d, e, v0, V, exact);
+    if (!isfinite(T)) return -1;
+    const double thr = (double)T - fabs((double)T) * 0x1p-20 - 1e-30;
+    int n = 0;
+    for (int v = 0; v < V; v++) {
+        if ((mask && mask[v]) || v == noise) continue;
+        if (isnan(b[v])) return -1;
+        if ((double)b[v] + (double)d->markov_norm[v] * E >= thr) {
+            if (n == max_cand) return -1;
+            cand[n++] = v;
+        }
+    }
+    int32_t best = -1;
+    float bv = 0.0f;
+    for (int k = 0; k < n; k++) {
+        const float val = b[cand[k]] + markov_one(d, e, cand[k], V, exact);
+        if (!isfinite(val)) return -1;
+        if (best < 0 || val > bv) best = cand[k], bv = val;
+    }
+    return best;
+}
+
+/* conf = proj · fp32(concat(hid, me)): float64 with one rounding (exact), fp32 in order (fast). */
+static float confidence(const ds_draft *d, const ds_bf16 *hid, const ds_bf16 *me, int D, int fast) {
+    if (fast) {
+        float s = 0.0f;
+        for (int j = 0; j < D; j++) s += d->conf_proj[j] * ds_bf16_to_f32(hid[j]);
+        for (int j = 0; j < d->rank; j++) s += d->conf_proj[D + j] * ds_bf16_to_f32(me[j]);
+        return s;
+    }
+    return (float)(ds_dot_fb(d->conf_proj, hid, D) + ds_dot_fb(d->conf_proj + D, me, d->rank));
+}
+
+void ds_draft_heads(ds_model *m, ds_step *st, int n, const int32_t *anchors, ds_draft_pick_fn pick, void *const *pick_ctx,
+                    const uint8_t *greedy_mask, int32_t *drafts, float *logits, float *conf) {
+    const ds_draft *d = m->draft;
+    const ds_config *c = &m->cfg;
+    const ds_numerics nt = m->numerics;
+    const int B = d->block, D = c->dim, HC = c->hc_mult, V = c->vocab_size, r = d->rank, N = n * B;
+    ds_arena *ar = st->arena;
+    ds_bf16 *hid = DS_ARENA_NEW(ar, ds_bf16, (size_t)N * D), *hn = DS_ARENA_NEW(ar, ds_bf16, (size_t)N * D);
+    for (int i = 0; i < N; i++) {
+        ds_hc_collapse_t(nt, st->X + (size_t)i * HC * D, st->pre + (size_t)i * HC, HC, D, hid + (size_t)i * D);
+        ds_rmsnorm_t(nt, hid + (size_t)i * D, d->norm, D, c->norm_eps, hn + (size_t)i * D);
+    }
+    float *base = DS_ARENA_NEW(ar, float, (size_t)N * V);
+    ds_linear_forward(&d->head, hn, N, base);   /* every row of every sequence: one read of the head */
+    int32_t *prev = DS_ARENA_NEW(ar, int32_t, (size_t)n), *full_prev = DS_ARENA_NEW(ar, int32_t, (size_t)n);
+    int32_t *chosen = DS_ARENA_NEW(ar, int32_t, (size_t)n);
+    float **rows = DS_ARENA_NEW(ar, float *, (size_t)n);
+    const int max_cand = V / 16 > 64 ? V / 16 : 64;
+    int32_t *cand = DS_ARENA_NEW(ar, int32_t, (size_t)max_cand);
+    float *e = DS_ARENA_NEW(ar, float, (size_t)r);
+    const int exact = nt != DS_NUMERICS_FAST;
+    memcpy(prev, anchors, sizeof(int32_t) * (size_t)n);
+    for (int i = 0; i < B; i++) {
+        int nf = 0;
+        for (int s = 0; s < n; s++) {   /* greedy rows nobody reads the logits of: the bounded pick */
+            float *li = base + ((size_t)s * B + i) * V;
+            const int greedy = !(pick && pick_ctx && pick_ctx[s]);
+            chosen[s] = -1;
+            if (greedy && !logits && d->markov_t && d->markov_norm) {
+                for (int j = 0; j < r; j++) e[j] = ds_bf16_to_f32(d->markov_embed[(size_t)prev[s] * r + j]);
+                chosen[s] = pick_pruned(d, li, e, V, greedy_mask, c->dspark_noise_id, exact, cand, max_cand);
+            }
+            if (chosen[s] < 0) rows[nf] = li, full_prev[nf++] = prev[s];
+        }
+        if (nf) markov_correct(m, ar, nf, full_prev, rows);
+        for (int s = 0; s < n; s++) {
+            float *li = base + ((size_t)s * B + i) * V;
+            const ds_bf16 *me = d->markov_embed + (size_t)prev[s] * r;
+            int32_t t = chosen[s];
+            if (t < 0) t = pick && pick_ctx && pick_ctx[s] ? pick(pick_ctx[s], i, li) : ds_draft_argmax(li, V, greedy_mask, c->dspark_noise_id);
+            drafts[(size_t)s * B + i] = t;
+            if (conf) conf[(size_t)s * B + i] = confidence(d, hid + ((size_t)s * B + i) * D, me, D, nt == DS_NUMERICS_FAST);
+            if (logits) memcpy(logits + ((size_t)s * B + i) * V, li, sizeof(float) * (size_t)V);
+            prev[s] = t;
+        }
+    }
+}

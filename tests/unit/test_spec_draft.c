@@ -1,0 +1,162 @@
+/* The batched DSpark draft pass and the greedy draft pick (MODEL.md §4.1).
+ *
+ * Independent references: a batched pass over several sequences must give, for every sequence,
+ * the same proposals, draft logits and confidences bit for bit as the single-sequence pass (the
+ * one the NumPy oracle checks in tests/spec, compare_draft.py), in both numerics tiers; the
+ * vectorized argmax must equal the plain scalar rule it replaces (first index of the maximum, ties
+ * to the lower id, masked and excluded ids never chosen, NaN never chosen unless first) on random
+ * rows full of ties, masks, infinities and NaNs; a greedy row whose logits are not asked for (the
+ * bounded Markov pick) must propose what the fully corrected row proposes.  The trained fixture comes from
+ * tests/data/trained-tiny through `dsflash quantize`. */
+#include "check.h"
+#include "engine/spec.h"
+#include "model/draft.h"
+#include <math.h>
+
+static const char *trained_fixture(void) {
+    static char dir[1200];
+    static int state = 0;
+    if (state == 0) {
+        char src[1100], out[4096];
+        snprintf(src, sizeof src, "%s/tt_float", ds_test_tmpdir());
+        snprintf(dir, sizeof dir, "%s/tt_w4a8", ds_test_tmpdir());
+        const char *data = "tests/data/trained-tiny";
+        int rc = ds_test_sh(out, sizeof out,
+                            "mkdir -p %s && cp %s/config.json %s/tokenizer_config.json %s/ && "
+                            "for f in model.safetensors tokenizer.json engram_token_map.u32 heldout.u32; do "
+                            "gunzip -c %s/$f.gz > %s/$f; done && %s quantize --src %s --dst %s --quiet 2>&1",
+                            src, data, data, src, data, src, ds_test_bin(), src, dir);
+        state = rc == 0 ? 1 : -1;
+        if (rc) fprintf(stderr, "  trained fixture: %s\n", out);
+    }
+    return state == 1 ? dir : NULL;
+}
+
+static int32_t *heldout(int64_t *n) {
+    char path[1300];
+    snprintf(path, sizeof path, "%s/tt_float/heldout.u32", ds_test_tmpdir());
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    int32_t *ids = malloc(sizeof(int32_t) * 4096);
+    *n = (int64_t)fread(ids, 4, 4096, f);
+    fclose(f);
+    return ids;
+}
+
+enum { NSEQ = 3 };
+
+static void batch_equals_single(const char *numerics) {
+    const char *dir = trained_fixture();
+    CHECK(dir != NULL, "trained fixture");
+    if (!dir) return;
+    int64_t n_ids = 0;
+    int32_t *ids = heldout(&n_ids);
+    CHECK(ids != NULL && n_ids > 400, "held-out ids");
+    if (!ids || n_ids <= 400) { free(ids); return; }
+    ds_load_options lo = {.kernels = "auto", .draft = 2, .numerics = numerics};
+    char eb[1024];
+    ds_model *m = ds_model_load(dir, &lo, eb, sizeof eb);
+    CHECK(m != NULL && m->draft != NULL, "load %s: %s", dir, eb);
+    if (!m || !m->draft) { free(ids); if (m) ds_model_free(m); return; }
+    const int B = m->draft->block, V = ds_model_vocab_size(m);
+    const int lens[NSEQ] = {20, 57, 130};   /* different ring lengths: one shorter than the window */
+    ds_seq *s[NSEQ];
+    int32_t anchors[NSEQ];
+    ds_error err = {{0}, {0}};
+    for (int i = 0; i < NSEQ; i++) {
+        s[i] = ds_seq_new(m);
+        const int32_t *p = ids + 100 * i;
+        CHECK(ds_spec_prefill(m, s[i], p, lens[i], 0, NULL, &err) == 0, "prefill: %s", err.msg);
+        anchors[i] = p[lens[i]];
+    }
+    int32_t d1[NSEQ * DS_DRAFT_MAX_BLOCK], dn[NSEQ * DS_DRAFT_MAX_BLOCK];
+    float *l1 = malloc(sizeof(float) * (size_t)NSEQ * B * V), *ln = malloc(sizeof(float) * (size_t)NSEQ * B * V);
+    float c1[NSEQ * DS_DRAFT_MAX_BLOCK], cn[NSEQ * DS_DRAFT_MAX_BLOCK];
+    for (int i = 0; i < NSEQ; i++)
+        CHECK(ds_draft_propose(m, s[i], anchors[i], NULL, NULL, d1 + i * B, l1 + (size_t)i * B * V, c1 + i * B, &err) == 0,
+              "single pass: %s", err.msg);
+    const ds_seq *cs[NSEQ] = {s[0], s[1], s[2]};
+    CHECK(ds_draft_propose_many(m, NSEQ, cs, anchors, NULL, NULL, NULL, dn, ln, cn, &err) == 0, "batched pass: %s", err.msg);
+    CHECK(memcmp(d1, dn, sizeof(int32_t) * NSEQ * B) == 0, "%s: batched proposals differ from single ones", numerics);
+    CHECK(memcmp(l1, ln, sizeof(float) * (size_t)NSEQ * B * V) == 0, "%s: batched draft logits not bit-identical", numerics);
+    CHECK(memcmp(c1, cn, sizeof(float) * NSEQ * B) == 0, "%s: batched confidences not bit-identical", numerics);
+    /* the proposals are the argmax of their logits (noise excluded), and the batch order does not matter */
+    const ds_seq *rev[NSEQ] = {s[2], s[1], s[0]};
+    int32_t ar[NSEQ] = {anchors[2], anchors[1], anchors[0]}, dr[NSEQ * DS_DRAFT_MAX_BLOCK];
+    CHECK(ds_draft_propose_many(m, NSEQ, rev, ar, NULL, NULL, NULL, dr, NULL, NULL, &err) == 0, "reversed pass: %s", err.msg);
+    for (int i = 0; i < NSEQ; i++) CHECK(memcmp(dr + (NSEQ - 1 - i) * B, d1 + i * B, sizeof(int32_t) * B) == 0, "order");
+    int argmax_ok = 1;
+    for (int r = 0; r < NSEQ * B; r++) {
+        const float *row = l1 + (size_t)r * V;
+        int32_t best = m->cfg.dspark_noise_id == 0 ? 1 : 0;
+        for (int v = best + 1; v < V; v++)
+            if (v != m->cfg.dspark_noise_id && row[v] > row[best]) best = v;
+        argmax_ok &= best == d1[r];
+    }
+    CHECK(argmax_ok, "%s: a proposal is not the argmax of its draft logits", numerics);
+    /* greedy rows whose logits are not asked for skip most of the Markov correction: their
+     * proposals must equal those of the fully corrected rows, with and without a mask */
+    uint8_t *mask = calloc((size_t)V, 1);
+    for (int v = 0; v < V; v += 3) mask[v] = 1;
+    int same = 1, rows = 0;
+    for (int k = 0; k < 12; k++) {
+        int32_t an[NSEQ], df[NSEQ * DS_DRAFT_MAX_BLOCK], dp[NSEQ * DS_DRAFT_MAX_BLOCK];
+        for (int i = 0; i < NSEQ; i++) an[i] = ids[300 + 7 * k + i];
+        const uint8_t *mk = k % 2 ? mask : NULL;
+        CHECK(ds_draft_propose_many(m, NSEQ, cs, an, NULL, NULL, mk, df, ln, NULL, &err) == 0, "full: %s", err.msg);
+        CHECK(ds_draft_propose_many(m, NSEQ, cs, an, NULL, NULL, mk, dp, NULL, NULL, &err) == 0, "bounded: %s", err.msg);
+        same &= memcmp(df, dp, sizeof(int32_t) * NSEQ * B) == 0;
+        for (int r = 0; r < NSEQ * B; r++) same &= !(mk && mk[dp[r]]);
+        rows += NSEQ * B;
+    }
+    CHECK(same, "%s: bounded greedy proposals differ from the fully corrected ones", numerics);
+    free(mask);
+    printf("  %s: %d sequences x %d rows: batched == single (proposals, logits, confidences); %d greedy rows: bounded "
+           "Markov pick == full\n", numerics, NSEQ, B, rows);
+    for (int i = 0; i < NSEQ; i++) ds_seq_free(s[i]);
+    free(l1);
+    free(ln);
+    free(ids);
+    ds_model_free(m);
+}
+
+TEST(draft_batched_pass_equals_single_exact) { batch_equals_single("exact"); }
+TEST(draft_batched_pass_equals_single_fast) { batch_equals_single("fast"); }
+
+/* The rule the vectorized argmax replaces, written plainly. */
+static int32_t scalar_argmax(const float *x, int V, const uint8_t *masked, int32_t exclude) {
+    int32_t best = -1;
+    for (int v = 0; v < V; v++)
+        if (!(masked && masked[v]) && v != exclude && (best < 0 || x[v] > x[best])) best = v;
+    return best < 0 ? 0 : best;
+}
+
+TEST(draft_argmax_equals_scalar_rule) {
+    uint64_t st = 0x9e3779b97f4a7c15ull;
+    int bad = 0, cases = 0;
+    for (int t = 0; t < 3000; t++) {
+        const int V = 1 + (int)((st = st * 6364136223846793005ull + 1442695040888963407ull) >> 33) % 300;
+        float x[300];
+        uint8_t mk[300];
+        for (int v = 0; v < V; v++) {
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            const uint32_t u = (uint32_t)(st >> 32);
+            x[v] = (float)(u % 7) - 3.0f;                 /* many ties */
+            if (u % 97 == 0) x[v] = NAN;
+            if (u % 89 == 1) x[v] = -INFINITY;
+            if (u % 83 == 2) x[v] = INFINITY;
+            if (u % 79 == 3) x[v] = -0.0f;
+            mk[v] = (u >> 8) % 5 == 0;
+        }
+        if (t % 7 == 0) x[0] = NAN;
+        if (t % 11 == 0) for (int v = 0; v < V; v++) mk[v] = 1;
+        const int32_t ex = t % 3 == 0 ? -1 : (int32_t)(st % (uint64_t)V);
+        const uint8_t *m = t % 2 ? mk : NULL;
+        bad += ds_draft_argmax(x, V, m, ex) != scalar_argmax(x, V, m, ex);
+        cases++;
+    }
+    CHECK(bad == 0, "argmax differs from the scalar rule in %d of %d rows", bad, cases);
+    printf("  %d random rows (ties, masks, NaN, infinities): argmax equal to the scalar rule\n", cases);
+}
+
+RUN_ALL()

@@ -177,7 +177,7 @@ int ds_bench_spec_decode(ds_model *m, const int32_t *prompt, int P, int n_tokens
                (long long)mismatch, (long long)sr.n);
         if (mismatch) rc = 1;
     } else {
-        fprintf(stderr, "dsflash bench decode: speculation: %s\n", err.msg);
+        fprintf(stderr, "dsflash perf decode: speculation: %s\n", err.msg);
         rc = 1;
     }
     free(sr.gen);

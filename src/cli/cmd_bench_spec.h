@@ -1,4 +1,4 @@
-/* Speculative rows of `dsflash bench decode` (cmd_bench_spec.c). */
+/* Speculative rows of `dsflash perf decode` (cmd_bench_spec.c). */
 #ifndef DS_CLI_CMD_BENCH_SPEC_H
 #define DS_CLI_CMD_BENCH_SPEC_H
 #include "model/model.h"

@@ -1,6 +1,6 @@
 /* Probes of this host's limits, measured in the same run and with the same thread count as the
  * kernels they judge (a concurrent job halves them, so only ratios measured together mean
- * anything).  Used by `dsflash bench kernels` and `bench decode`. */
+ * anything).  Used by `dsflash perf kernels` and `perf decode`. */
 #ifndef DS_KERNELS_MEMBENCH_H
 #define DS_KERNELS_MEMBENCH_H
 #include <stddef.h>

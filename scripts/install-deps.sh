@@ -8,6 +8,7 @@ SUDO=""
 DEBS=(build-essential pkg-config libcjson-dev libssl-dev libutf8proc-dev libmicrohttpd-dev
       python3 python3-numpy curl ca-certificates
       libsimde-dev   # portable AVX-512 intrinsics, so tests check the AVX-512 kernels on any CPU
+      openmpi-bin libopenmpi-dev   # tensor/expert parallelism over MPI (src/dist, tests/dist)
       clang libclang-rt-dev)   # libFuzzer + ASan/UBSan runtimes for `make fuzz` (fuzz/); the build stays gcc
 missing=()
 for p in "${DEBS[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p"); done

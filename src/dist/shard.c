@@ -46,20 +46,35 @@ void ds_shard_plan(const ds_config *c, int rank, int size, int expert_parallel, 
 
 /* ---- start-up agreement ---- */
 
-enum { F_CONFIG, F_INDEX, F_FLAGS, F_N };
-static const char *const k_field[F_N] = {"config.json", "checkpoint index (*.index.json)", "flags"};
+enum { F_CONFIG, F_INDEX, F_WEIGHTS, F_FLAGS, F_N };
+static const char *const k_field[F_N] = {"config.json", "checkpoint index (*.index.json)",
+                                          "checkpoint weights (first 64 KiB and last 4 KiB of each shard)", "flags"};
 
 static int cmp_names(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* sha256 over every *.index.json of the directory (sorted names, then bytes). */
-static int hash_index(const char *dir, uint8_t out[DS_SHA256_LEN], ds_error *err) {
+/* Two seeds of one configuration share every index and header; a few pages of each shard tell them
+ * apart without reading the weights (a rank reads only its shard). */
+static int sample_file(const char *path, ds_sha256 *h, ds_error *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return ds_fail(err, "E_IO", "%s: cannot open", path);
+    static uint8_t buf[65536];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    ds_sha256_update(h, buf, n);
+    if (n == sizeof buf && fseek(f, -4096, SEEK_END) == 0) ds_sha256_update(h, buf, fread(buf, 1, 4096, f));
+    fclose(f);
+    return 0;
+}
+
+/* sha256 over every file of the directory named *suffix (sorted names, then bytes or samples). */
+static int hash_files(const char *dir, const char *suffix, int sample, uint8_t out[DS_SHA256_LEN], ds_error *err) {
+    const size_t sl = strlen(suffix);
     DIR *d = opendir(dir);
     if (!d) return ds_fail(err, "E_IO", "%s: cannot list the checkpoint directory", dir);
     char *names[256];
     int n = 0;
     for (struct dirent *e; (e = readdir(d)) && n < 256;) {
         size_t l = strlen(e->d_name);
-        if (l > 11 && !strcmp(e->d_name + l - 11, ".index.json")) names[n++] = ds_xstrdup(e->d_name);
+        if (l > sl && !strcmp(e->d_name + l - sl, suffix)) names[n++] = ds_xstrdup(e->d_name);
     }
     closedir(d);
     qsort(names, (size_t)n, sizeof *names, cmp_names);
@@ -68,8 +83,9 @@ static int hash_index(const char *dir, uint8_t out[DS_SHA256_LEN], ds_error *err
     for (int i = 0; i < n; i++) {
         char *p = ds_path_join(dir, names[i]), *data = NULL;
         size_t len = 0;
-        if (!rc && ds_read_file(p, &data, &len, err) < 0) rc = -1;
         ds_sha256_update(h, names[i], strlen(names[i]) + 1);
+        if (!rc && sample && sample_file(p, h, err) < 0) rc = -1;
+        if (!rc && !sample && ds_read_file(p, &data, &len, err) < 0) rc = -1;
         if (data) ds_sha256_update(h, data, len);
         free(data);
         free(p);
@@ -104,7 +120,8 @@ int ds_dist_agree(const char *model_dir, int argc, char **argv, ds_error *err) {
     ds_sha256_free(h);
     free(data);
     free(cfg);
-    if (hash_index(model_dir, mine[F_INDEX], err) < 0) bad = 1;
+    if (hash_files(model_dir, ".index.json", 0, mine[F_INDEX], err) < 0) bad = 1;
+    if (hash_files(model_dir, ".safetensors", 1, mine[F_WEIGHTS], err) < 0) bad = 1;
     hash_flags(argc, argv, mine[F_FLAGS]);
     const int R = ds_dist_size();
     uint8_t *all = ds_xmalloc((size_t)R * sizeof mine);

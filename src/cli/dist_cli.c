@@ -56,6 +56,8 @@ void ds_cli_dist_loaded(void) {
 }
 
 int ds_cli_dist_end(int rc) {
+    /* a failing rank takes the job down (MPI_Finalize would wait for peers that may never come) */
+    if (rc && ds_dist_active()) ds_dist_abort(rc);
     ds_dist_finalize();
     return rc;
 }

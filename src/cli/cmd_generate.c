@@ -247,7 +247,7 @@ int cmd_generate(int argc, char **argv) {
             ds_dist_bcast(&gen[0], sizeof gen[0], 0);
         }
     }
-    double t_prefill = ds_now() - tp;
+    double t_prefill = ds_now() - tp, comm_prefill = ds_dist_comm_seconds();
     /* decode: feed each generated token back, except the last */
     double td = ds_now();
     for (int i = 1; i < G; i++) {
@@ -277,9 +277,10 @@ int cmd_generate(int argc, char **argv) {
     printf("prefill: %d tokens in %.3f s (%.1f tok/s, chunk %lld)\n", P, t_prefill, t_prefill > 0 ? P / t_prefill : 0.0, chunk);
     printf("decode: %d tokens in %.3f s (%.1f tok/s)\n", G - 1, t_decode, t_decode > 0 ? (G - 1) / t_decode : 0.0);
     if (ds_dist_active())
-        printf("comm: %d ranks, %.3f s in collectives (%.1f%% of prefill + decode), %.2f MiB moved (rank 0)\n",
-               ds_dist_size(), ds_dist_comm_seconds(),
-               t_prefill + t_decode > 0 ? 100.0 * ds_dist_comm_seconds() / (t_prefill + t_decode) : 0.0,
+        printf("comm: %d ranks (rank 0), collectives %.3f s = %.1f%% of prefill, %.3f s = %.1f%% of decode; %.2f MiB moved\n",
+               ds_dist_size(), comm_prefill, t_prefill > 0 ? 100.0 * comm_prefill / t_prefill : 0.0,
+               ds_dist_comm_seconds() - comm_prefill,
+               t_decode > 0 ? 100.0 * (ds_dist_comm_seconds() - comm_prefill) / t_decode : 0.0,
                (double)ds_dist_comm_bytes() / 1048576.0);
     if (trace_path && ds_dist_rank() == 0 && write_trace(trace_path, &tb, &processed, gen, G, all_logits, V, (int)chunk, P) < 0) rc = 3;
 done:

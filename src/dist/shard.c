@@ -171,6 +171,8 @@ void ds_dist_report_resident(const char *what) {
         for (int r = 0; r < R; r++)
             fprintf(stderr, "dist: rank %d/%d: resident %.1f MiB %s\n", r, R, (double)all[r] / 1048576.0, what);
     free(all);
+    /* ranks finish loading at different times: line them up so no step's wait counts the skew */
+    MPI_Barrier(MPI_COMM_WORLD);
 }
 
 /* ---- watchdog ---- */

@@ -311,12 +311,12 @@ void ds_moe_layer(ds_step *st, int l) {
     if (split) {
         /* the w2 outputs are grouped by expert, so rank r's rows are one run: gather them (each value
          * is the single-process one) and sum every row in the single-process order below */
-        int bounds[257];
-        for (int q = 0; q <= sh->size && q <= 256; q++) {
-            int lo, hi;
-            ds_split_range(E, 1, sh->size, q < sh->size ? q : sh->size - 1, &lo, &hi);
-            bounds[q] = off[q < sh->size ? lo : hi];
+        int bounds[257], lo = 0, hi = 0;
+        for (int q = 0; q < sh->size && q < 256; q++) {
+            ds_split_range(E, 1, sh->size, q, &lo, &hi);
+            bounds[q] = off[lo];
         }
+        bounds[sh->size] = off[hi];   /* hi of the last rank is E */
         ds_dist_gather_rows(yo, bounds, sizeof(float) * (size_t)x.D);
     }
 

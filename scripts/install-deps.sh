@@ -10,6 +10,7 @@ DEBS=(build-essential pkg-config libcjson-dev libssl-dev libutf8proc-dev libmicr
       libcurl4-openssl-dev   # the tools' HTTP client (src/tools/http_client.c: bench, needle, gates)
       libxml2-utils          # xmllint: tests validate the SVG that bench-plot writes
       libsimde-dev   # portable AVX-512 intrinsics, so tests check the AVX-512 kernels on any CPU
+      openmpi-bin libopenmpi-dev   # tensor/expert parallelism over MPI (src/dist, tests/dist)
       clang libclang-rt-dev)   # libFuzzer + ASan/UBSan runtimes for `make fuzz` (fuzz/); the build stays gcc
 missing=()
 for p in "${DEBS[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p"); done

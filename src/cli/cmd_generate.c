@@ -25,6 +25,8 @@
 #include "tokenizer/tokenizer.h"
 #include "base/flags.h"
 #include "base/fsutil.h"
+#include "cli/dist_cli.h"
+#include "dist/dist.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +50,7 @@ static ds_flag k_flags[] = {
     {.name = "--numerics", .type = DS_FLAG_ENUM, .def = "fast", .choices = "exact|fast",
      .help = "exact: bit-identical to the reference; fast: fp32 blocked reductions"},
     {.name = "--ignore-eos", .type = DS_FLAG_SWITCH, .help = "generate --max-tokens even after EOS"},
+    DS_DIST_FLAG_ROWS,
 };
 
 /* Trace collection: hidden states of every processed row, per layer. */
@@ -172,6 +175,12 @@ int cmd_generate(int argc, char **argv) {
         }
     }
     char eb[1536];
+    /* under mpirun every rank runs this same loop on its shard; rank 0's choice is broadcast */
+    int drc = ds_cli_dist_begin(&fs, "dsflash generate", model_dir, argc, argv);
+    if (drc) {
+        rc = drc;
+        goto done;
+    }
     ds_load_options lo = {.kernels = ds_flag_str(&fs, "--kernels"), .threads = (int)threads,
                           .numerics = ds_flag_str(&fs, "--numerics")};
     double t0 = ds_now();
@@ -182,6 +191,7 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     double t_load = ds_now() - t0;
+    ds_cli_dist_loaded();
     const ds_config *c = &m->cfg;
     const int V = c->vocab_size, P = (int)prompt.n;
     const int noise_id = c->dspark_noise_id, eos_id = c->eos_id;
@@ -232,9 +242,12 @@ int cmd_generate(int argc, char **argv) {
         }
         for (int j = 0; j < n; j++) ds_tokens_push(&processed, prompt.ids[p0 + j]);
         tb.rows += n;
-        if (last) gen[0] = greedy_pick(dst + (size_t)(nl - 1) * V, V, noise_id);
+        if (last) {
+            gen[0] = greedy_pick(dst + (size_t)(nl - 1) * V, V, noise_id);
+            ds_dist_bcast(&gen[0], sizeof gen[0], 0);
+        }
     }
-    double t_prefill = ds_now() - tp;
+    double t_prefill = ds_now() - tp, comm_prefill = ds_dist_comm_seconds();
     /* decode: feed each generated token back, except the last */
     double td = ds_now();
     for (int i = 1; i < G; i++) {
@@ -248,6 +261,7 @@ int cmd_generate(int argc, char **argv) {
         ds_tokens_push(&processed, gen[i - 1]);
         tb.rows += 1;
         gen[i] = greedy_pick(dst, V, noise_id);
+        ds_dist_bcast(&gen[i], sizeof gen[i], 0);
     }
     double t_decode = ds_now() - td;
     printf("prompt: %d tokens\ngenerated:", P);
@@ -262,7 +276,13 @@ int cmd_generate(int argc, char **argv) {
     printf("load: %.3f s (kernels %s, numerics %s)\n", t_load, ds_kernels_active(), ds_model_numerics(m));
     printf("prefill: %d tokens in %.3f s (%.1f tok/s, chunk %lld)\n", P, t_prefill, t_prefill > 0 ? P / t_prefill : 0.0, chunk);
     printf("decode: %d tokens in %.3f s (%.1f tok/s)\n", G - 1, t_decode, t_decode > 0 ? (G - 1) / t_decode : 0.0);
-    if (trace_path && write_trace(trace_path, &tb, &processed, gen, G, all_logits, V, (int)chunk, P) < 0) rc = 3;
+    if (ds_dist_active())
+        printf("comm: %d ranks (rank 0), collectives %.3f s = %.1f%% of prefill, %.3f s = %.1f%% of decode; %.2f MiB moved\n",
+               ds_dist_size(), comm_prefill, t_prefill > 0 ? 100.0 * comm_prefill / t_prefill : 0.0,
+               ds_dist_comm_seconds() - comm_prefill,
+               t_decode > 0 ? 100.0 * (ds_dist_comm_seconds() - comm_prefill) / t_decode : 0.0,
+               (double)ds_dist_comm_bytes() / 1048576.0);
+    if (trace_path && ds_dist_rank() == 0 && write_trace(trace_path, &tb, &processed, gen, G, all_logits, V, (int)chunk, P) < 0) rc = 3;
 done:
     if (tb.hidden) for (int l = 0; l < tb.L; l++) free(tb.hidden[l]);
     free(tb.hidden);
@@ -273,6 +293,7 @@ done:
     ds_tokens_free(&prompt);
     ds_seq_free(s);
     ds_model_free(m);
+    rc = ds_cli_dist_end(rc);
     if (tok) ds_tokenizer_free(tok);
     return rc;
 }

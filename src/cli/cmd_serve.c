@@ -12,6 +12,9 @@
  * (through `dsflash mkmodel`, cached under $XDG_CACHE_HOME/dsflash or ~/.cache/dsflash, or
  * --model-cache) so the README's first command works on a fresh machine. */
 #define _GNU_SOURCE
+#include "cli/dist_cli.h"
+#include "dist/dist.h"
+#include "engine/backend_dist.h"
 #include "cli/commands.h"
 #include "dsflash.h"
 #include "base/flags.h"
@@ -41,7 +44,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define ONE_PROCESS "this build runs one process (--tensor-parallel-size 1)"
 
 /* One row per flag.  A new flag is a new row here, then read by name below. */
 static ds_flag k_flags[] = {
@@ -90,12 +92,7 @@ static ds_flag k_flags[] = {
     {.name = "--tool-call-parser", .type = DS_FLAG_STRING, .def = "deepseek_v41", .refuse = "deepseek_v4 mishandled tools"},
     {.name = "--max-pending-requests", .type = DS_FLAG_INT, .def = "1024", .lo = 1, .hi = 1 << 20},
     {.name = "--max-request-body", .type = DS_FLAG_SIZE, .def = "128MiB"},
-    {.name = "--tensor-parallel-size", .type = DS_FLAG_INT, .def = "1", .lo = 1, .hi = 8,
-     .refuse = "multi-process execution is not available in this build"},
-    {.name = "--expert-parallel", .type = DS_FLAG_ENUM, .def = "off", .choices = "on|off",
-     .refuse = "expert parallelism needs --tensor-parallel-size > 1; " ONE_PROCESS},
-    {.name = "--reduce-mode", .type = DS_FLAG_ENUM, .def = "ordered", .choices = "ordered|fast",
-     .refuse = "fast reorders cross-process reductions only; " ONE_PROCESS},
+    DS_DIST_FLAG_ROWS,
     {.name = "--enable-dev-endpoints", .type = DS_FLAG_SWITCH, .help = "POST /reset_prefix_cache"},
     {.name = "--log-requests", .type = DS_FLAG_SWITCH},
     {.name = "--max-log-len", .type = DS_FLAG_INT, .def = "256", .lo = 0, .hi = 1 << 20},
@@ -410,6 +407,7 @@ static int32_t tokenizer_lookup(const void *tok, const char *literal) { return d
 /* §4.4 budget and §9 mask (decided by the engine), then the engine and its KV self-test. */
 static int build_engine(serve_run *s) {
     s->be = ds_backend_model_new(s->model);
+    if (ds_dist_active()) s->be = ds_backend_dist_wrap(s->be);  /* the other ranks replay its calls */
     ds_mem_inputs mi = {.kv_explicit = fv("--kv-cache-memory") ? (uint64_t)fi("--kv-cache-memory") : 0,
                         .utilization = ds_flag_double(&g_fs, "--memory-utilization"),
                         .weights_mapped = ds_model_weights_mapped(s->model), .weights_packed = ds_model_weights_packed(s->model),
@@ -563,6 +561,25 @@ static void teardown(serve_run *s) {
     free(s->names_buf);
 }
 
+/* Ranks > 0 of `mpirun -np R dsflash serve`: load this rank's shard and replay rank 0's steps. */
+static int serve_worker(const char *model_dir) {
+    /* mpirun forwards SIGTERM/SIGINT to every rank; rank 0 drains and then tells the others to stop */
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
+    ds_load_options lo = {.kernels = fv("--kernels"), .threads = (int)fi("--threads"), .full_validation = 0,
+                          .max_model_len = fv("--max-model-len") ? fi("--max-model-len") : 0, .numerics = fv("--numerics")};
+    char eb[1024] = "";
+    ds_model *m = ds_model_load(model_dir, &lo, eb, sizeof eb);
+    if (!m) {
+        fprintf(stderr, "dsflash serve: rank %d: [selfcheck] checkpoint: FAIL %s\n", ds_dist_rank(), eb);
+        return ds_cli_dist_end(1);
+    }
+    ds_cli_dist_loaded();
+    int rc = ds_backend_dist_worker(m);
+    ds_model_free(m);
+    return ds_cli_dist_end(rc);
+}
+
 int cmd_serve(int argc, char **argv) {
     int rc = ds_flags_parse(&g_fs, argc, argv, 1, stderr);
     if (rc) return rc == 1 ? 0 : 2;
@@ -576,12 +593,34 @@ int cmd_serve(int argc, char **argv) {
         free(s.names_buf);
         return rc;
     }
+    const char *md = fv("--model") ? fv("--model") : g_fs.n_positional ? g_fs.positional[0] : NULL;
+    if ((rc = ds_cli_dist_begin(&g_fs, "dsflash serve", md ? md : "", argc, argv))) {
+        free(s.names_buf);
+        return rc;
+    }
+    if (ds_dist_size() > 1 && !md) {
+        fprintf(stderr, "dsflash serve: --model: required with --tensor-parallel-size > 1 (every rank loads it)\n");
+        free(s.names_buf);
+        return ds_cli_dist_end(2);
+    }
+    if (ds_dist_size() > 1 && s.prefix) {
+        /* a cached prefix would have to be found alike on every rank (docs/DECISIONS.md) */
+        fprintf(stderr, "[serve] prefix caching: OFF with --tensor-parallel-size %d (not yet mirrored across ranks)\n",
+                ds_dist_size());
+        s.prefix = false;
+    }
+    if (ds_dist_rank() > 0) {
+        int wrc = serve_worker(md);
+        free(s.names_buf);
+        return wrc;
+    }
     signal(SIGPIPE, SIG_IGN);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     ds_metrics_init(&s.metrics);
     rc = start_listener(&s);
     if (!rc) rc = load_model(&s);
+    if (!rc) ds_cli_dist_loaded();
     if (!rc) rc = build_engine(&s);
     if (!rc) rc = echo_config(&s);
     if (!rc) rc = run_selfchecks(&s);
@@ -593,5 +632,5 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "[serve] drained (%d request(s) ended with finish_reason abort)\n", left);
     }
     teardown(&s);
-    return rc;
+    return ds_cli_dist_end(rc);
 }

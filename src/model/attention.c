@@ -29,6 +29,7 @@ typedef struct attn_ctx {
     const ds_bf16 **keys;         /* [threads][max_keys] per-thread scratch (step arena) */
     float *sc;                    /* [threads][max_keys] */
     double *acc;                  /* [threads][d_h] */
+    int h0, Hl;                   /* this rank's heads h0..h0+Hl-1 (dist/dist.h); q holds only them */
 } attn_ctx;
 
 /* One (row, head): o[row][h] = bf16(Σ p_k·k), then inverse RoPE at the row's position. */
@@ -37,7 +38,7 @@ static void attn_task(void *vctx, int task, int thread) {
     ds_step *st = a->st;
     const ds_config *c = st->c;
     const int H = c->n_heads, dh = c->head_dim, rd = c->rope_head_dim;
-    const int row = task / H, h = task % H;
+    const int row = task / a->Hl, h = a->h0 + task % a->Hl;
     const ds_step_seq *sq = &st->ss[st->row_seq[row]];
     const ds_seq *seq = sq->seq;
     const int64_t p = st->pos[row];
@@ -55,7 +56,7 @@ static void attn_task(void *vctx, int task, int thread) {
                                : st->kv + (size_t)(sq->row0 + (q - sq->p0)) * dh;
     for (int i = 0; i < n_cmp; i++) keys[k++] = ds_seq_ckv_row(seq, a->src, st->sel[(size_t)row * c->index_topk + i]);
 
-    const ds_bf16 *qh = st->q + ((size_t)row * H + h) * dh;
+    const ds_bf16 *qh = st->q + ((size_t)row * a->Hl + (h - a->h0)) * dh;
     const float sink = a->w->attn_sink[h];
     ds_bf16 *oh = st->o + ((size_t)row * H + h) * dh;
     const float *cs = (c->roles[a->layer].ratio > 0 ? st->cs_cmp : st->cs_swa) + (size_t)row * rd;
@@ -145,11 +146,16 @@ void ds_attention_layer(ds_step *st, int l) {
     for (int r = 0; r < N; r++) ds_rope_apply_t(st->m->numerics, st->kv + (size_t)r * dh, dh, rd, cs_all + (size_t)r * rd, 0);
     /* queries: qr = rmsnorm(wq_a·u), q = wq_b·qr with RoPE on each head's tail */
     if (fkv != fq) norm_rows(st, fq, N, ql, w->q_norm, st->qr);
+    /* tensor parallel (dist/dist.h): this rank's heads and output groups only; wq_b holds their rows */
+    const ds_shard *sh = &st->m->shard;
+    const int split = sh->size > 1 && l < c->n_layers;
+    const int h0 = split ? sh->h0 : 0, Hl = split ? sh->h1 - sh->h0 : H;
+    const int g0 = split ? sh->g0 : 0, g1 = split ? sh->g1 : c->o_groups;
     ds_prof_push(DS_PH_ATTN_QLIN);
-    ds_linear_bf16(&w->wq_b, st->qr, N, st->ftmp, st->q);
+    if (Hl > 0) ds_linear_bf16(&w->wq_b, st->qr, N, st->ftmp, st->q);
     ds_prof_pop();
     for (int r = 0; r < N; r++)
-        for (int h = 0; h < H; h++) ds_rope_apply_t(st->m->numerics, st->q + ((size_t)r * H + h) * dh, dh, rd, cs_all + (size_t)r * rd, 0);
+        for (int h = 0; h < Hl; h++) ds_rope_apply_t(st->m->numerics, st->q + ((size_t)r * Hl + h) * dh, dh, rd, cs_all + (size_t)r * rd, 0);
 
     /* compressed keys: a FULL layer writes its new entries and index keys first, then the index
      * sources select; REUSE layers keep the selection of their index source (already in st->sel) */
@@ -165,14 +171,15 @@ void ds_attention_layer(ds_step *st, int l) {
         src = st->ss[0].seq->pools->lay.src_of_layer[role->kv_src];
     }
 
-    attn_ctx a = {st, l, w, src, (float)(1.0 / sqrt((double)dh)), c->window + (src >= 0 ? c->index_topk : 0), NULL, NULL, NULL};
+    attn_ctx a = {st, l, w, src, (float)(1.0 / sqrt((double)dh)), c->window + (src >= 0 ? c->index_topk : 0), NULL, NULL, NULL,
+                 h0, Hl};
     ds_prof_push(DS_PH_ATTN_CORE);
     ds_arena_mark mk = ds_arena_mark_get(st->arena);
     const int T = ds_pool_threads();
     a.keys = DS_ARENA_NEW(st->arena, const ds_bf16 *, (size_t)T * a.max_keys);
     a.sc = DS_ARENA_NEW(st->arena, float, (size_t)T * a.max_keys);
     a.acc = DS_ARENA_NEW(st->arena, double, (size_t)T * dh);
-    ds_pool_run(N * H, attn_task, &a);
+    if (Hl > 0) ds_pool_run(N * Hl, attn_task, &a);
     ds_arena_release(st->arena, mk);
     persist_window(st, l);
     ds_prof_pop();
@@ -180,14 +187,22 @@ void ds_attention_layer(ds_step *st, int l) {
 
     /* output: z[g] = wo_a[g]·o[g] per group, out = wo_b·bf16(z) */
     const int G = c->o_groups, gin = H * dh / G, ol = c->o_lora_rank;
-    for (int g = 0; g < G; g++) {
+    for (int g = g0; g < g1; g++) {
         for (int r = 0; r < N; r++)
             memcpy(st->grp + (size_t)r * gin, st->o + (size_t)r * H * dh + (size_t)g * gin, sizeof(ds_bf16) * (size_t)gin);
         ds_linear_forward(&w->wo_a[g], st->grp, N, st->ftmp);
         for (int r = 0; r < N; r++)
             ds_round_rows_bf16(st->ftmp + (size_t)r * ol, (size_t)ol, st->z + (size_t)r * G * ol + (size_t)g * ol);
     }
-    ds_linear_forward(&w->wo_b, st->z, N, st->ftmp);
+    if (split) {
+        /* every rank gets all of z (groups gathered, not summed), computes its wo_b rows, and the
+         * rows are gathered: each value is the single-process one, so R never changes a bit */
+        ds_dist_gather_split(NULL, st->z, N, G, 1, ol, sizeof(ds_bf16));
+        if (w->wo_b.out > 0 && sh->d1 > sh->d0) ds_linear_forward(&w->wo_b, st->z, N, st->ftmp);
+        ds_dist_gather_split(st->ftmp, st->ftmp, N, c->dim, 16, 1, sizeof(float));
+    } else {
+        ds_linear_forward(&w->wo_b, st->z, N, st->ftmp);
+    }
     ds_probe_bf16(st->m, st->ftmp, (size_t)N * c->dim);
     ds_round_rows_bf16(st->ftmp, (size_t)N * c->dim, st->y);
     ds_prof_pop();

@@ -176,7 +176,10 @@ static void compute_logits(ds_step *st, float *const *logits, const int *n_logit
     float *out = DS_ARENA_NEW(st->arena, float, (size_t)(M < chunk ? M : chunk) * V);
     for (int r0 = 0; r0 < M; r0 += chunk) {
         int n = M - r0 < chunk ? M - r0 : chunk;
-        ds_linear_forward(&m->head, hn + (size_t)r0 * D, n, out);
+        /* vocabulary split (dist/dist.h): this rank's rows, then the logits gathered on every rank */
+        const ds_linear *hp = m->shard.size > 1 ? &m->head_part : &m->head;
+        if (hp->out > 0) ds_linear_forward(hp, hn + (size_t)r0 * D, n, out);
+        if (m->shard.size > 1) ds_dist_gather_split(out, out, n, V, 16, 1, sizeof(float));
         for (int j = 0; j < n; j++) memcpy(dst[r0 + j], out + (size_t)j * V, sizeof(float) * (size_t)V);
     }
     ds_prof_pop();

@@ -24,6 +24,7 @@
 #include "kernels/kernels.h"
 #include "model/kvcache.h"
 #include "model/rope.h"
+#include "dist/dist.h"
 #include "model/hc.h"
 #include "model/engram_hash.h"
 
@@ -149,6 +150,11 @@ struct ds_model {
     ds_linear **lins;              /* every bound linear (kernel tiles released at free) */
     int n_lins, cap_lins;
     size_t packed_bytes;           /* kernel tiles made at load */
+    /* tensor/expert parallelism (dist/dist.h): this rank's share; size 1 = the whole model.  The
+     * backbone's wq_b, wo_b and head_part hold only the owned rows; unowned wo_a groups and routed
+     * experts are described but never prepared or read. */
+    ds_shard shard;
+    ds_linear head_part;           /* head rows [shard.v0, shard.v1) (== head when size 1) */
 };
 
 /* One-line "E_CODE: message" into a caller buffer (messages that already start with their code

@@ -156,6 +156,45 @@ static int bind_linear(ds_model *m, const char *base, int64_t out, int64_t in, d
     return 0;
 }
 
+/* Rows [r0, r1) of a described linear (a shard, dist/dist.h); W4A8 rows start even (two per byte). */
+static void row_view(ds_linear *L, int r0, int r1) {
+    const size_t in = (size_t)L->in, o = (size_t)r0;
+    switch (L->fmt) {
+    case DS_LIN_BF16: L->w = (const ds_bf16 *)L->w + o * in; break;
+    case DS_LIN_F32: L->w = (const float *)L->w + o * in; break;
+    case DS_LIN_W8A8: L->w = (const int8_t *)L->w + o * in; break;
+    case DS_LIN_W4A8: L->w = (const int8_t *)L->w + (o / 2) * in; break;
+    case DS_LIN_FP8:   /* whole 32-row scale tiles (bind_linear_rows checks the alignment) */
+        L->w = (const uint8_t *)L->w + o * in;
+        L->w_e8m0 += (o / 32) * ((in + 31) / 32);
+        break;
+    case DS_LIN_MXFP4:
+        L->w = (const uint8_t *)L->w + o * (in / 2);
+        L->w_e8m0 += o * (in / 32);
+        break;
+    }
+    if (L->w_scale) L->w_scale += r0;
+    L->out = r1 - r0;
+}
+
+/* Bind only rows [r0, r1) of `base` (the whole tensor when they cover it); an empty range is
+ * described (validated) but not registered, so its pages are never touched. */
+static int bind_linear_rows(ds_model *m, const char *base, int64_t out, int64_t in, int r0, int r1, ds_linear *L,
+                            ds_error *err) {
+    if (describe_linear(m, base, out, in, L, err) < 0) return -1;
+    if (r0 == 0 && r1 == out) {
+        register_linear(m, L);
+        return 0;
+    }
+    if (L->fmt == DS_LIN_W4A8 && r0 % 2)
+        return ds_io_fail(err, "E_SHAPE_MISMATCH", m->dir, base, "a W4A8 shard must start on an even row, found %d", r0);
+    if (L->fmt == DS_LIN_FP8 && r0 % 32)
+        return ds_io_fail(err, "E_SHAPE_MISMATCH", m->dir, base, "an FP8 shard must start on a 32-row scale tile, found row %d", r0);
+    row_view(L, r0, r1);
+    if (L->out > 0) register_linear(m, L);
+    return 0;
+}
+
 int ds_model_bind_linear(ds_model *m, const char *base, int64_t out, int64_t in, ds_linear *L, ds_error *err) {
     return bind_linear(m, base, out, in, L, err);
 }
@@ -165,7 +204,7 @@ int ds_model_bind_vec(ds_model *m, const char *name, int64_t n, const float **ou
 }
 
 /* Split wo_a [G·ol, gin] into G linears of [ol, gin] (each group sees only its heads). */
-static int bind_wo_a(ds_model *m, const char *base, ds_layer_weights *lw, ds_error *err) {
+static int bind_wo_a(ds_model *m, const char *base, ds_layer_weights *lw, int sharded, ds_error *err) {
     const ds_config *c = &m->cfg;
     const int G = c->o_groups, ol = c->o_lora_rank, gin = c->n_heads * c->head_dim / G;
     ds_linear full;   /* the whole tensor, only described: each group view is registered */
@@ -198,7 +237,7 @@ static int bind_wo_a(ds_model *m, const char *base, ds_layer_weights *lw, ds_err
             break;
         }
         if (full.w_scale) L->w_scale = full.w_scale + row0;
-        register_linear(m, L);
+        if (!sharded || (g >= m->shard.g0 && g < m->shard.g1)) register_linear(m, L);
     }
     return 0;
 }
@@ -237,11 +276,16 @@ int ds_model_bind_block(ds_model *m, const char *p, int l, int n_experts, ds_lay
 #define LIN(suffix) (snprintf(b, sizeof b, "%s%s", p, suffix), b)
     if (bind_linear(m, LIN("attn.wq_a"), ql, D, &lw->wq_a, err) < 0) return -1;
     if (bind_vec(m, NM("attn.q_norm.weight"), ql, &lw->q_norm, err) < 0) return -1;
-    if (bind_linear(m, LIN("attn.wq_b"), (int64_t)c->n_heads * dh, ql, &lw->wq_b, err) < 0) return -1;
+    /* the backbone is split over the ranks (dist/dist.h); draft stages are replicated */
+    const ds_shard *sh = &m->shard;
+    const int shard = sh->size > 1 && l < c->n_layers;
+    const int q0 = shard ? sh->h0 * (int)dh : 0, q1 = shard ? sh->h1 * (int)dh : c->n_heads * (int)dh;
+    if (bind_linear_rows(m, LIN("attn.wq_b"), (int64_t)c->n_heads * dh, ql, q0, q1, &lw->wq_b, err) < 0) return -1;
     if (bind_linear(m, LIN("attn.wkv"), dh, D, &lw->wkv, err) < 0) return -1;
     if (bind_vec(m, NM("attn.kv_norm.weight"), dh, &lw->kv_norm, err) < 0) return -1;
-    if (bind_wo_a(m, LIN("attn.wo_a"), lw, err) < 0) return -1;
-    if (bind_linear(m, LIN("attn.wo_b"), D, (int64_t)c->o_groups * c->o_lora_rank, &lw->wo_b, err) < 0) return -1;
+    if (bind_wo_a(m, LIN("attn.wo_a"), lw, shard, err) < 0) return -1;
+    if (bind_linear_rows(m, LIN("attn.wo_b"), D, (int64_t)c->o_groups * c->o_lora_rank, shard ? sh->d0 : 0,
+                         shard ? sh->d1 : (int)D, &lw->wo_b, err) < 0) return -1;
     if (bind_vec(m, NM("attn.attn_sink"), c->n_heads, &lw->attn_sink, err) < 0) return -1;
     if (role->role == DS_ROLE_FULL) {
         if (bind_linear(m, LIN("attn.compressor.wkv"), dh, D, &lw->cmp_wkv, err) < 0) return -1;
@@ -266,12 +310,14 @@ int ds_model_bind_block(ds_model *m, const char *p, int l, int n_experts, ds_lay
     const int64_t I = c->moe_inter;
     for (int e = 0; e < E; e++) {
         char eb[96];
+        /* an expert of another rank is validated but never prepared: its pages stay untouched */
+        const int own = !shard || (e >= sh->e0 && e < sh->e1);
         snprintf(eb, sizeof eb, "ffn.experts.%d.w1", e);
-        if (bind_linear(m, LIN(eb), I, D, &lw->w1[e], err) < 0) return -1;
+        if (bind_linear_rows(m, LIN(eb), I, D, 0, own ? (int)I : 0, &lw->w1[e], err) < 0) return -1;
         snprintf(eb, sizeof eb, "ffn.experts.%d.w2", e);
-        if (bind_linear(m, LIN(eb), D, I, &lw->w2[e], err) < 0) return -1;
+        if (bind_linear_rows(m, LIN(eb), D, I, 0, own ? (int)D : 0, &lw->w2[e], err) < 0) return -1;
         snprintf(eb, sizeof eb, "ffn.experts.%d.w3", e);
-        if (bind_linear(m, LIN(eb), I, D, &lw->w3[e], err) < 0) return -1;
+        if (bind_linear_rows(m, LIN(eb), I, D, 0, own ? (int)I : 0, &lw->w3[e], err) < 0) return -1;
     }
     if (bind_linear(m, LIN("ffn.shared_experts.w1"), I, D, &lw->sw1, err) < 0) return -1;
     if (bind_linear(m, LIN("ffn.shared_experts.w2"), D, I, &lw->sw2, err) < 0) return -1;
@@ -319,7 +365,16 @@ int ds_model_bind_weights(ds_model *m, ds_error *err) {
     if (t->dtype != DS_DT_BF16) return bad_dtype(t, "BF16", err);
     m->embed = t->data;
     if (bind_vec(m, "norm.weight", c->dim, &m->norm, err) < 0) return -1;
-    if (bind_linear(m, "head", c->vocab_size, c->dim, &m->head, err) < 0) return -1;
+    ds_dist_plan(c, &m->shard);
+    if (m->shard.size == 1) {
+        if (bind_linear(m, "head", c->vocab_size, c->dim, &m->head, err) < 0) return -1;
+        m->head_part = m->head;
+    } else {
+        /* the whole head is only described (a draft without its own head reads it, preparing it on
+         * first use); this rank's logits come from its vocabulary rows */
+        if (describe_linear(m, "head", c->vocab_size, c->dim, &m->head, err) < 0) return -1;
+        if (bind_linear_rows(m, "head", c->vocab_size, c->dim, m->shard.v0, m->shard.v1, &m->head_part, err) < 0) return -1;
+    }
     m->layers = ds_model_own(m, ds_xcalloc((size_t)(c->n_layers + c->n_mtp_layers), sizeof(ds_layer_weights)));
     for (int l = 0; l < c->n_layers; l++)
         if (bind_layer(m, l, err) < 0) return -1;

@@ -48,6 +48,7 @@ typedef struct moe_ctx {
     const float *yo;              /* [T][D] w2 outputs */
     double *acc;                  /* [threads][D] per-row sum accumulator (exact tier) */
     float *tot;                   /* [threads][D] per-row sum (fp32) */
+    int e0, e1;                   /* routed experts this rank computes (dist/dist.h; all when alone) */
 } moe_ctx;
 
 /* ---- routing ---- */
@@ -179,7 +180,7 @@ static void experts_quant(moe_ctx *x, const int *off, float *g, float *v, float 
     ds_gather_rows_q(uq, us, D, rows, nr, gq, gs);
     ds_linear_job *jobs = DS_ARENA_NEW(ar, ds_linear_job, 2 * E + 2);
     int nj = 0;
-    for (int e = 0; e < E; e++) {
+    for (int e = x->e0; e < x->e1; e++) {
         int r0 = off[e], n = off[e + 1] - r0;
         if (!n) continue;
         const int8_t *xq = gq + (size_t)r0 * D;
@@ -195,7 +196,7 @@ static void experts_quant(moe_ctx *x, const int *off, float *g, float *v, float 
     ds_pool_run(x->T, swiglu_task, x);
 
     nj = 0;
-    for (int e = 0; e < E; e++) {
+    for (int e = x->e0; e < x->e1; e++) {
         int r0 = off[e], n = off[e + 1] - r0;
         if (n) jobs[nj++] = (ds_linear_job){&w->w2[e], x->aq + (size_t)r0 * I, x->as + r0, n, yo + (size_t)r0 * D};
     }
@@ -207,11 +208,11 @@ static void experts_quant(moe_ctx *x, const int *off, float *g, float *v, float 
 static void experts_float(moe_ctx *x, const int *off, float *g, float *v, float *yo) {
     ds_step *st = x->st;
     const ds_layer_weights *w = x->w;
-    const int N = x->N, D = x->D, E = x->E, I = x->I, nr = x->nr;
+    const int N = x->N, D = x->D, I = x->I, nr = x->nr;
     ds_bf16 *gu = DS_ARENA_NEW(st->arena, ds_bf16, (size_t)nr * D);
     for (int p = 0; p < nr; p++)
         memcpy(gu + (size_t)p * D, st->u + (size_t)(x->idx[p] / x->k) * D, sizeof(ds_bf16) * (size_t)D);
-    for (int e = 0; e < E; e++) {
+    for (int e = x->e0; e < x->e1; e++) {
         int r0 = off[e], n = off[e + 1] - r0;
         if (!n) continue;
         ds_linear_forward(&w->w1[e], gu + (size_t)r0 * D, n, g + (size_t)r0 * I);
@@ -221,11 +222,33 @@ static void experts_float(moe_ctx *x, const int *off, float *g, float *v, float 
     ds_linear_forward(&w->sw3, st->u, N, v + (size_t)nr * I);
     x->aq = NULL;
     ds_pool_run(x->T, swiglu_task, x);
-    for (int e = 0; e < E; e++) {
+    for (int e = x->e0; e < x->e1; e++) {
         int r0 = off[e], n = off[e + 1] - r0;
         if (n) ds_linear_forward(&w->w2[e], x->a + (size_t)r0 * I, n, yo + (size_t)r0 * D);
     }
     ds_linear_forward(&w->sw2, x->a + (size_t)nr * I, N, yo + (size_t)nr * D);
+}
+
+/* Expert parallel, fast reduce mode: each rank sums its experts (rank 0 adds the shared expert) in
+ * fp32 and the partials are summed by MPI_Allreduce (order depends on R, SERVING.md §14). */
+static void sum_fast_allreduce(moe_ctx *x) {
+    ds_step *st = x->st;
+    const int D = x->D, k = x->k;
+    float *tot = DS_ARENA_NEW(st->arena, float, (size_t)x->N * D);
+    for (int r = 0; r < x->N; r++) {
+        float *t = tot + (size_t)r * D;
+        for (int d = 0; d < D; d++) t[d] = 0.0f;
+        for (int j = 0; j < k; j++) {
+            const int e = x->sel[(size_t)r * k + j];
+            if (e < x->e0 || e >= x->e1) continue;
+            const float *ye = x->yo + (size_t)x->pos[(size_t)r * k + j] * D;
+            for (int d = 0; d < D; d++) t[d] += ds_round_bf16(ye[d]);
+        }
+        if (st->m->shard.rank == 0)
+            for (int d = 0; d < D; d++) t[d] += ds_round_bf16(x->yo[(size_t)(x->nr + r) * D + d]);
+    }
+    ds_dist_allreduce_f32(tot, (size_t)x->N * D);
+    ds_round_rows_bf16(tot, (size_t)x->N * D, st->y);
 }
 
 static int all_quant(const ds_layer_weights *w, int E) {
@@ -242,6 +265,10 @@ void ds_moe_layer(ds_step *st, int l) {
     moe_ctx x = {.st = st, .w = &st->m->layers[l], .fast = st->m->numerics == DS_NUMERICS_FAST, .N = st->N,
                  .D = c->dim, .E = c->n_experts, .k = c->n_active, .I = c->moe_inter};
     const int N = x.N, k = x.k, E = x.E;
+    const ds_shard *sh = &st->m->shard;
+    const int split = sh->size > 1 && sh->expert_parallel && l < c->n_layers;
+    x.e0 = split ? sh->e0 : 0;
+    x.e1 = split ? sh->e1 : E;
     x.nr = N * k;
     x.T = x.nr + N;
 
@@ -280,6 +307,22 @@ void ds_moe_layer(ds_step *st, int l) {
     x.yo = yo;
     if (all_quant(x.w, E)) experts_quant(&x, off, g, v, yo);
     else experts_float(&x, off, g, v, yo);
+    if (split && sh->mode == DS_REDUCE_FAST) {
+        sum_fast_allreduce(&x);
+        ds_arena_release(ar, mk);
+        return;
+    }
+    if (split) {
+        /* the w2 outputs are grouped by expert, so rank r's rows are one run: gather them (each value
+         * is the single-process one) and sum every row in the single-process order below */
+        int bounds[257], lo = 0, hi = 0;
+        for (int q = 0; q < sh->size && q < 256; q++) {
+            ds_split_range(E, 1, sh->size, q, &lo, &hi);
+            bounds[q] = off[lo];
+        }
+        bounds[sh->size] = off[hi];   /* hi of the last rank is E */
+        ds_dist_gather_rows(yo, bounds, sizeof(float) * (size_t)x.D);
+    }
 
     ds_prof_pop();
     ds_prof_push(DS_PH_MOE_SUM);

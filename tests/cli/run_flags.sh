@@ -23,17 +23,16 @@ expect_usage() {
     if [ $rc = 2 ] && [ "$first" = "$want" ]; then ok "$d"
     else bad "$d" "exit $rc, first line: $first (wanted: $want)"; fi
 }
-ONE="this build runs one process (--tensor-parallel-size 1)"
 S=(serve --model /nonexistent)
 expect_usage "serve --spec-tokens-per-batch-size banana" \
     "dsflash serve: --spec-tokens-per-batch-size \"banana\": expected \"lo-hi:K,...\" with 1 <= lo <= hi, K >= 0, found \"banana\"" "$B" "${S[@]}" --spec-tokens-per-batch-size banana
 expect_usage "serve --spec-tokens-per-batch-size 1-4:5 (does not cover --max-num-seqs 32)" \
     "dsflash serve: --spec-tokens-per-batch-size: expected ranges covering 1..32 (--max-num-seqs), found 5 uncovered" "$B" "${S[@]}" --spec-tokens-per-batch-size 1-4:5
-expect_usage "serve --expert-parallel on" \
-    "dsflash serve: --expert-parallel: expected off (expert parallelism needs --tensor-parallel-size > 1; $ONE), got 'on'" "$B" "${S[@]}" --expert-parallel on
-expect_usage "serve --expert-parallel banana" "dsflash serve: --expert-parallel: expected on or off, got 'banana'" "$B" "${S[@]}" --expert-parallel banana
-expect_usage "serve --reduce-mode fast" \
-    "dsflash serve: --reduce-mode: expected ordered (fast reorders cross-process reductions only; $ONE), got 'fast'" "$B" "${S[@]}" --reduce-mode fast
+expect_usage "serve --expert-parallel on (one process)" \
+    "dsflash serve: --expert-parallel on: expected --tensor-parallel-size > 1, found 1" "$B" "${S[@]}" --expert-parallel on
+expect_usage "serve --expert-parallel banana" "dsflash serve: --expert-parallel: expected auto, on or off, got 'banana'" "$B" "${S[@]}" --expert-parallel banana
+expect_usage "serve --tensor-parallel-size 2 without mpirun" \
+    "dsflash serve: --tensor-parallel-size 2: expected the MPI world size 1 (launch with mpirun -np 2 ... --tensor-parallel-size 2)" "$B" "${S[@]}" --tensor-parallel-size 2
 expect_usage "serve --num-speculative-tokens 6" "dsflash serve: --num-speculative-tokens: expected an integer in [0, 5], got '6'" "$B" "${S[@]}" --num-speculative-tokens 6
 expect_usage "serve --spec-guard banana" "dsflash serve: --spec-guard: expected on, warn or off, got 'banana'" "$B" "${S[@]}" --spec-guard banana
 expect_usage "serve --max-num-seqs x" "dsflash serve: --max-num-seqs: expected an integer in [1, 4096], got 'x'" "$B" "${S[@]}" --max-num-seqs x

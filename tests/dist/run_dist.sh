@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# Tensor and expert parallelism over OpenMPI (SERVING.md §14), oversubscribed on any core count.
+#
+# 1. tiny at R = 2, 4, 8 in ordered mode: the `generate --trace` file (every processed row's hidden
+#    states after every layer, every logit row, the generated ids) is byte-identical to the one of a
+#    plain process without mpirun (cmp), in both numerics tiers, with prefill chunks 1, 7 and the
+#    whole prompt, with and without --expert-parallel.
+# 2. fast reduce mode: greedy agreement and max |delta logprob| against one process (NumPy reader,
+#    tests/dist/compare_traces.py), printed and gated at >= 99% and <= 1e-2 (§14).
+# 3. Start-up refusals: world size != --tensor-parallel-size; a different checkpoint on one rank;
+#    different flags on one rank (the message names the rank and the field).
+# 4. Failure: rank 1 killed mid-run: every rank exits, mpirun exits non-zero within seconds, no
+#    dsflash process of the job is left.
+# Env: DSFLASH_BIN, DS_TEST_TMP, BUILD.  Ends with "N passed, N failed".
+set -u
+cd "$(dirname "$0")/../.."
+PY=/usr/bin/python3
+BIN=${DSFLASH_BIN:-$PWD/build/${BUILD:-release}/dsflash}
+TMP=${DS_TEST_TMP:-$(mktemp -d)}/dist
+rm -rf "$TMP"; mkdir -p "$TMP"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# the sanitizer build's leak checker does not know MPI's intentional one-time allocations
+export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
+pass=0; fail=0
+ok() { echo "PASS $*"; pass=$((pass + 1)); }
+ko() { echo "FAIL $*"; fail=$((fail + 1)); }
+MPIRUN="mpirun --oversubscribe --bind-to none"
+if ! command -v mpirun >/dev/null; then ko "mpirun is not installed (scripts/install-deps.sh)"; echo "$pass passed, $fail failed"; exit 1; fi
+
+M="$TMP/tiny"
+"$BIN" mkmodel --config tiny --out "$M" --quiet > "$TMP/mk.log" 2>&1 || ko "mkmodel tiny: $(tail -2 "$TMP/mk.log")"
+"$BIN" mkmodel --config tiny --out "$TMP/tiny_seed2" --seed 2 --quiet > "$TMP/mk2.log" 2>&1 || ko "mkmodel tiny seed 2"
+PROMPT=$(seq -s, 3 2 121)   # 60 tokens: crosses the window (16) and the candidate blocks
+GEN="--prompt-ids $PROMPT --max-tokens 10 --threads 1 --ignore-eos"
+
+# ---- 1. bit identity, ordered mode
+# cases: tier chunk R expert-parallel (chosen to cover each shape at least once within ~3 min)
+CASES="fast:1:2:on fast:7:2:off fast:7:4:on fast:7:8:on exact:7:2:on exact:7:4:off exact:7:8:on exact:60:2:off"
+for case in $CASES; do
+    IFS=: read -r num chunk R ep <<< "$case"
+    ref="$TMP/ref_${num}_$chunk.st"
+    if [ ! -f "$ref" ] && ! "$BIN" generate --model "$M" $GEN --numerics $num --chunk $chunk --trace "$ref" > "$TMP/ref.log" 2>&1; then
+        ko "one process, $num, chunk $chunk: $(tail -2 "$TMP/ref.log")"; continue
+    fi
+    out="$TMP/r${R}_${num}_${chunk}_$ep.st"
+    if $MPIRUN -np $R "$BIN" generate --model "$M" $GEN --numerics $num --chunk $chunk --trace "$out" \
+         --tensor-parallel-size $R --expert-parallel $ep > "$TMP/run.log" 2>&1 && cmp -s "$ref" "$out"; then
+        ok "R=$R $num chunk $chunk expert-parallel $ep: trace (hidden states, logits, ids) byte-identical to one process"
+    else
+        ko "R=$R $num chunk $chunk expert-parallel $ep: $(grep -E 'E_|error|differ' "$TMP/run.log" | head -2) $(cmp "$ref" "$out" 2>&1 | head -1)"
+    fi
+done
+"$BIN" generate --model "$M" $GEN --numerics fast --tensor-parallel-size 1 > "$TMP/tp1.log" 2>&1 \
+    && grep -q '^generated:' "$TMP/tp1.log" && ok "without mpirun, --tensor-parallel-size 1 runs as one process" \
+    || ko "plain --tensor-parallel-size 1: $(tail -2 "$TMP/tp1.log")"
+
+# ---- 2. fast reduce mode
+for R in 4 8; do
+    out="$TMP/fastmode_$R.st"
+    $MPIRUN -np $R "$BIN" generate --model "$M" $GEN --numerics fast --chunk 7 --trace "$out" --tensor-parallel-size $R \
+        --reduce-mode fast > "$TMP/fm.log" 2>&1
+    line=$("$PY" tests/dist/compare_traces.py "$TMP/ref_fast_7.st" "$out" 2>&1)
+    echo "  fast reduce mode R=$R vs one process: $line"
+    if "$PY" -c "import sys; a=sys.argv[1].split(); n,m=map(int,a[1].split('/')); sys.exit(0 if n>=0.99*m and float(a[3])<=1e-2 else 1)" "$line" 2>/dev/null; then
+        ok "fast reduce mode R=$R: greedy agreement >= 99% and max |dlogprob| <= 1e-2"
+    else
+        ko "fast reduce mode R=$R: $line"
+    fi
+done
+
+# ---- 3. start-up refusals
+expect_fail() {  # what, message pattern, command...
+    local what=$1 pat=$2; shift 2
+    if timeout 60 "$@" > "$TMP/neg.log" 2>&1; then ko "$what: exited 0"; return; fi
+    if grep -qE "$pat" "$TMP/neg.log"; then ok "$what"; else ko "$what: $(grep -v '^-\|^ *$' "$TMP/neg.log" | head -3)"; fi
+}
+A="--prompt-ids 1,2,3 --max-tokens 2 --threads 1"
+expect_fail "world size 2 with --tensor-parallel-size 4 is refused" "tensor-parallel-size 4: expected the MPI world size 2" \
+    $MPIRUN -np 2 "$BIN" generate --model "$M" $A --tensor-parallel-size 4
+expect_fail "--tensor-parallel-size 2 without mpirun is refused" "expected the MPI world size 1" \
+    "$BIN" generate --model "$M" $A --tensor-parallel-size 2
+expect_fail "--tensor-parallel-size 3 is refused" "expected 1, 2, 4 or 8, found 3" \
+    "$BIN" generate --model "$M" $A --tensor-parallel-size 3
+expect_fail "a different checkpoint on rank 1 is refused, naming rank and field" \
+    "E_DIST_MISMATCH: rank 1: checkpoint weights .* differs from rank 0" \
+    $MPIRUN -np 1 "$BIN" generate --model "$M" $A --tensor-parallel-size 2 : -np 1 "$BIN" generate --model "$TMP/tiny_seed2" $A --tensor-parallel-size 2
+expect_fail "different flags on rank 1 are refused, naming rank and field" "E_DIST_MISMATCH: rank 1: flags differs from rank 0" \
+    $MPIRUN -np 1 "$BIN" generate --model "$M" $A --tensor-parallel-size 2 : -np 1 "$BIN" generate --model "$M" $A --tensor-parallel-size 2 --chunk 2
+
+# ---- 4. a rank dies mid-run
+$MPIRUN -np 2 "$BIN" generate --model "$M" --prompt-ids 1,2,3 --max-tokens 4000 --ignore-eos --threads 1 \
+    --tensor-parallel-size 2 > "$TMP/kill.log" 2>&1 &
+mp=$!
+victim=""
+for _ in $(seq 1 100); do
+    sleep 0.2
+    for p in $(pgrep -P $mp 2>/dev/null); do
+        grep -qz '^OMPI_COMM_WORLD_RANK=1$' /proc/$p/environ 2>/dev/null && victim=$p
+    done
+    [ -n "$victim" ] && grep -q 'resident' "$TMP/kill.log" && break
+done
+ranks=$(pgrep -P $mp | tr '\n' ' ')
+sleep 1
+t0=$(date +%s.%N)
+[ -n "$victim" ] && kill -9 "$victim"
+for _ in $(seq 1 150); do kill -0 $mp 2>/dev/null || break; sleep 0.1; done
+if kill -0 $mp 2>/dev/null; then ko "rank 1 killed: mpirun still running after 15 s"; kill -9 $mp; fi
+wait $mp; rc=$?
+dt=$(echo "$(date +%s.%N) - $t0" | bc)
+left=""
+for _ in $(seq 1 50); do   # PR_SET_PDEATHSIG: the ranks follow their launcher within moments
+    left=""
+    for p in $ranks; do [ -d /proc/$p ] && ! grep -q '^State:.*Z' /proc/$p/status 2>/dev/null && left="$left $p"; done
+    [ -z "$left" ] && break
+    sleep 0.1
+done
+echo "  rank 1 (pid ${victim:-none}) killed: mpirun rc $rc after ${dt} s, ranks left:${left:- none}"
+if [ -n "$victim" ] && [ "$rc" != 0 ] && [ -z "$left" ]; then ok "a killed rank stops the job: non-zero exit, no rank left"
+else ko "a killed rank: victim=${victim:-none} rc=$rc left=$left"; fi
+
+# ---- 5. serve: rank 0 runs HTTP and the scheduler, the other ranks replay its steps
+PORT0=$((18000 + RANDOM % 1000)); PORT2=$((PORT0 + 1)); PORT4=$((PORT0 + 2))
+SARGS="--model $M --threads 1 --kv-cache-memory 64MiB --self-check quick --no-enable-prefix-caching"
+wait_ready() {  # log pid
+    for _ in $(seq 1 240); do grep -q '^READY' "$1" && return 0; kill -0 "$2" 2>/dev/null || return 1; sleep 0.5; done; return 1
+}
+"$BIN" serve $SARGS --port $PORT0 --num-speculative-tokens 0 > "$TMP/s1.log" 2>&1 & s1=$!
+$MPIRUN -np 2 "$BIN" serve $SARGS --port $PORT2 --tensor-parallel-size 2 > "$TMP/s2.log" 2>&1 & s2=$!
+$MPIRUN -np 4 "$BIN" serve $SARGS --port $PORT4 --tensor-parallel-size 4 --num-speculative-tokens 0 --expert-parallel off > "$TMP/s4.log" 2>&1 & s4=$!
+up=1
+for x in "s1 $s1" "s2 $s2" "s4 $s4"; do set -- $x; wait_ready "$TMP/$1.log" $2 || { up=0; ko "serve $1 not READY: $(tail -3 "$TMP/$1.log")"; }; done
+req() {  # port prompt-start n max -> writes json
+    local ids; ids=$(seq -s, $2 3 $(($2 + 3 * ($3 - 1))))
+    curl -s --max-time 120 localhost:$1/v1/completions -H 'content-type: application/json' \
+        -d "{\"model\":\"deepseek-v41\",\"prompt\":[$ids],\"max_tokens\":$4,\"temperature\":0,\"logprobs\":3,\"ignore_eos\":true}"
+}
+if [ $up = 1 ]; then
+    for port in $PORT0 $PORT2 $PORT4; do
+        for k in 1 2 3; do req $port $((k * 7)) $((20 + 13 * k)) 24 > "$TMP/c_${port}_$k.json" & done   # batched
+        wait $(jobs -p | grep -v -e "^$s1$" -e "^$s2$" -e "^$s4$") 2>/dev/null
+        req $port 100 70 16 > "$TMP/c_${port}_4.json"
+    done
+    for R in 2 4; do
+        port=$([ $R = 2 ] && echo $PORT2 || echo $PORT4)
+        same=1
+        for k in 1 2 3 4; do
+            "$PY" -c "import json,sys; a=json.load(open(sys.argv[1]))['choices'][0]; b=json.load(open(sys.argv[2]))['choices'][0]
+sys.exit(0 if a['text']==b['text'] and a['logprobs']==b['logprobs'] and len(a['logprobs']['tokens'])>=16 else 1)" \
+                "$TMP/c_${PORT0}_$k.json" "$TMP/c_${port}_$k.json" 2>/dev/null || same=0
+        done
+        what=$([ $R = 2 ] && echo "speculation on (5 drafts) against plain decoding" || echo "expert parallel off, no speculation")
+        [ $same = 1 ] && ok "serve R=$R ($what): 4 greedy completions (3 concurrent) with top-3 logprobs identical to one process" \
+                      || ko "serve R=$R ($what): completions differ from one process ($(head -c 200 "$TMP/c_${port}_1.json"))"
+    done
+    # a rank dies mid-stream: the client sees the stream end without [DONE], every rank exits
+    curl -sN --max-time 60 localhost:$PORT2/v1/completions -H 'content-type: application/json' \
+        -d '{"model":"deepseek-v41","prompt":[1,2,3],"max_tokens":3000,"temperature":0,"ignore_eos":true,"stream":true}' > "$TMP/stream.txt" 2>&1 &
+    cu=$!
+    sleep 3
+    victim=""
+    for p in $(pgrep -P $s2); do grep -qz '^OMPI_COMM_WORLD_RANK=1$' /proc/$p/environ 2>/dev/null && victim=$p; done
+    ranks=$(pgrep -P $s2 | tr '\n' ' ')
+    t0=$(date +%s.%N)
+    [ -n "$victim" ] && kill -9 $victim
+    for _ in $(seq 1 150); do kill -0 $s2 2>/dev/null || break; sleep 0.1; done
+    wait $s2; rc=$?
+    wait $cu; crc=$?
+    dt=$(echo "$(date +%s.%N) - $t0" | bc)
+    left=""
+    for _ in $(seq 1 50); do left=""; for p in $ranks; do [ -d /proc/$p ] && left="$left $p"; done; [ -z "$left" ] && break; sleep 0.1; done
+    chunks=$(grep -c '^data: {' "$TMP/stream.txt")
+    echo "  serve R=2, rank 1 killed mid-stream after $chunks chunks: mpirun rc $rc after ${dt} s, curl rc $crc, [DONE] $(grep -c 'DONE' "$TMP/stream.txt"), ranks left:${left:- none}"
+    if [ -n "$victim" ] && [ $rc != 0 ] && [ $chunks -gt 0 ] && ! grep -q 'DONE' "$TMP/stream.txt" && [ -z "$left" ]; then
+        ok "serve: a rank killed mid-stream ends the job (non-zero), the client's stream ends without [DONE], no rank left"
+    else ko "serve kill: victim=${victim:-none} rc=$rc chunks=$chunks left=$left"; fi
+fi
+kill -TERM $s1 $s4 2>/dev/null
+for x in $s1 $s4; do wait $x 2>/dev/null; done
+
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]

@@ -6,7 +6,7 @@ OUT      := build/$(BUILD)
 CC       ?= gcc
 WARN     := -Wall -Wextra -Werror -Wno-unused-parameter -Wno-format-truncation -ffp-contract=off
 CSTD     := -std=gnu17
-PKGS     := libcjson libcrypto libutf8proc libmicrohttpd
+PKGS     := libcjson libcrypto libutf8proc libmicrohttpd libcurl
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CFLAGS_release := -O2 -g -DNDEBUG

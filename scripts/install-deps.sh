@@ -7,6 +7,8 @@ SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
 DEBS=(build-essential pkg-config libcjson-dev libssl-dev libutf8proc-dev libmicrohttpd-dev
       python3 python3-numpy curl ca-certificates
+      libcurl4-openssl-dev   # the tools' HTTP client (src/tools/http_client.c: bench, needle, gates)
+      libxml2-utils          # xmllint: tests validate the SVG that bench-plot writes
       libsimde-dev   # portable AVX-512 intrinsics, so tests check the AVX-512 kernels on any CPU
       clang libclang-rt-dev)   # libFuzzer + ASan/UBSan runtimes for `make fuzz` (fuzz/); the build stays gcc
 missing=()

@@ -38,6 +38,11 @@ void ds_progress_init(ds_progress *p, const char *label, uint64_t total, bool qu
     ds_progress_restart(p, label, total);
 }
 
+void ds_progress_init_count(ds_progress *p, const char *label, uint64_t total, const char *unit, bool quiet) {
+    ds_progress_init(p, label, total, quiet);
+    snprintf(p->unit, sizeof p->unit, "%s", unit);
+}
+
 void ds_progress_restart(ds_progress *p, const char *label, uint64_t total) {
     pthread_mutex_lock(&p->mu);
     snprintf(p->label, sizeof p->label, "%s", label);
@@ -58,20 +63,33 @@ void ds_progress_stage(ds_progress *p, const char *fmt, ...) {
     pthread_mutex_unlock(&p->mu);
 }
 
-/* Caller holds the mutex. */
-static void print_line(ds_progress *p, double now) {
-    char done[32], total[32], rate[32], eta[32];
-    double dt = now - p->t0;
-    double bps = dt > 0 ? (double)p->done / dt : 0;
+/* "done / total" and the rate, in bytes or in counted items. */
+static void format_amounts(const ds_progress *p, double per_s, char *amounts, size_t na, char *rate, size_t nr) {
+    if (p->unit[0]) {
+        snprintf(amounts, na, "%llu/%llu %s", (unsigned long long)p->done, (unsigned long long)p->total, p->unit);
+        snprintf(rate, nr, "%.2f %s/s", per_s, p->unit);
+        return;
+    }
+    char done[32], total[32], r[32];
     ds_format_bytes(p->done, done, sizeof done);
     ds_format_bytes(p->total, total, sizeof total);
-    ds_format_bytes((uint64_t)bps, rate, sizeof rate);
+    ds_format_bytes((uint64_t)per_s, r, sizeof r);
+    snprintf(amounts, na, "%s / %s", done, total);
+    snprintf(rate, nr, "%s/s", r);
+}
+
+/* Caller holds the mutex. */
+static void print_line(ds_progress *p, double now) {
+    char amounts[96], rate[48], eta[32];
+    double dt = now - p->t0;
+    double bps = dt > 0 ? (double)p->done / dt : 0;
+    format_amounts(p, bps, amounts, sizeof amounts, rate, sizeof rate);
     if (bps > 0 && p->total >= p->done) ds_format_duration((double)(p->total - p->done) / bps, eta, sizeof eta);
     else snprintf(eta, sizeof eta, "--:--");
     double pct = p->total ? 100.0 * (double)p->done / (double)p->total : 100.0;
     char line[384];
-    snprintf(line, sizeof line, "[%s]%s%s  %s / %s  %.1f%%  %s/s  ETA %s", p->label, p->stage[0] ? " " : "",
-             p->stage, done, total, pct, rate, eta);
+    snprintf(line, sizeof line, "[%s]%s%s  %s  %.1f%%  %s  ETA %s", p->label, p->stage[0] ? " " : "", p->stage,
+             amounts, pct, rate, eta);
     if (p->tty) {
         fprintf(p->out, "\r%s\033[K", line);   /* \033[K erases what a longer previous line left */
         p->line_open = true;

@@ -1,4 +1,5 @@
-/* Progress reporting for long byte-streaming tools (reassemble, split, hashing a 98 GB file).
+/* Progress reporting for long runs: byte-streaming tools (reassemble, split, hashing a 98 GB file)
+ * and counted work (bench requests, probe samples: ds_progress_init_count).
  *
  * Two modes, chosen once from isatty(stderr): on a terminal one line refreshed in place at most
  * 4 times per second; otherwise (logs, CI, pipes) a plain line every 5% or 30 s, whichever comes
@@ -6,6 +7,8 @@
  * only the result lines ([OK]/[FAIL]/[NEED] and the summary) so that it reads the same with and
  * without a terminal.  The line looks like
  *   [layers_1_engram_embed.weight] part 3/6  52.1 GiB / 91.6 GiB  56.9%  1.84 GiB/s  ETA 0:21
+ * or, counting items,
+ *   [bench c=8 rep 1/2] 12/64 req  18.8%  3.20 req/s  ETA 0:16
  * The reporter is thread-safe (parallel part verification updates one reporter from several
  * threads). */
 #ifndef DS_TOOLS_PROGRESS_H
@@ -23,11 +26,14 @@ typedef struct ds_progress {
     uint64_t total, done;
     double t0, last_print;
     int next_pct;          /* plain mode: next multiple of 5% to report */
+    char unit[16];         /* counting mode: the item name ("req"); empty = bytes */
 } ds_progress;
 
 /* `label` is shown in brackets; `total` bytes expected; quiet suppresses everything. */
 void ds_progress_init(ds_progress *p, const char *label, uint64_t total, bool quiet);
-/* Restart for a new pass over `total` bytes with a new label (keeps mode). */
+/* Counting mode: `total` items of `unit` (e.g. "req"); ds_progress_add then adds items. */
+void ds_progress_init_count(ds_progress *p, const char *label, uint64_t total, const char *unit, bool quiet);
+/* Restart for a new pass over `total` bytes or items with a new label (keeps modes). */
 void ds_progress_restart(ds_progress *p, const char *label, uint64_t total);
 /* Free-form stage text, e.g. "part 3/6" or "readback". */
 void ds_progress_stage(ds_progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -207,7 +207,7 @@ int cmd_agent_gate(int argc, char **argv) {
     }
     int reps = (int)ds_flag_int(&fs, "--reps");
     ds_probe p;
-    int rc = ds_probe_cli_open(&p, &fs, "agent-gate", argc - 1, argv + 1);
+    int rc = ds_probe_cli_open(&p, &fs, "agent-gate", argc, argv);
     if (rc) {
         ds_probe_close(&p);
         return rc;

@@ -232,7 +232,7 @@ int cmd_determinism(int argc, char **argv) {
     char *prompt = read_prompt(ds_flag_str(&fs, "--prompt-file"), &rc);
     if (!prompt) return rc;
     ds_probe p;
-    if ((rc = ds_probe_cli_open(&p, &fs, "determinism", argc - 1, argv + 1))) {
+    if ((rc = ds_probe_cli_open(&p, &fs, "determinism", argc, argv))) {
         ds_probe_close(&p);
         free(prompt);
         return rc;

@@ -224,7 +224,7 @@ int cmd_gsm8k(int argc, char **argv) {
         rc = 5;
     }
     ds_probe p;
-    if (!rc) rc = ds_probe_cli_open(&p, &fs, "gsm8k", argc - 1, argv + 1);
+    if (!rc) rc = ds_probe_cli_open(&p, &fs, "gsm8k", argc, argv);
     else memset(&p, 0, sizeof p);
     gsm_run g = {.p = &p, .items = items, .shots = shots, .n_shots = ns, .max_tokens = (int)ds_flag_int(&fs, "--max-tokens"),
                  .thinking = !strcmp(ds_flag_str(&fs, "--mode"), "thinking")};

@@ -226,7 +226,7 @@ int cmd_kv_walk(int argc, char **argv) {
                   .runs = (int)ds_flag_int(&fs, "--runs"), .tol = ds_flag_double(&fs, "--tol"),
                   .seed = (uint64_t)ds_flag_int(&fs, "--seed")};
     ds_probe p;
-    int rc = ds_probe_cli_open(&p, &fs, "kv-walk", argc - 1, argv + 1);
+    int rc = ds_probe_cli_open(&p, &fs, "kv-walk", argc, argv);
     if (rc) {
         ds_probe_close(&p);
         return rc;

@@ -208,7 +208,7 @@ int cmd_multibatch_gate(int argc, char **argv) {
         return 2;
     }
     ds_probe p;
-    int rc = ds_probe_cli_open(&p, &fs, "multibatch-gate", argc - 1, argv + 1);
+    int rc = ds_probe_cli_open(&p, &fs, "multibatch-gate", argc, argv);
     if (rc) {
         ds_probe_close(&p);
         return rc;

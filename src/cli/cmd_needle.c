@@ -239,7 +239,7 @@ int cmd_needle(int argc, char **argv) {
     needle_cfg c = {.needles = (int)strtol(ds_flag_str(&fs, "--needles"), NULL, 10),
                     .max_tokens = (int)ds_flag_int(&fs, "--max-tokens"), .effort = ds_flag_str(&fs, "--reasoning-effort")};
     ds_probe p;
-    int rc = ds_probe_cli_open(&p, &fs, "needle", argc - 1, argv + 1);
+    int rc = ds_probe_cli_open(&p, &fs, "needle", argc, argv);
     if (rc) {
         ds_probe_close(&p);
         return rc;

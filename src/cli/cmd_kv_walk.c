@@ -207,9 +207,12 @@ static int walk(ds_probe *p, const walk_cfg *c, const char *prompt, const int32_
         if (w[r].error[0]) printf("run %d: ERROR %s\n", r, w[r].error);
         else if (r == 0) printf("run 0: reference (%lld positions, cached %lld, %.2f s)\n", (long long)n - 1,
                                 (long long)w[r].cached, w[r].latency);
-        else printf("run %d: %lld deviating positions, max |delta| %.6g, first %lld (cached %lld, %.2f s)\n", r,
-                    (long long)w[r].deviating, w[r].max_abs, (long long)w[r].first_dev, (long long)w[r].cached,
-                    w[r].latency);
+        else {
+            char first[32] = "none";
+            if (w[r].first_dev >= 0) snprintf(first, sizeof first, "at position %lld", (long long)w[r].first_dev);
+            printf("run %d: %lld deviating positions, max |delta| %.6g, first %s (cached %lld, %.2f s)\n", r,
+                   (long long)w[r].deviating, w[r].max_abs, first, (long long)w[r].cached, w[r].latency);
+        }
         fflush(stdout);
         cJSON_AddItemToArray(rows, run_json(r, &w[r], c->occ));
     }

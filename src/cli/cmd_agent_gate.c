@@ -8,7 +8,7 @@
  * recorded with the first matching signature (tools/gate_logic.h).  Arms: `canary` (128,000
  * characters), `N` or `Nk` tokens (k = 1000), `Nc` / `Nkc` characters.  Thinking mode matters: at
  * 97 K context chat mode scored 0/5, so `--reasoning-effort` defaults to high.  Exit: 0 every arm
- * has no failure and no error; 1 otherwise or the server restarted; 2 usage; 3 unreachable/I/O. */
+ * has passes and no failure or error (an arm of only truncated samples measured nothing); 1 otherwise or the server restarted; 2 usage; 3 unreachable/I/O. */
 #include "base/flags.h"
 #include "cli/commands.h"
 #include "cli/probe_cli.h"
@@ -187,7 +187,8 @@ static int run_arm(ds_probe *p, const arm *a, int reps, const char *effort, int 
            (long long)st.errors, lo, hi, (long long)st.design_md, hs[0] ? "  signatures:" : "", hs);
     fflush(stdout);
     cJSON_Delete(tools);
-    return fail || st.errors ? 1 : 0;
+    /* an arm whose samples were all truncated measured nothing: it cannot pass */
+    return fail || st.errors || pass == 0 ? 1 : 0;
 }
 
 int cmd_agent_gate(int argc, char **argv) {

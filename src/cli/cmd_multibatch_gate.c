@@ -189,6 +189,7 @@ static int part_c(ds_probe *p, ds_probe_rng *rng, int max_tokens, int64_t long_t
     } else fprintf(stderr, "dsflash multibatch-gate: part C long request: %s\n", l.err);
     cJSON_AddNumberToObject(sum, "C_short_vs_long", mm);
     cJSON_AddNumberToObject(sum, "C_uniq2", u2);
+    cJSON_AddBoolToObject(sum, "C_long_completed", l.text != NULL);
     bool ok = started && !mm && l.text && u2 >= 0.5;
     printf("part C: %d of %d short answers differ from their serial baseline; long answer uniq2 %.3f%s: %s\n", mm, N,
            u2, l.text ? "" : " (long request FAILED)", ok ? "pass" : "FAIL");

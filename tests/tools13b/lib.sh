@@ -10,7 +10,7 @@ expect_rc() { if [ "$2" = "$3" ]; then ok "$1 (exit $3)"; else bad "$1: exit $3,
 jcheck() {
     local name=$1 file=$2 expr=$3
     if [ ! -s "$file" ]; then bad "$name: $file missing"; return; fi
-    if "$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); sys.exit(0 if ($expr) else 1)" "$file"; then ok "$name"
+    if "$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); v=($expr); sys.exit(0 if v and not isinstance(v, tuple) else 1)" "$file"; then ok "$name"
     else bad "$name: not ($expr) in $file"; "$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); print(json.dumps({k:v for k,v in j.items() if k!='server'})[:1500])" "$file"; fi
 }
 STUB_PID=""

@@ -63,7 +63,7 @@ expect_rc "gsm8k without --shots-file is a usage error" 2 $?
 start_stub normal
 "$B" agent-gate --base-url "$STUB" --arms 2000c --reps 10 --json-out "$T/a1.json" >"$T/a1.out" 2>&1
 expect_rc "agent-gate with failures exits 1" 1 $?
-jcheck "agent-gate: every signature counted once" "$T/a1.json" 'a:=j["arms"][0], a["pass"]==2 and a["design_md"]==1 and a["truncated"]==1 and a["fail"]==7 and a["errors"]==0 and all(v==1 for v in a["signatures"].values()) and len(a["signatures"])==6 and a["reasoning_effort"]=="high" and [s["outcome"] for s in a["samples"]]==["pass","pass","truncated","empty_output","malformed_tool_call","malformed_tool_call","wrong_tool","mixed_script","repetitive","no_tool_call"]'
+jcheck "agent-gate: every signature counted once" "$T/a1.json" '(a:=j["arms"][0]) is not None and a["pass"]==2 and a["design_md"]==1 and a["truncated"]==1 and a["fail"]==7 and a["errors"]==0 and all(v==1 for v in a["signatures"].values()) and len(a["signatures"])==6 and a["reasoning_effort"]=="high" and [s["outcome"] for s in a["samples"]]==["pass","pass","truncated","empty_output","malformed_tool_call","malformed_tool_call","wrong_tool","mixed_script","repetitive","no_tool_call"]'
 jcheck "agent-gate: Wilson interval over non-truncated samples (2 of 9)" "$T/a1.json" 'abs(j["arms"][0]["wilson_lo"]-0.0632)<1e-3 and abs(j["arms"][0]["wilson_hi"]-0.5474)<1e-3'
 "$B" agent-gate --base-url "$STUB" --arms 500,1kc --reps 1 --json-out "$T/a2.json" >"$T/a2.out" 2>&1
 expect_rc "agent-gate all pass (first script turn) exits 0" 0 $?
@@ -94,7 +94,7 @@ expect_rc "determinism missing prompt file" 5 $?
 start_stub normal
 "$B" multibatch-gate --base-url "$STUB" --long-tokens 2000 --json-out "$T/m1.json" >"$T/m1.out" 2>&1
 expect_rc "multibatch-gate passes on a consistent endpoint" 0 $?
-jcheck "multibatch summary" "$T/m1.json" 'j["A_needle"]==1 and j["A_recall"]==1 and j["B_itemwise"]==0 and j["C_short_vs_long"]==0 and j["C_uniq2"]>=0.5'
+jcheck "multibatch summary" "$T/m1.json" 'j["A_needle"]==1 and j["A_recall"]==1 and j["B_itemwise"]==0 and j["C_short_vs_long"]==0 and j["C_long_completed"] and j["C_uniq2"]>=0.5'
 stop_stub
 start_stub flaky
 "$B" multibatch-gate --base-url "$STUB" --parts B --json-out "$T/m2.json" >"$T/m2.out" 2>&1

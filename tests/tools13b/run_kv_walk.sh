@@ -38,7 +38,7 @@ stop_server
 if start_server "$T/s3.log" --kv-cache-memory 64MiB --debug-kv-fault-page 20; then
     "$B" kv-walk --base-url "$BASE" --tokens 1000 --runs 4 --json-out "$T/w4.json" >"$T/w4.out" 2>&1
     expect_rc "kv-walk detects the injected KV fault" 1 $?
-    jcheck "the fault shows in a later run only" "$T/w4.json" 'r:=j["runs"], not j["pass"] and j["deviating_runs"]>=1 and "error" not in r[0] and any(x["deviating"]>0 and x["max_abs_delta"]>0 and x["first_deviation"] is not None for x in r[1:]) and any(x["deviating"]==0 for x in r[1:])'
+    jcheck "the fault shows in a later run only" "$T/w4.json" '(r:=j["runs"]) is not None and not j["pass"] and j["deviating_runs"]>=1 and "error" not in r[0] and any(x["deviating"]>0 and x["max_abs_delta"]>0 and x["first_deviation"] is not None for x in r[1:]) and any(x["deviating"]==0 for x in r[1:])'
     grep -q 'debug-kv-fault-page 20: KV page deliberately corrupted' "$T/s3.log" && ok "the server warns about the fault injection" || bad "no fault-injection warning in the log"
 else bad "fault-injection server did not start"; fi
 stop_server

@@ -8,7 +8,8 @@
  * recorded with the first matching signature (tools/gate_logic.h).  Arms: `canary` (128,000
  * characters), `N` or `Nk` tokens (k = 1000), `Nc` / `Nkc` characters.  Thinking mode matters: at
  * 97 K context chat mode scored 0/5, so `--reasoning-effort` defaults to high.  Exit: 0 every arm
- * has passes and no failure or error (an arm of only truncated samples measured nothing); 1 otherwise or the server restarted; 2 usage; 3 unreachable/I/O. */
+ * has passes and no failure or error (an arm of only truncated samples measured nothing); 1
+ * otherwise or the server restarted; 2 usage; 3 unreachable/I/O. */
 #include "base/flags.h"
 #include "cli/commands.h"
 #include "cli/probe_cli.h"

@@ -63,7 +63,7 @@ expect_rc "gsm8k without --shots-file is a usage error" 2 $?
 start_stub normal
 "$B" agent-gate --base-url "$STUB" --arms 2000c --reps 10 --json-out "$T/a1.json" >"$T/a1.out" 2>&1
 expect_rc "agent-gate with failures exits 1" 1 $?
-jcheck "agent-gate: every signature counted once" "$T/a1.json" '(a:=j["arms"][0]) is not None and a["pass"]==2 and a["design_md"]==1 and a["truncated"]==1 and a["fail"]==7 and a["errors"]==0 and all(v==1 for v in a["signatures"].values()) and len(a["signatures"])==6 and a["reasoning_effort"]=="high" and [s["outcome"] for s in a["samples"]]==["pass","pass","truncated","empty_output","malformed_tool_call","malformed_tool_call","wrong_tool","mixed_script","repetitive","no_tool_call"]'
+jcheck "agent-gate: every signature counted once" "$T/a1.json" '(a:=j["arms"][0]) is not None and a["pass"]==2 and a["design_md"]==1 and a["truncated"]==1 and a["fail"]==7 and a["errors"]==0 and a["signatures"]=={"empty_output":1,"malformed_tool_call":2,"wrong_tool":1,"mixed_script":1,"repetitive":1,"no_tool_call":1} and a["reasoning_effort"]=="high" and [s["outcome"] for s in a["samples"]]==["pass","pass","truncated","empty_output","malformed_tool_call","malformed_tool_call","wrong_tool","mixed_script","repetitive","no_tool_call"]'
 jcheck "agent-gate: Wilson interval over non-truncated samples (2 of 9)" "$T/a1.json" 'abs(j["arms"][0]["wilson_lo"]-0.0632)<1e-3 and abs(j["arms"][0]["wilson_hi"]-0.5474)<1e-3'
 "$B" agent-gate --base-url "$STUB" --arms 500,1kc --reps 1 --json-out "$T/a2.json" >"$T/a2.out" 2>&1
 expect_rc "agent-gate all pass (first script turn) exits 0" 0 $?

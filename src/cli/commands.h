@@ -11,6 +11,8 @@ int cmd_split(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_bench_plot(int argc, char **argv);
+int cmd_perf(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_engram_map(int argc, char **argv);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Smoke test of `dsflash bench serve` on the tiny fixture with --quick, in both numerics tiers.
+# Smoke test of `dsflash perf serve` on the tiny fixture with --quick, in both numerics tiers.
 #
 # Why: the serving table is what issue reports quote, so CI checks that every row is printed,
 # that every percentage lies in (0, 100] (a ratio above 100% means a limit probe under-reports
@@ -33,9 +33,9 @@ if ! "$B" mkmodel --config tiny --out "$TMP/tiny" --quiet > "$TMP/mk.log" 2>&1; 
 fi
 
 OUT=$TMP/table.txt JSON=$TMP/serve.json
-"$B" bench serve --model "$TMP/tiny" --threads 2 --numerics both --quick --json "$JSON" > "$OUT" 2> "$TMP/err.log"
+"$B" perf serve --model "$TMP/tiny" --threads 2 --numerics both --quick --json "$JSON" > "$OUT" 2> "$TMP/err.log"
 rc=$?
-if [ $rc = 0 ]; then ok "bench serve --quick --numerics both exits 0"; else bad "bench serve exits 0 (rc $rc)" "$TMP/err.log"; fi
+if [ $rc = 0 ]; then ok "perf serve --quick --numerics both exits 0"; else bad "perf serve exits 0 (rc $rc)" "$TMP/err.log"; fi
 
 # ---- the table's rows ----
 check "limits line names read bandwidth and int8 peak" grep -qE '^limits .*read-only [0-9.]+ GB/s \| int8 peak [0-9]+ GOP/s' "$OUT"
@@ -92,7 +92,7 @@ check "no temporary file left beside the JSON" bash -c "[ ! -e '$JSON.tmp' ]"
 # ---- refusals: exit 2, message naming the flag; no partial JSON ----
 refuse() {   # name, expected rc, expected message, args...
     local name=$1 want=$2 msg=$3; shift 3
-    "$B" bench serve "$@" > "$TMP/r.out" 2> "$TMP/r.err"; local got=$?
+    "$B" perf serve "$@" > "$TMP/r.out" 2> "$TMP/r.err"; local got=$?
     if [ "$got" = "$want" ] && grep -q -- "$msg" "$TMP/r.err"; then ok "$name"; else bad "$name (rc $got)" "$TMP/r.err"; fi
 }
 refuse "--numerics bogus is refused" 2 "--numerics: expected exact, fast or both, got 'bogus'" --model "$TMP/tiny" --numerics bogus

@@ -55,9 +55,9 @@ expect_usage "generate --prompt-ids 1,a" "dsflash generate: --prompt-ids: 'a' at
     "$B" generate --model /nonexistent --prompt-ids 1,a --max-tokens 1
 expect_usage "generate --numerics slow" "dsflash generate: --numerics: expected exact or fast, got 'slow'" \
     "$B" generate --model /nonexistent --prompt-ids 1 --max-tokens 1 --numerics slow
-expect_usage "bench decode --tokens x" "dsflash bench decode: --tokens: expected an integer in [1, 100000], got 'x'" "$B" bench decode --model /nonexistent --tokens x
-expect_usage "bench kernels --tokens 3 (a decode flag)" "dsflash bench kernels: --tokens: unknown option (long options must match exactly)" "$B" bench kernels --tokens 3
-expect_usage "bench decode without --model" "dsflash bench decode: --model: required (the checkpoint directory to time)" "$B" bench decode
+expect_usage "perf decode --tokens x" "dsflash perf decode: --tokens: expected an integer in [1, 100000], got 'x'" "$B" perf decode --model /nonexistent --tokens x
+expect_usage "perf kernels --tokens 3 (a decode flag)" "dsflash perf kernels: --tokens: unknown option (long options must match exactly)" "$B" perf kernels --tokens 3
+expect_usage "perf decode without --model" "dsflash perf decode: --model: required (the checkpoint directory to time)" "$B" perf decode
 
 # --- the KV budget follows MemAvailable -------------------------------------------------------------
 printf 'MemTotal:       25165824 kB\nMemFree:          524288 kB\nMemAvailable:    4194304 kB\n' > "$OUT/meminfo"

@@ -130,7 +130,9 @@ static void sample(ds_probe *p, const cJSON *tools, const char *effort, int max_
         cJSON_AddBoolToObject(s, "design_md", design);
         char ex[161];
         snprintf(ex, sizeof ex, "%s", a.content ? a.content : a.reasoning ? a.reasoning : "");
-        for (size_t l = strlen(ex); l == 160 && l && ((unsigned char)ex[l - 1] & 0x80); l--) ex[l - 1] = 0;
+        size_t l = strlen(ex);   /* a cut excerpt drops its trailing non-ASCII bytes: never half a character */
+        if (l == sizeof ex - 1)
+            while (l && ((unsigned char)ex[l - 1] & 0x80)) ex[--l] = 0;
         cJSON_AddStringToObject(s, "excerpt", ex);
     }
     cJSON_AddItemToArray(rows, s);

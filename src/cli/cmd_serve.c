@@ -97,7 +97,10 @@ static ds_flag k_flags[] = {
     {.name = "--log-requests", .type = DS_FLAG_SWITCH},
     {.name = "--max-log-len", .type = DS_FLAG_INT, .def = "256", .lo = 0, .hi = 1 << 20},
     {.name = "--log-file", .type = DS_FLAG_STRING, .help = "default: stderr"},
-    {.name = "--debug-kv-alloc-order", .type = DS_FLAG_ENUM, .def = "low-first", .choices = "low-first|high-first"},
+    {.name = "--debug-kv-alloc-order", .type = DS_FLAG_ENUM, .def = "low-first", .choices = "low-first|high-first",
+     .help = "debug only: high-first hands out KV pages from the top of the pool (64-bit offset tests)"},
+    {.name = "--debug-kv-fault-page", .type = DS_FLAG_INT, .def = "-1", .lo = -1, .hi = INT32_MAX - 1,
+     .help = "debug only: corrupt CKV page N after every step (proves kv-walk detects KV faults); -1 off"},
     {.name = "--self-check", .type = DS_FLAG_ENUM, .def = "full", .choices = "full|quick",
      .help = "quick skips the prefill probe; self-checks cannot be turned off"},
 };
@@ -436,6 +439,8 @@ static int build_engine(serve_run *s) {
     ec.max_pending = (int)fi("--max-pending-requests");
     ec.kv_budget_bytes = s->mem.kv_bytes;
     ec.kv_high_first = !strcmp(fv("--debug-kv-alloc-order"), "high-first");
+    ec.kv_fault = fi("--debug-kv-fault-page") >= 0;
+    ec.kv_fault_page = ec.kv_fault ? (uint32_t)fi("--debug-kv-fault-page") : 0;
     char fingerprint[PATH_MAX + 64];
     snprintf(fingerprint, sizeof fingerprint, "%s|bs=%d|kv=bf16|numerics=%s", s->model_dir, ec.block_size,
              ds_model_numerics(s->model));

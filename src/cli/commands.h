@@ -17,4 +17,12 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_engram_map(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+/* long-context probes and gates (TOOLS.md §5, §6) */
+int cmd_needle(int argc, char **argv);
+int cmd_kv_walk(int argc, char **argv);
+int cmd_gsm8k(int argc, char **argv);
+int cmd_agent_gate(int argc, char **argv);
+int cmd_multibatch_gate(int argc, char **argv);
+int cmd_determinism(int argc, char **argv);
+int cmd_fisher(int argc, char **argv);
 #endif

@@ -691,6 +691,18 @@ ds_engine *ds_engine_create(const ds_engine_config *cfg, ds_backend *be, const d
         free(e);
         return NULL;
     }
+    if (cfg->kv_fault) {
+        if (cfg->kv_fault_page >= plan.n_pages[DS_KV_CKV]) {
+            ds_fail(err, "E_FLAG", "--debug-kv-fault-page %u: the KV pool has %u CKV pages (0..%u)",
+                    cfg->kv_fault_page, plan.n_pages[DS_KV_CKV], plan.n_pages[DS_KV_CKV] - 1);
+            ds_kvm_destroy(&e->km);
+            free(e);
+            return NULL;
+        }
+        e->km.debug_fault_page = cfg->kv_fault_page;
+        ds_log(DS_LOG_WARN, "--debug-kv-fault-page %u: KV page deliberately corrupted; outputs are wrong (debug only)",
+               cfg->kv_fault_page);
+    }
     e->ss = ds_sampler_scratch_new(be->vocab);
     e->n_ss = ds_pool_threads() > 0 ? ds_pool_threads() : 1;
     e->ss_pool = ds_xmalloc(sizeof(ds_sampler_scratch *) * (size_t)e->n_ss);

@@ -37,6 +37,8 @@ typedef struct ds_engine_config {
     int max_pending;                  /* 1024 */
     uint64_t kv_budget_bytes;         /* B_kv */
     bool kv_high_first;               /* --debug-kv-alloc-order high-first */
+    bool kv_fault;                    /* --debug-kv-fault-page given: corrupt CKV page kv_fault_page */
+    uint32_t kv_fault_page;           /* (ds_kvm_debug_fault; zero-initialised configs leave it off) */
     const char *fingerprint;          /* model + KV format identity (prefix-cache seed) */
     int prompt_logprobs_chunk;        /* row cap per step for requests with prompt_logprobs (256) */
     /* speculative decoding (SERVING.md §8): S, the batch-size schedule, the collapse guard */

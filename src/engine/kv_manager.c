@@ -81,6 +81,7 @@ int ds_kvm_init(ds_kvm *km, const ds_kv_layout *lay, const ds_kv_budget *plan, i
     km->window = window;
     km->prefix_caching = prefix_caching;
     km->high_first = high_first;
+    km->debug_fault_page = DS_KV_NONE;
     if (ds_kv_pools_create(&km->pools, lay, plan->n_pages, err)) return -1;
     km->pools.high_first = high_first;
     for (int k = 0; k < DS_KV_KINDS; k++) {
@@ -244,7 +245,19 @@ int64_t ds_kvm_prefill_end(const ds_kvm *km, int64_t a, int64_t n) {
     return lo_n > lo_k ? kb : n;   /* a step ending at n would drop block K-1's tail set */
 }
 
+void ds_kvm_debug_fault(ds_kvm *km, const ds_kv_seqtab *t) {
+    uint32_t pg = km->debug_fault_page;
+    if (pg == DS_KV_NONE) return;
+    for (int i = 0; i < t->n_blk && i < t->cap; i++)
+        if (t->blk[i] == pg) {
+            /* 0x40 bytes read as bf16 3.0: plausible magnitudes, wrong values */
+            memset(ds_kv_page(&km->pools, DS_KV_CKV, pg), 0x40, km->pools.lay.page_bytes[DS_KV_CKV]);
+            memset(ds_kv_page(&km->pools, DS_KV_IDX, pg), 0x40, km->pools.lay.page_bytes[DS_KV_IDX]);
+        }
+}
+
 void ds_kvm_after_step(ds_kvm *km, ds_kv_seqtab *t, const int32_t *tokens, int64_t L, const char *salt) {
+    ds_kvm_debug_fault(km, t);
     /* window retention: keep blocks intersecting [L-W, L] */
     int64_t keep_lo = L - km->window;
     keep_lo = keep_lo < 0 ? 0 : keep_lo / km->bs;

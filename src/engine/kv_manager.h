@@ -58,6 +58,7 @@ typedef struct ds_kvm {
     int bs, window;
     bool prefix_caching;
     bool high_first;
+    uint32_t debug_fault_page;        /* --debug-kv-fault-page: CKV page scrambled after each step (DS_KV_NONE = off) */
     uint8_t seed_hash[DS_PC_HASH_BYTES];
     uint32_t *ref[DS_KV_KINDS];       /* reference counts (CKV used for the CKV+IDX pair) */
     uint32_t *freel[DS_KV_KINDS];     /* free stacks */
@@ -100,6 +101,10 @@ int64_t ds_kvm_prefill_end(const ds_kvm *km, int64_t a, int64_t n);
 /* After a step that left L computed positions: drop WIN pages that left the window, and offer
  * newly full blocks (ids in `tokens`) to the prefix cache. */
 void ds_kvm_after_step(ds_kvm *km, ds_kv_seqtab *t, const int32_t *tokens, int64_t L, const char *salt);
+/* Debug fault injection (--debug-kv-fault-page N): after a step of a table that holds CKV page N,
+ * overwrite that page and its IDX twin with a constant, so every later read of the block sees
+ * wrong rows.  Tests prove that `dsflash kv-walk` detects a KV fault; never enabled otherwise. */
+void ds_kvm_debug_fault(ds_kvm *km, const ds_kv_seqtab *t);
 /* Release everything (request end, cancellation, preemption). */
 void ds_kvm_release(ds_kvm *km, ds_kv_seqtab *t);
 

@@ -52,8 +52,10 @@ int ds_parts_parse_name(const char *name, char **base, int *index, int *count, i
 
 /* No spaces either: a header comment "# NAME size=..." with a space in NAME would read back as
  * another name with other fields (found by fuzz/fuzz_parts.c). */
+/* A leading '*' is refused too: sha256sum's binary-mode marker is written before the name, so a
+ * name that itself began with '*' would read back as a different name. */
 static int valid_file_name(const char *s) {
-    if (!*s || !strcmp(s, ".") || !strcmp(s, "..")) return 0;
+    if (!*s || *s == '*' || !strcmp(s, ".") || !strcmp(s, "..")) return 0;
     for (; *s; s++)
         if (*s == '/' || *s == ' ' || (unsigned char)*s < 0x20 || *s == 0x7f) return 0;
     return 1;
@@ -195,7 +197,7 @@ int ds_parts_parse(const char *text, const char *path, ds_parts_manifest *m, ds_
         if (*name == ' ') name++;
         if (*name == '*') name++;
         if (!valid_file_name(name)) {
-            rc = ds_fail(err, "E_PARTS_SYNTAX", "%s:%d: file name '%s' must be a plain name in this directory (no '/', spaces or control characters; not empty)", path, lineno, name);
+            rc = ds_fail(err, "E_PARTS_SYNTAX", "%s:%d: file name '%s' must be a plain name in this directory (no '/', spaces or control characters, no leading '*'; not empty)", path, lineno, name);
             break;
         }
         line[DS_SHA256_HEX_LEN] = 0;

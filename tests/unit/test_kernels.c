@@ -321,28 +321,28 @@ TEST(selfcheck_passes_on_every_runnable_path) {
     ds_kernels_select("auto", NULL);
 }
 
-/* The bench command's argument handling (the measurements themselves are benchmarks, not tests). */
-TEST(bench_cli_rejects_bad_usage) {
+/* The perf command's argument handling (the measurements themselves are benchmarks, not tests). */
+TEST(perf_cli_rejects_bad_usage) {
     const char *bin = getenv("DSFLASH_BIN");
     char def[256], out[4096];
     if (!bin) { snprintf(def, sizeof def, "build/%s/dsflash", getenv("BUILD") ? getenv("BUILD") : "release"); bin = def; }
-    CHECK(ds_test_sh(out, sizeof out, "%s bench 2>&1", bin) == 2, "no benchmark named");
-    CHECK(ds_test_sh(out, sizeof out, "%s bench kernelz 2>&1", bin) == 2);
+    CHECK(ds_test_sh(out, sizeof out, "%s perf 2>&1", bin) == 2, "no benchmark named");
+    CHECK(ds_test_sh(out, sizeof out, "%s perf kernelz 2>&1", bin) == 2);
     CHECK(strstr(out, "unknown benchmark") != NULL, "output: %s", out);
-    CHECK(ds_test_sh(out, sizeof out, "%s bench kernels --thread 2 2>&1", bin) == 2, "abbreviation refused");
+    CHECK(ds_test_sh(out, sizeof out, "%s perf kernels --thread 2 2>&1", bin) == 2, "abbreviation refused");
     CHECK(strstr(out, "--thread: unknown option") != NULL, "output: %s", out);
-    CHECK(ds_test_sh(out, sizeof out, "%s bench kernels --threads 5000 2>&1", bin) == 2);
+    CHECK(ds_test_sh(out, sizeof out, "%s perf kernels --threads 5000 2>&1", bin) == 2);
     CHECK(strstr(out, "[0, 1024]") != NULL, "output: %s", out);
-    CHECK(ds_test_sh(out, sizeof out, "%s bench kernels --kernels avx9000 2>&1", bin) == 2);
+    CHECK(ds_test_sh(out, sizeof out, "%s perf kernels --kernels avx9000 2>&1", bin) == 2);
     CHECK(strstr(out, "avx9000") != NULL, "output: %s", out);
     if (!ds_kernels_available("avx512-vnni")) {
-        CHECK(ds_test_sh(out, sizeof out, "%s bench kernels --kernels avx512-vnni 2>&1", bin) == 2, "unavailable path");
+        CHECK(ds_test_sh(out, sizeof out, "%s perf kernels --kernels avx512-vnni 2>&1", bin) == 2, "unavailable path");
         CHECK(strstr(out, "cannot run") != NULL, "output: %s", out);
     }
-    CHECK(ds_test_sh(out, sizeof out, "%s bench decode 2>&1", bin) == 2);
+    CHECK(ds_test_sh(out, sizeof out, "%s perf decode 2>&1", bin) == 2);
     CHECK(strstr(out, "--model") != NULL, "output: %s", out);
-    CHECK(ds_test_sh(out, sizeof out, "%s bench decode --model %s/no-such-model 2>&1", bin, ds_test_tmpdir()) == 3);
-    CHECK(ds_test_sh(out, sizeof out, "%s bench kernels --quick --model x 2>&1", bin) == 2, "decode-only option");
+    CHECK(ds_test_sh(out, sizeof out, "%s perf decode --model %s/no-such-model 2>&1", bin, ds_test_tmpdir()) == 3);
+    CHECK(ds_test_sh(out, sizeof out, "%s perf kernels --quick --model x 2>&1", bin) == 2, "decode-only option");
 }
 
 int main(int argc, char **argv) {

@@ -76,7 +76,7 @@ int cmd_bench(int argc, char **argv) {
         }
     ds_flagset fs = {.cmd = "dsflash bench", .flags = k_flags, .n = DS_ARRAY_LEN(k_flags),
                      .usage = "usage: dsflash bench --corpus-file FILE [--base-url URL] [--concurrency 1,2,4,...] [flags]\n"
-                              "  concurrency benchmark of an OpenAI-compatible server (TOOLS.md §4); JSON to --json-out"};
+                              "  concurrency benchmark of an OpenAI-compatible server; JSON to --json-out"};
     int rc = ds_flags_parse(&fs, argc, argv, 1, stderr);
     if (rc) return rc == 1 ? 0 : 2;
     bench_opts o = {

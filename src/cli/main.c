@@ -22,13 +22,13 @@ static const subcommand k_cmds[] = {
     {"tokenize", cmd_tokenize, "text -> token ids"},
     {"detokenize", cmd_detokenize, "token ids -> text"},
     {"engram-map", cmd_engram_map, "write the Engram token normalization map"},
-    {"needle", cmd_needle, "long-context retrieval probe (TOOLS.md 5.1)"},
-    {"kv-walk", cmd_kv_walk, "KV-corruption detector: per-position prompt logprobs across runs (5.2)"},
-    {"gsm8k", cmd_gsm8k, "GSM8K accuracy gate on JSONL files (6.1)"},
-    {"agent-gate", cmd_agent_gate, "tool-call gate over long documents (6.2)"},
-    {"multibatch-gate", cmd_multibatch_gate, "recall, batch invariance and long/short overlap gate (6.3)"},
-    {"determinism", cmd_determinism, "repeated-prompt determinism gate (6.4)"},
-    {"fisher", cmd_fisher, "two-sided Fisher exact p-value of a 2x2 table (6.5)"},
+    {"needle", cmd_needle, "long-context retrieval probe"},
+    {"kv-walk", cmd_kv_walk, "KV-corruption detector: per-position prompt logprobs across runs"},
+    {"gsm8k", cmd_gsm8k, "GSM8K accuracy gate on JSONL files"},
+    {"agent-gate", cmd_agent_gate, "tool-call gate over long documents"},
+    {"multibatch-gate", cmd_multibatch_gate, "recall, batch invariance and long/short overlap gate"},
+    {"determinism", cmd_determinism, "repeated-prompt determinism gate"},
+    {"fisher", cmd_fisher, "two-sided Fisher exact p-value of a 2x2 table"},
 };
 
 static void usage(FILE *f) {

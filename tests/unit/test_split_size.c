@@ -1,4 +1,5 @@
-/* --part-size parsing: binary K/M/G/T and KiB.., decimal KB.., plain bytes, and every rejection. */
+/* --part-size parsing (the flag table's byte-size rules plus "not zero"): binary K/M/G/T and KiB..,
+ * decimal KB.., plain bytes, and every rejection with the offending text quoted. */
 #include "check.h"
 #include "tools/split.h"
 
@@ -36,14 +37,14 @@ TEST(sizes_accepted) {
 TEST(sizes_rejected) {
     rejected("0", "zero");
     rejected("0G", "zero");
-    rejected("", "not a size");
-    rejected("G", "not a size");
-    rejected("-1", "not a size");
-    rejected("1.5G", "unknown suffix '.5G'");
-    rejected("4X", "unknown suffix 'X'");
-    rejected("16 G", "unknown suffix");
-    rejected("99999999999999999999", "too large");
-    rejected("20000000T", "too large");
+    rejected("", "'': expected a size");
+    rejected("G", "'G': expected a size");
+    rejected("-1", "'-1': expected a size");
+    rejected("1.5G", "'1.5G': expected a size: digits with an optional");
+    rejected("4X", "'4X': expected a size: digits with an optional");
+    rejected("16 G", "'16 G': expected a size");
+    rejected("99999999999999999999", "below 2^64 bytes");
+    rejected("20000000T", "below 2^64 bytes");
 }
 
 RUN_ALL()

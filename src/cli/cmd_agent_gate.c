@@ -60,18 +60,9 @@ static cJSON *tools_json(void) {
 }
 
 static cJSON *messages(const char *doc) {
-    cJSON *m = cJSON_CreateArray(), *x = cJSON_CreateObject();
-    cJSON_AddStringToObject(x, "role", "user");
-    cJSON_AddStringToObject(x, "content", "Read README.md, then read DESIGN.md, then summarise both.");
-    cJSON_AddItemToArray(m, x);
-    cJSON_AddItemToArray(m, cJSON_Parse("{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"call_0\","
-                                        "\"type\":\"function\",\"function\":{\"name\":\"read\","
-                                        "\"arguments\":\"{\\\"path\\\":\\\"README.md\\\"}\"}}]}"));
-    x = cJSON_CreateObject();
-    cJSON_AddStringToObject(x, "role", "tool");
-    cJSON_AddStringToObject(x, "tool_call_id", "call_0");
-    cJSON_AddStringToObject(x, "content", doc);
-    cJSON_AddItemToArray(m, x);
+    cJSON *m = cJSON_CreateArray();
+    ds_probe_add_message(m, "user", "Read README.md, then read DESIGN.md, then summarise both.");
+    ds_probe_add_readme_read(m, doc);
     return m;
 }
 

@@ -69,28 +69,12 @@ static cJSON *read_tool(void) {
 }
 
 static cJSON *make_messages(const needle_cfg *c, const char *doc) {
-    cJSON *m = cJSON_CreateArray(), *x;
-    x = cJSON_CreateObject();
-    cJSON_AddStringToObject(x, "role", "system");
-    cJSON_AddStringToObject(x, "content", "You are a helpful assistant.");
-    cJSON_AddItemToArray(m, x);
-    x = cJSON_CreateObject();
-    cJSON_AddStringToObject(x, "role", "user");
-    cJSON_AddStringToObject(x, "content", "请只回答一个问题，不要解释。");
-    cJSON_AddItemToArray(m, x);
-    cJSON_AddItemToArray(m, cJSON_Parse("{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"call_0\","
-                                        "\"type\":\"function\",\"function\":{\"name\":\"read\","
-                                        "\"arguments\":\"{\\\"path\\\":\\\"README.md\\\"}\"}}]}"));
-    x = cJSON_CreateObject();
-    cJSON_AddStringToObject(x, "role", "tool");
-    cJSON_AddStringToObject(x, "tool_call_id", "call_0");
-    cJSON_AddStringToObject(x, "content", doc);
-    cJSON_AddItemToArray(m, x);
-    x = cJSON_CreateObject();
-    cJSON_AddStringToObject(x, "role", "user");
-    cJSON_AddStringToObject(x, "content", c->needles == 1 ? "根据上面读取到的文档，本项目的内部代号是什么？只回答代号本身。"
-                                                          : "根据上面读取到的文档，四个内部代号分别是什么？只列出代号本身。");
-    cJSON_AddItemToArray(m, x);
+    cJSON *m = cJSON_CreateArray();
+    ds_probe_add_message(m, "system", "You are a helpful assistant.");
+    ds_probe_add_message(m, "user", "请只回答一个问题，不要解释。");
+    ds_probe_add_readme_read(m, doc);
+    ds_probe_add_message(m, "user", c->needles == 1 ? "根据上面读取到的文档，本项目的内部代号是什么？只回答代号本身。"
+                                                    : "根据上面读取到的文档，四个内部代号分别是什么？只列出代号本身。");
     return m;
 }
 

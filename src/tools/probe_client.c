@@ -333,3 +333,21 @@ void ds_probe_chat_answer(const cJSON *resp, ds_chat_answer *a) {
     a->tool_calls = cJSON_IsArray(tc) ? tc : NULL;
     a->completion_tokens = cJSON_IsNumber(u) ? (int64_t)u->valuedouble : -1;
 }
+
+void ds_probe_add_message(cJSON *messages, const char *role, const char *content) {
+    cJSON *x = cJSON_CreateObject();
+    cJSON_AddStringToObject(x, "role", role);
+    cJSON_AddStringToObject(x, "content", content);
+    cJSON_AddItemToArray(messages, x);
+}
+
+void ds_probe_add_readme_read(cJSON *messages, const char *doc) {
+    cJSON_AddItemToArray(messages, cJSON_Parse("{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"call_0\","
+                                               "\"type\":\"function\",\"function\":{\"name\":\"read\","
+                                               "\"arguments\":\"{\\\"path\\\":\\\"README.md\\\"}\"}}]}"));
+    cJSON *x = cJSON_CreateObject();
+    cJSON_AddStringToObject(x, "role", "tool");
+    cJSON_AddStringToObject(x, "tool_call_id", "call_0");
+    cJSON_AddStringToObject(x, "content", doc);
+    cJSON_AddItemToArray(messages, x);
+}

@@ -84,6 +84,10 @@ typedef struct ds_chat_answer {
     int64_t completion_tokens;
 } ds_chat_answer;
 void ds_probe_chat_answer(const cJSON *resp, ds_chat_answer *a);
+/* Chat transcript pieces the long-context probes share: one {role, content} message, and the
+ * assistant turn that calls read("README.md") followed by the tool result `doc`. */
+void ds_probe_add_message(cJSON *messages, const char *role, const char *content);
+void ds_probe_add_readme_read(cJSON *messages, const char *doc);
 
 /* "2026-12-01T21:00:00Z" for now */
 void ds_probe_utc(char *buf, size_t n);

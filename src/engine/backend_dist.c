@@ -40,7 +40,18 @@ typedef struct dback {
     int hb_stop;
     uint8_t *buf;
     size_t cap;
+    void **handles;                /* scratch for handle swaps (engine thread only), grown, never shrunk */
+    int cap_handles;
 } dback;
+
+/* The scratch handle array, at least n long: no allocation per step once it has grown. */
+static void **handle_scratch(dback *d, int n) {
+    if (n > d->cap_handles) {
+        d->cap_handles = n + n / 2 + 8;
+        d->handles = ds_xrealloc(d->handles, sizeof(void *) * (size_t)d->cap_handles);
+    }
+    return d->handles;
+}
 
 static void send_op(dback *d, op_head h, const void *payload) {
     ds_dist_bcast(&h, sizeof h, 0);
@@ -140,14 +151,13 @@ static int db_step(void *impl, ds_kv_pools *pools, ds_backend_item *items, int n
     sync_flags(d);
     send_op(d, (op_head){.op = OP_STEP, .n_items = n, .payload = bytes}, d->buf);
     /* the inner backend sees its own sequence handles */
-    void **outer = ds_xmalloc(sizeof(void *) * (size_t)n);
+    void **outer = handle_scratch(d, n);
     for (int i = 0; i < n; i++) {
         outer[i] = items[i].seq;
         items[i].seq = ((dseq *)outer[i])->inner;
     }
     int rc = d->inner->step(d->inner->impl, pools, items, n, logits, err);
     for (int i = 0; i < n; i++) items[i].seq = outer[i];
-    free(outer);
     pthread_mutex_unlock(&d->mu);
     return rc;
 }
@@ -158,11 +168,9 @@ static int db_propose(void *impl, int n, void *const *seqs, const int32_t *ancho
     dback *d = impl;
     sync_flags(d);
     /* the draft is replicated and runs on rank 0 only: the inner backend sees its own handles */
-    void **inner = ds_xmalloc(sizeof(void *) * (size_t)(n > 0 ? n : 1));
+    void **inner = handle_scratch(d, n);
     for (int i = 0; i < n; i++) inner[i] = ((dseq *)seqs[i])->inner;
-    int rc = d->inner->propose(d->inner->impl, n, inner, anchors, pick, pick_ctx, greedy_mask, drafts, ok, err);
-    free(inner);
-    return rc;
+    return d->inner->propose(d->inner->impl, n, inner, anchors, pick, pick_ctx, greedy_mask, drafts, ok, err);
 }
 
 static void db_destroy(void *impl) {
@@ -175,6 +183,7 @@ static void db_destroy(void *impl) {
     ds_backend_free(d->inner);
     pthread_mutex_destroy(&d->mu);
     free(d->buf);
+    free(d->handles);
     free(d);
 }
 

@@ -159,61 +159,14 @@ static void draft_attention(ds_step *st, const dpass *dp, int stage) {
     ds_arena_release(st->arena, mark);
 }
 
-typedef struct dsite_ctx {
-    ds_step *st;
-    const ds_hc_params *hp;
-    const float *norm;
-    float *dots;                  /* [N][(2+HC)·HC] mix dot products */
-    ds_bf16 *tmp;                 /* [N][D] collapsed rows before the norm */
-} dsite_ctx;
-
-static void mix_dot_task(void *vctx, int t, int thread) {
-    (void)thread;
-    dsite_ctx *s = vctx;
-    const int HC = s->st->c->hc_mult, D = s->st->c->dim, nmix = (2 + HC) * HC;
-    s->dots[t] = ds_hc_mix_dot_t(s->st->m->numerics, s->hp, s->st->X + (size_t)(t / nmix) * HC * D, t % nmix);
-}
-
-/* Site entry of one row: mixes from X, u = rmsnorm(collapse(X, pre_in)). */
-static void site_in_task(void *vctx, int r, int thread) {
-    (void)thread;
-    dsite_ctx *s = vctx;
-    ds_step *st = s->st;
-    const ds_numerics nt = st->m->numerics;
-    const int HC = st->c->hc_mult, D = st->c->dim, nmix = (2 + HC) * HC;
-    const ds_bf16 *X = st->X + (size_t)r * HC * D;
-    ds_hc_mixes_from_dots_t(nt, s->hp, X, s->dots + (size_t)r * nmix, &st->mix[r]);
-    ds_hc_collapse_t(nt, X, st->pre + (size_t)r * HC, HC, D, s->tmp + (size_t)r * D);
-    ds_rmsnorm_t(nt, s->tmp + (size_t)r * D, s->norm, D, st->c->norm_eps, st->u + (size_t)r * D);
-}
-
-/* Site exit of one row: X = expand(y, R), and this site's pre becomes the next site's. */
-static void site_out_task(void *vctx, int r, int thread) {
-    (void)thread;
-    dsite_ctx *s = vctx;
-    ds_step *st = s->st;
-    const int HC = st->c->hc_mult, D = st->c->dim;
-    ds_hc_expand_t(st->m->numerics, st->y + (size_t)r * D, st->R + (size_t)r * HC * D, &st->mix[r], HC, D,
-                   st->X + (size_t)r * HC * D);
-    memcpy(st->pre + (size_t)r * HC, st->mix[r].pre, sizeof(float) * (size_t)HC);
-}
-
-/* One lagged mHC site over every row (as forward.c's run_site): u from X and the previous pre,
- * the sublayer, then X = expand(y, R) and pre = this site's pre. */
+/* One lagged mHC site over every row, the same as the target's (forward.h), around a draft stage. */
 static void draft_site(ds_step *st, const dpass *dp, int stage, int ffn) {
     const ds_config *c = st->c;
-    const int HC = c->hc_mult, D = c->dim, N = st->N, nmix = (2 + HC) * HC;
     const ds_layer_weights *w = &st->m->layers[c->n_layers + stage];
-    memcpy(st->R, st->X, sizeof(ds_bf16) * (size_t)N * HC * D);
-    ds_arena_mark mark = ds_arena_mark_get(st->arena);
-    dsite_ctx s = {st, ffn ? &w->hc_ffn : &w->hc_attn, ffn ? w->ffn_norm : w->attn_norm,
-                   DS_ARENA_NEW(st->arena, float, (size_t)N * nmix), DS_ARENA_NEW(st->arena, ds_bf16, (size_t)N * D)};
-    ds_pool_run(N * nmix, mix_dot_task, &s);
-    ds_pool_run(N, site_in_task, &s);
-    ds_arena_release(st->arena, mark);
+    ds_mhc_site_enter(st, ffn ? &w->hc_ffn : &w->hc_attn, ffn ? w->ffn_norm : w->attn_norm);
     if (ffn) ds_moe_layer(st, c->n_layers + stage);
     else draft_attention(st, dp, stage);
-    ds_pool_run(N, site_out_task, &s);
+    ds_mhc_site_exit(st);
 }
 
 /* Every buffer of the pass comes from the step arena (no allocation on the decode path). */

@@ -59,24 +59,33 @@ static void site_out_task(void *vctx, int r, int thread) {
     memcpy(st->pre + (size_t)r * HC, st->mix[r].pre, sizeof(float) * (size_t)HC);
 }
 
-static void run_site(ds_step *st, int l, int ffn) {
-    const ds_layer_weights *w = &st->m->layers[l];
+void ds_mhc_site_enter(ds_step *st, const ds_hc_params *hp, const float *norm) {
     const size_t xs = (size_t)st->N * st->c->hc_mult * st->c->dim;
-    ds_prof_push(DS_PH_MHC);
     memcpy(st->R, st->X, sizeof(ds_bf16) * xs);
     const int nmix = (2 + st->c->hc_mult) * st->c->hc_mult;
-    site_ctx s = {st, ffn ? &w->hc_ffn : &w->hc_attn, ffn ? w->ffn_norm : w->attn_norm, NULL, NULL};
+    site_ctx s = {st, hp, norm, NULL, NULL};
     ds_arena_mark mk = ds_arena_mark_get(st->arena);
     s.dots = DS_ARENA_NEW(st->arena, float, (size_t)st->N * nmix);
     s.tmp = DS_ARENA_NEW(st->arena, ds_bf16, (size_t)st->N * st->c->dim);
     ds_pool_run(st->N * nmix, mix_dot_task, &s);
     ds_pool_run(st->N, site_in_task, &s);
     ds_arena_release(st->arena, mk);
+}
+
+void ds_mhc_site_exit(ds_step *st) {
+    site_ctx s = {st, NULL, NULL, NULL, NULL};
+    ds_pool_run(st->N, site_out_task, &s);
+}
+
+static void run_site(ds_step *st, int l, int ffn) {
+    const ds_layer_weights *w = &st->m->layers[l];
+    ds_prof_push(DS_PH_MHC);
+    ds_mhc_site_enter(st, ffn ? &w->hc_ffn : &w->hc_attn, ffn ? w->ffn_norm : w->attn_norm);
     ds_prof_pop();
     if (ffn) ds_moe_layer(st, l);
     else ds_attention_layer(st, l);
     ds_prof_push(DS_PH_MHC);
-    ds_pool_run(st->N, site_out_task, &s);
+    ds_mhc_site_exit(st);
     ds_prof_pop();
 }
 

@@ -64,6 +64,11 @@ typedef struct ds_step {
 } ds_step;
 
 /* Sublayers (each reads st->u and writes st->y for every row, or edits st->X for Engram). */
+/* One lagged mHC site around a sublayer (MODEL.md §2): enter saves R = X, computes the mixes and
+ * u = rmsnorm(collapse(X, pre)); the caller runs the sublayer (u -> y); exit sets X = expand(y, R)
+ * and pre = this site's pre.  Shared by the target layers and the DSpark draft stages. */
+void ds_mhc_site_enter(ds_step *st, const ds_hc_params *hp, const float *norm);
+void ds_mhc_site_exit(ds_step *st);
 void ds_attention_layer(ds_step *st, int layer);
 void ds_compressor_run(ds_step *st, int layer);
 void ds_indexer_run(ds_step *st, int layer);

@@ -20,11 +20,6 @@ if [ ${#missing[@]} -gt 0 ]; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-# npm test references (versions pinned in each package.json + package-lock.json).
-for d in tests/tokenizer tests/server; do
-    if [ -f "$d/package.json" ]; then
-        (cd "$d" && npm ci --no-audit --no-fund --loglevel=error)
-    fi
-done
-[ -x tests/tokenizer/fetch-data.sh ] && tests/tokenizer/fetch-data.sh
+# npm test references and tokenizer corpora inside this checkout (versions and hashes pinned there).
+scripts/fetch-test-data.sh
 echo "install-deps: ok"

@@ -10,6 +10,12 @@ export DSFLASH_BIN="$PWD/build/$BUILD/dsflash"
 export DS_TEST_TMP=${DS_TEST_TMP:-$(mktemp -d)}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
+# The checkout's test data (npm references, tokenizer corpora): fetched once per clone, a no-op after.
+if ! scripts/fetch-test-data.sh; then
+    echo "tests: scripts/fetch-test-data.sh failed (the npm registry must be reachable once per clone)"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
 total_pass=0; total_fail=0; failed_suites=()
 run_suite() {
     local name=$1; shift

@@ -16,13 +16,15 @@ if ! scripts/fetch-test-data.sh; then
     echo "0 passed, 1 failed"
     exit 1
 fi
-total_pass=0; total_fail=0; failed_suites=()
+total_pass=0; total_fail=0; failed_suites=(); suite_times=()
 run_suite() {
     local name=$1; shift
     local log; log=$(mktemp)
     echo "=== $name"
+    local t0=$SECONDS
     "$@" 2>&1 | tee "$log"
     local rc=${PIPESTATUS[0]}
+    suite_times+=("$((SECONDS - t0)) $name")
     local line; line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
     if [ -z "$line" ]; then
         echo "  (suite $name printed no result line, rc=$rc: counted as 1 failure)"
@@ -48,6 +50,8 @@ for s in tests/*/run_*.sh; do
     [ -f "$s" ] || continue
     run_suite "$s" bash "$s"
 done
+# the slowest suites, so CI time stays visible (CI must stay well under its 60-minute limit)
+echo "slowest suites (seconds, total $SECONDS):"; printf '%s\n' "${suite_times[@]}" | sort -rn | head -8 | sed 's/^/  /'
 [ ${#failed_suites[@]} -gt 0 ] && echo "failed suites: ${failed_suites[*]}"
 echo "$total_pass passed, $total_fail failed"
 [ "$total_fail" = 0 ]

@@ -7,6 +7,7 @@ SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
 DEBS=(build-essential pkg-config libcjson-dev libssl-dev libutf8proc-dev libmicrohttpd-dev
       python3 python3-numpy curl ca-certificates
+      time                   # /usr/bin/time: tests/run.sh reports each suite's CPU seconds
       libcurl4-openssl-dev   # the tools' HTTP client (src/tools/http_client.c: bench, needle, gates)
       libxml2-utils          # xmllint: tests validate the SVG that bench-plot writes
       libsimde-dev   # portable AVX-512 intrinsics, so tests check the AVX-512 kernels on any CPU

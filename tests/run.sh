@@ -10,6 +10,10 @@ export DSFLASH_BIN="$PWD/build/$BUILD/dsflash"
 export DS_TEST_TMP=${DS_TEST_TMP:-$(mktemp -d)}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
+if [ ! -x /usr/bin/time ]; then   # only timing, but a missing dependency is an error, not a silent change
+    echo "tests: /usr/bin/time is missing (Debian package 'time'): run scripts/install-deps.sh"
+    echo "0 passed, 1 failed"; exit 1
+fi
 # The checkout's test data (npm references, tokenizer corpora): fetched once per clone, a no-op after.
 if ! scripts/fetch-test-data.sh; then
     echo "tests: scripts/fetch-test-data.sh failed (the npm registry must be reachable once per clone)"
@@ -21,10 +25,12 @@ run_suite() {
     local name=$1; shift
     local log; log=$(mktemp)
     echo "=== $name"
-    local t0=$SECONDS
-    "$@" 2>&1 | tee "$log"
+    local t0=$SECONDS tf; tf=$(mktemp)
+    /usr/bin/time -f '%U %S' -o "$tf" "$@" 2>&1 | tee "$log"
     local rc=${PIPESTATUS[0]}
-    suite_times+=("$((SECONDS - t0)) $name")
+    # wall seconds and CPU seconds (user + system of the suite and its children): on a busy host the
+    # CPU figure is the one that predicts CI time
+    suite_times+=("$((SECONDS - t0)) $(awk '{printf "%.0f", $1 + $2}' "$tf") $name"); rm -f "$tf"
     local line; line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
     if [ -z "$line" ]; then
         echo "  (suite $name printed no result line, rc=$rc: counted as 1 failure)"
@@ -51,7 +57,7 @@ for s in tests/*/run_*.sh; do
     run_suite "$s" bash "$s"
 done
 # the slowest suites, so CI time stays visible (CI must stay well under its 60-minute limit)
-echo "slowest suites (seconds, total $SECONDS):"; printf '%s\n' "${suite_times[@]}" | sort -rn | head -8 | sed 's/^/  /'
+echo "slowest suites (wall s, CPU s, suite; total wall $SECONDS s):"; printf '%s\n' "${suite_times[@]}" | sort -rn | head -8 | sed 's/^/  /'
 [ ${#failed_suites[@]} -gt 0 ] && echo "failed suites: ${failed_suites[*]}"
 echo "$total_pass passed, $total_fail failed"
 [ "$total_fail" = 0 ]

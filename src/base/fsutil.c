@@ -110,9 +110,7 @@ int ds_write_file_atomic(const char *path, const void *data, size_t len, ds_erro
     return ds_afile_commit(&f, 0, err);
 }
 
-int ds_read_file(const char *path, char **data, size_t *len, ds_error *err) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return ds_fail(err, "E_MISSING_FILE", "%s: cannot open: %s", path, strerror(errno));
+int ds_read_stream(FILE *fp, const char *name, char **data, size_t *len, ds_error *err) {
     size_t cap = 1 << 16, n = 0;
     char *buf = ds_xmalloc(cap);
     for (;;) {
@@ -121,13 +119,19 @@ int ds_read_file(const char *path, char **data, size_t *len, ds_error *err) {
         n += r;
         if (r == 0) break;
     }
-    int bad = ferror(fp);
-    fclose(fp);
-    if (bad) { free(buf); return ds_fail(err, "E_IO", "%s: read error", path); }
+    if (ferror(fp)) { free(buf); return ds_fail(err, "E_IO", "%s: read error", name); }
     buf[n] = 0;
     *data = buf;
     if (len) *len = n;
     return 0;
+}
+
+int ds_read_file(const char *path, char **data, size_t *len, ds_error *err) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return ds_fail(err, "E_MISSING_FILE", "%s: cannot open: %s", path, strerror(errno));
+    int rc = ds_read_stream(fp, path, data, len, err);
+    fclose(fp);
+    return rc;
 }
 
 int ds_mkdir_p(const char *path, ds_error *err) {

@@ -25,6 +25,8 @@ void ds_afile_abort(ds_afile *f);
 
 /* Whole-file helpers. */
 int ds_read_file(const char *path, char **data, size_t *len, ds_error *err);  /* NUL-terminated */
+/* the rest of an open stream (stdin), NUL-terminated; name is for the error message */
+int ds_read_stream(FILE *fp, const char *name, char **data, size_t *len, ds_error *err);
 int ds_write_file_atomic(const char *path, const void *data, size_t len, ds_error *err);
 int ds_mkdir_p(const char *path, ds_error *err);
 int ds_file_exists(const char *path);

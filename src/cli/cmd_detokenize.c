@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define DETOKENIZE_USAGE \
     "usage: dsflash detokenize (--tokenizer FILE | --model DIR) [--ids \"1 2 3\" | --file FILE]\n" \
@@ -44,21 +43,6 @@ static int parse_ids(const char *s, ds_tokens *ids) {
     return -1;
 }
 
-static int read_all_stdin(char **data) {
-    size_t cap = 65536, n = 0;
-    char *b = ds_xmalloc(cap);
-    for (;;) {
-        if (n + 4096 > cap) { cap *= 2; b = ds_xrealloc(b, cap); }
-        ssize_t r = read(0, b + n, cap - n - 1);
-        if (r < 0) { free(b); return -1; }
-        if (r == 0) break;
-        n += (size_t)r;
-    }
-    b[n] = 0;
-    *data = b;
-    return 0;
-}
-
 int cmd_detokenize(int argc, char **argv) {
     ds_flagset fs = {.cmd = "dsflash detokenize", .usage = DETOKENIZE_USAGE, .flags = k_flags, .n = DS_ARRAY_LEN(k_flags)};
     int prc = ds_flags_parse(&fs, argc, argv, 1, stderr);
@@ -83,7 +67,7 @@ int cmd_detokenize(int argc, char **argv) {
     else if (file) {
         if (!ds_file_exists(file)) { fprintf(stderr, "dsflash detokenize: %s: no such file\n", file); ds_tokenizer_free(tok); return 5; }
         if (ds_read_file(file, &data, &len, &err) < 0) { fprintf(stderr, "dsflash detokenize: %s\n", err.msg); ds_tokenizer_free(tok); return 3; }
-    } else if (read_all_stdin(&data) < 0) {
+    } else if (ds_read_stream(stdin, "standard input", &data, &len, &err) < 0) {
         fprintf(stderr, "dsflash detokenize: error reading standard input\n");
         ds_tokenizer_free(tok);
         return 3;

@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define TOKENIZE_USAGE \
     "usage: dsflash tokenize (--tokenizer FILE | --model DIR) [--text STRING | --file FILE | --chat FILE.json | --lines FILE]\n" \
@@ -47,22 +46,6 @@ static ds_flag k_release_flags[] = {
     {.name = "--image-id", .type = DS_FLAG_INT, .lo = 0, .hi = 16777216, .help = "id of the image placeholder token (required)"},
     {.name = "--base", .type = DS_FLAG_STRING, .help = "base tokenizer.json (default: the one scripts/install-deps.sh fetched)"},
 };
-
-static int read_stdin(char **data, size_t *len) {
-    size_t cap = 65536, n = 0;
-    char *b = ds_xmalloc(cap);
-    for (;;) {
-        if (n + 65536 > cap) { cap *= 2; b = ds_xrealloc(b, cap); }
-        ssize_t r = read(0, b + n, cap - n - 1);
-        if (r < 0) { free(b); return -1; }
-        if (r == 0) break;
-        n += (size_t)r;
-    }
-    b[n] = 0;
-    *data = b;
-    *len = n;
-    return 0;
-}
 
 static int load_tokenizer(const char *file, const char *model, ds_tokenizer **tok) {
     char *path = file ? ds_xstrdup(file) : ds_path_join(model, "tokenizer.json");
@@ -221,7 +204,7 @@ int cmd_tokenize(int argc, char **argv) {
             ds_tokenizer_free(tok);
             return 3;
         }
-    } else if (read_stdin(&data, &len) < 0) {
+    } else if (ds_read_stream(stdin, "standard input", &data, &len, &err) < 0) {
         fprintf(stderr, "dsflash tokenize: error reading standard input\n");
         ds_tokenizer_free(tok);
         return 3;

@@ -109,11 +109,19 @@ test('429 when running + waiting reaches --max-pending-requests, with Retry-Afte
         started.push(fetch(base + '/v1/completions', { method: 'POST', headers: { 'Content-Type': 'application/json', ...AUTH },
             body: JSON.stringify(long), signal: ac.signal }).then((r) => r.status).catch(() => 'aborted'));
     }
+    // wait (by the clock, not a try count: a busy CI host is slow) until the server counts all six,
+    // then one more request must be refused
+    const pending = async () => {
+        const m = (await get(base, '/metrics')).text;
+        const num = (name) => Number((m.match(new RegExp(`^dsflash_${name}(?:\\{[^}]*\\})? (\\d+)`, 'm')) || [])[1] || 0);
+        return num('num_requests_running') + num('num_requests_waiting');
+    };
+    for (const deadline = Date.now() + 60000; Date.now() < deadline && (await pending()) < 6;) await sleep(50);
     let r;
-    for (let t = 0; t < 100; t++) {
-        await sleep(50);
+    for (const deadline = Date.now() + 60000; Date.now() < deadline;) {
         r = await post(base, '/v1/completions', { model: MODEL, prompt: 'one more', max_tokens: 1 }, AUTH);
         if (r.status === 429) break;
+        await sleep(50);
     }
     expectError(r, 429, 'rate_limit_error', 'too_many_requests');
     assertEq(r.headers.get('retry-after'), '1', 'Retry-After');

@@ -319,10 +319,24 @@ static bool plain_int32(jp *p, int32_t *out) {
     return true;
 }
 
+/* The items of an array whose '[' (and any leading items) are consumed, through the closing ']',
+ * appended to v.  Returns v, or NULL with v freed and the parse error set. */
+static cJSON *parse_array_items(jp *p, cJSON *v) {
+    while (1) {
+        cJSON *item = parse_value(p);
+        if (!item) { cJSON_Delete(v); return NULL; }
+        cJSON_AddItemToArray(v, item);
+        ws(p);
+        if (p->i < p->n && p->s[p->i] == ',') { p->i++; continue; }
+        if (p->i < p->n && p->s[p->i] == ']') { p->i++; return v; }
+        cJSON_Delete(v);
+        return jfail(p, "expected ',' or ']'");
+    }
+}
+
 /* The captured member's array (see ds_json_capture): clean integers go to cap->ids, no nodes.
  * At the first element that is not one, the ids so far become nodes and the general parser
  * continues, so grammar and errors are exactly those of parse_value. */
-static cJSON *parse_value(jp *p);
 static cJSON *parse_captured_array(jp *p) {
     ds_json_capture *cap = p->cap;
     p->i++; /* '[' */
@@ -344,16 +358,7 @@ static cJSON *parse_captured_array(jp *p) {
     for (size_t k = 0; k < cap->n; k++) cJSON_AddItemToArray(v, cJSON_CreateNumber(cap->ids[k]));
     cap->n = 0;
     p->depth++;
-    while (1) {
-        cJSON *item = parse_value(p);
-        if (!item) { cJSON_Delete(v); return NULL; }
-        cJSON_AddItemToArray(v, item);
-        ws(p);
-        if (p->i < p->n && p->s[p->i] == ',') { p->i++; continue; }
-        if (p->i < p->n && p->s[p->i] == ']') { p->i++; break; }
-        cJSON_Delete(v);
-        return jfail(p, "expected ',' or ']'");
-    }
+    v = parse_array_items(p, v);
     p->depth--;
     return v;
 }
@@ -396,16 +401,7 @@ static cJSON *parse_value(jp *p) {
         v = cJSON_CreateArray();
         ws(p);
         if (p->i < p->n && p->s[p->i] == ']') { p->i++; p->depth--; return v; }
-        while (1) {
-            cJSON *item = parse_value(p);
-            if (!item) { cJSON_Delete(v); return NULL; }
-            cJSON_AddItemToArray(v, item);
-            ws(p);
-            if (p->i < p->n && p->s[p->i] == ',') { p->i++; continue; }
-            if (p->i < p->n && p->s[p->i] == ']') { p->i++; break; }
-            cJSON_Delete(v);
-            return jfail(p, "expected ',' or ']'");
-        }
+        if (!parse_array_items(p, v)) return NULL;
     } else if (c == '"') {
         p->i++;
         char *s = parse_str(p);

@@ -312,56 +312,27 @@ static void q_task(void *vctx, int t, int thread) {
     }
 }
 
-/* Split one job into tasks: by panels (in groups of DS_TASK_PANEL_ALIGN, the widest small-row tile,
- * so no task ends in a narrower tile than it needs); by rows too when panels are fewer than threads.
- * `pieces` is how many panel ranges the job gets.  Every output is still produced whole by one task. */
-#define DS_TASK_PANEL_ALIGN 4
-static int plan_tasks(const ds_linear *L, int n, int job, int threads, int pieces, qtask *out) {
+/* Split one job into tasks: by panels; by rows too when panels are fewer than threads. */
+static int plan_tasks(const ds_linear *L, int n, int job, int threads, qtask *out) {
     int np = (L->out + DS_PANEL_ROWS - 1) / DS_PANEL_ROWS;
     double work = (double)L->out * L->in * n;
-    if (threads <= 1 || work < 65536.0 || pieces <= 1) {
+    if (threads <= 1 || work < 65536.0) {
         out[0] = (qtask){job, 0, n, 0, np};
         return 1;
     }
-    const int groups = (np + DS_TASK_PANEL_ALIGN - 1) / DS_TASK_PANEL_ALIGN;
-    const int aligned = groups >= pieces;   /* enough 4-panel groups to cut on their boundaries */
-    int pch = aligned ? pieces : DS_MIN(np, pieces);
+    /* 4 tasks per thread: claimed dynamically, so a thread that is descheduled for a moment (a
+     * shared host) holds up only a small slice instead of half the matrix. */
+    int pch = DS_MIN(np, 4 * threads);
     int rch = 1;
     if (np < threads && n >= 2) rch = DS_MIN(n, (threads + np - 1) / np);
     int cnt = 0;
     for (int a = 0; a < pch; a++)
         for (int b = 0; b < rch; b++) {
-            int p0, p1;
-            if (aligned) {
-                p0 = DS_MIN(np, (int)((long)groups * a / pch) * DS_TASK_PANEL_ALIGN);
-                p1 = DS_MIN(np, (int)((long)groups * (a + 1) / pch) * DS_TASK_PANEL_ALIGN);
-            } else {
-                p0 = (int)((long)np * a / pch);
-                p1 = (int)((long)np * (a + 1) / pch);
-            }
+            int p0 = (int)((long)np * a / pch), p1 = (int)((long)np * (a + 1) / pch);
             int r0 = (int)((long)n * b / rch), r1 = (int)((long)n * (b + 1) / rch);
             if (p1 > p0 && r1 > r0) out[cnt++] = (qtask){job, r0, r1, p0, p1};
         }
     return cnt;
-}
-
-/* Panel ranges per job.  One job: 4 per thread, claimed dynamically, so a thread that is
- * descheduled for a moment (a shared host) holds up only a small slice.  Several jobs (a MoE
- * step: every routed expert's w1/w3, each with its own few rows): the dispatch is cut into about
- * 8 tasks per thread of equal cost, cost = weight bytes streamed + the rows' multiply-adds, so a
- * one-row expert is not cut into slivers and a 12-row one is not a straggler; each expert's
- * weights are still streamed once, whoever runs its pieces. */
-static double job_cost(const ds_linear *L, int n) {
-    const double bytes = L->fmt == DS_LIN_W4A8 ? 0.5 : 1.0;
-    /* each row adds about a tenth of what streaming one weight byte costs (the 1-8 row expert
-     * GEMV curve on AVX-512, 1 thread, both formats) */
-    return (double)L->out * L->in * (bytes + 0.1 * n);
-}
-static int job_pieces(const ds_linear_job *jobs, int n_jobs, int j, int threads, double total) {
-    if (n_jobs == 1) return 4 * threads;
-    const double target = total / (8.0 * threads);
-    const double c = job_cost(jobs[j].L, jobs[j].n);
-    return DS_MAX(1, DS_MIN(4 * threads, (int)(c / target + 0.5)));
 }
 
 static int max_tasks(int threads) { return 4 * threads * 2 + 4; }
@@ -382,7 +353,6 @@ void ds_linear_forward_q_many(const ds_linear_job *jobs, int n_jobs) {
     const ds_kern_ops *o = ops();
     int threads = ds_pool_threads();
     size_t qbytes = 0, qubytes = 0, xsums = 0;
-    double total_cost = 0;
     for (int j = 0; j < n_jobs; j++) {
         const ds_linear *L = jobs[j].L;
         if (jobs[j].n <= 0) continue;
@@ -390,7 +360,6 @@ void ds_linear_forward_q_many(const ds_linear_job *jobs, int n_jobs) {
         atomic_fetch_add_explicit(&g_macs, (uint64_t)L->out * (uint64_t)L->in * (uint64_t)DS_MAX(jobs[j].n, 0),
                                   memory_order_relaxed);
         announce(L->fmt, 0);
-        total_cost += job_cost(L, jobs[j].n);
         if (o) {
             size_t kpad = (size_t)((L->in + 63) & ~63);
             if (L->in % 64) qbytes += kpad * (size_t)jobs[j].n;
@@ -428,7 +397,7 @@ void ds_linear_forward_q_many(const ds_linear_job *jobs, int n_jobs) {
             nprep += (int)DS_MIN((size_t)n, ((size_t)n * (size_t)kpad + PREP_TASK_BYTES - 1) / PREP_TASK_BYTES);
             prep_bytes += (size_t)n * (size_t)kpad;
         }
-        ntask += plan_tasks(L, n, j, threads, job_pieces(jobs, n_jobs, j, threads, total_cost), tasks + ntask);
+        ntask += plan_tasks(L, n, j, threads, tasks + ntask);
     }
     qrun run = {o, qj, tasks, n_jobs, nprep};
     /* the activation copies and row sums: inline when small (decode), else one pool pass over row

@@ -7,10 +7,12 @@
  *         128*Σ_i W[o][i], removed with the per-row sums stored at repack;
  *   W4A8: the weights, stored as w+8 (0..15); the activations stay signed; the bias adds 8*Σx.
  * Sums stay below 2^31 for every shape here (CHECKPOINT.md §7), and int32 wraps exactly anyway,
- * so outputs are bit-identical to the scalar reference.  Matrix-vector calls walk 4 panels at
- * once (4 weight streams); matrix-matrix calls keep 2 panels x 12 activation rows = 24
- * accumulators in registers and are cache-blocked (q_panels): row chunks stay in L2, input blocks
- * of a panel pair stay in L1 while every row tile of the chunk runs against them.
+ * so outputs are bit-identical to the scalar reference.  Calls of 1 to 8 rows (decode, a verify
+ * step, one expert's rows in a batched decode step) walk 4 panels at once (3 for W4A8 at 5-8 rows)
+ * over the whole input, every row's accumulators in registers, so each weight byte is read once
+ * for all rows (q_small); more rows keep 2 panels x 12 activation rows = 24 accumulators in
+ * registers and are cache-blocked (q_panels): row chunks stay in L2, input blocks of a panel pair
+ * stay in L1 while every row tile of the chunk runs against them.
  * Float kernels: weights widened to float64 and FMA'd with exact float64 activations, 2 x 8 lanes
  * per output row, combined in a fixed order (batch and thread invariant).  Fast-tier float kernels
  * (end of file) accumulate in fp32 in the blocked order of kernels.h, with vdpbf16ps for BF16

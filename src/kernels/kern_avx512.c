@@ -7,10 +7,12 @@
  *         128*Σ_i W[o][i], removed with the per-row sums stored at repack;
  *   W4A8: the weights, stored as w+8 (0..15); the activations stay signed; the bias adds 8*Σx.
  * Sums stay below 2^31 for every shape here (CHECKPOINT.md §7), and int32 wraps exactly anyway,
- * so outputs are bit-identical to the scalar reference.  Matrix-vector calls walk 4 panels at
- * once (4 weight streams); matrix-matrix calls keep 2 panels x 12 activation rows = 24
- * accumulators in registers and are cache-blocked (q_panels): row chunks stay in L2, input blocks
- * of a panel pair stay in L1 while every row tile of the chunk runs against them.
+ * so outputs are bit-identical to the scalar reference.  Calls of 1 to 8 rows (decode, a verify
+ * step, one expert's rows in a batched decode step) walk 4 panels at once (3 for W4A8 at 5-8 rows)
+ * over the whole input, every row's accumulators in registers, so each weight byte is read once
+ * for all rows (q_small); more rows keep 2 panels x 12 activation rows = 24 accumulators in
+ * registers and are cache-blocked (q_panels): row chunks stay in L2, input blocks of a panel pair
+ * stay in L1 while every row tile of the chunk runs against them.
  * Float kernels: weights widened to float64 and FMA'd with exact float64 activations, 2 x 8 lanes
  * per output row, combined in a fixed order (batch and thread invariant).  Fast-tier float kernels
  * (end of file) accumulate in fp32 in the blocked order of kernels.h, with vdpbf16ps for BF16
@@ -240,16 +242,53 @@ UNROLL12
 
 static void w8_rows(const ds_packed *P, const ds_qact *X, int r0, int r1, int p, int np, const qrange *K,
                     float *y, int ystride) {
-    if (np == 4) w8_block(P, X, p, r0, 4, 1, K, y, ystride);
-    else if (np == 2) ROW_BLOCKS(w8_block, 2);
+    if (np == 2) ROW_BLOCKS(w8_block, 2);
     else ROW_BLOCKS(w8_block, 1);
 }
 
 static void w4_rows(const ds_packed *P, const ds_qact *X, int r0, int r1, int p, int np, const qrange *K,
                     float *y, int ystride) {
-    if (np == 4) w4_block(P, X, p, r0, 4, 1, K, y, ystride);
-    else if (np == 2) ROW_BLOCKS(w4_block, 2);
+    if (np == 2) ROW_BLOCKS(w4_block, 2);
     else ROW_BLOCKS(w4_block, 1);
+}
+
+/* Few rows (1 to DS_Q_SMALL: a decode row, a verify step, one expert's share of a batched decode
+ * step): the whole input range in one pass, so each weight byte is read once for every row, with
+ * SMALL_NP(n) panels side by side so that all n x NP accumulators stay in registers and there are
+ * enough independent VPDPBUSD chains to hide its latency.  Several weight streams at once also
+ * keep the hardware prefetchers ahead (a matrix-vector product has nothing else to reuse). */
+#define DS_Q_SMALL 8
+#ifndef SMALL_NP
+#define SMALL_NP(n, w8) ((n) <= 4 || (w8) ? 4 : 3)
+#endif
+#define SMALL_CASE(FN, NP, NR) case NR: FN(P, X, p, r0, NP, NR, &K, y, ystride); break
+#define SMALL_TILES(FN, NP)                                                                      \
+    do {                                                                                         \
+        switch (n) {                                                                             \
+            SMALL_CASE(FN, NP, 1); SMALL_CASE(FN, NP, 2); SMALL_CASE(FN, NP, 3);                 \
+            SMALL_CASE(FN, NP, 4); SMALL_CASE(FN, NP, 5); SMALL_CASE(FN, NP, 6);                 \
+            SMALL_CASE(FN, NP, 7); SMALL_CASE(FN, NP, 8);                                        \
+        default: break;                                                                          \
+        }                                                                                        \
+    } while (0)
+static void q_small(const ds_packed *P, const ds_qact *X, int r0, int r1, int p0, int p1, float *y,
+                    int ystride) {
+    const qrange K = {0, P->ksteps, 1, 1, r0, NULL};
+    const int n = r1 - r0, w8 = P->fmt == DS_LIN_W8A8;
+    for (int p = p0; p < p1;) {
+        const int np = DS_MIN(SMALL_NP(n, w8), p1 - p);
+        switch (np * 2 + w8) {
+        case 8: SMALL_TILES(w4_block, 4); break;
+        case 9: SMALL_TILES(w8_block, 4); break;
+        case 6: SMALL_TILES(w4_block, 3); break;
+        case 7: SMALL_TILES(w8_block, 3); break;
+        case 4: SMALL_TILES(w4_block, 2); break;
+        case 5: SMALL_TILES(w8_block, 2); break;
+        case 2: SMALL_TILES(w4_block, 1); break;
+        default: SMALL_TILES(w8_block, 1); break;
+        }
+        p += np;
+    }
 }
 
 /* Cache blocking of the many-row product (the single-row product walks 4 panels at once over the
@@ -268,11 +307,8 @@ static void q_panels(const ds_packed *P, const ds_qact *X, int r0, int r1, int p
                      int ystride) {
     _Alignas(64) int32_t part[Q_CHUNK_MAX * 32];
     const int w8 = P->fmt == DS_LIN_W8A8;
-    if (r1 - r0 == 1) {
-        qrange K = {0, P->ksteps, 1, 1, r0, part};
-        int p = p0;
-        for (; p + 4 <= p1; p += 4) (w8 ? w8_rows : w4_rows)(P, X, r0, r1, p, 4, &K, y, ystride);
-        for (; p < p1; p++) (w8 ? w8_rows : w4_rows)(P, X, r0, r1, p, 1, &K, y, ystride);
+    if (r1 - r0 <= DS_Q_SMALL) {
+        q_small(P, X, r0, r1, p0, p1, y, ystride);
         return;
     }
     const int chunk = DS_MAX(12, DS_MIN(Q_CHUNK_MAX, (int)(DS_Q_CHUNK_BYTES / (size_t)X->kpad) / 12 * 12));

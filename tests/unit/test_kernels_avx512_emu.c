@@ -28,9 +28,9 @@ static ds_qact make_qact(const int8_t *q, const float *s, int n, int in, int8_t 
 TEST(emulated_avx512_integer_kernels_equal_reference) {
     static const int outs[] = {1, 15, 16, 17, 33, 64, 65, 100};
     static const int ins[] = {1, 3, 4, 5, 8, 9, 63, 64, 65, 130, 257};
-    static const int ns[] = {1, 2, 7, 8, 9, 17, 33, 40};
+    static const int ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 33, 40};
     int runs = 0;
-    for (int trial = 0; trial < 60; trial++) {
+    for (int trial = 0; trial < 96; trial++) {
         ds_lin_fmt fmt = trial % 2 ? DS_LIN_W4A8 : DS_LIN_W8A8;
         int out = outs[tk_range(0, DS_ARRAY_LEN(outs) - 1)], in = ins[tk_range(0, DS_ARRAY_LEN(ins) - 1)];
         int n = ns[tk_range(0, DS_ARRAY_LEN(ns) - 1)];

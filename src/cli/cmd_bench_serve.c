@@ -184,10 +184,14 @@ static int ttft(bs_run *r, const bs_opts *o, bs_tier *t) {
     ds_seq *s = ds_seq_new(r->m);
     fprintf(stderr, "  prefilling a %d-token prompt in %d-token chunks\n", P, C);
     uint64_t mac0 = ds_kernels_macs();
+    double ph[DS_PH_COUNT];
     double t0 = ds_now();
     for (int p = 0; p < P && !rc; p += C) {
         int n = DS_MIN(C, P - p), last = p + n == P;
+        ds_prof_take(ph);   /* discards what came before: the profile brackets the chunk */
         rc = ds_seq_step(r->m, s, prompt + p, n, last ? logits : NULL, last, r->err, sizeof r->err);
+        ds_prof_take(ph);
+        for (int q = 0; q < DS_PH_COUNT; q++) t->prefill_phase_s[q] += ph[q];
     }
     if (!rc) {
         volatile int32_t first = ds_argmax(logits, r->vocab);

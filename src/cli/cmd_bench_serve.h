@@ -35,6 +35,7 @@ typedef struct {
     int prompt_tokens, chunk; /* TTFT prompt, prefill chunk */
     double ttft_s;            /* first chunk start to the argmax of the last chunk's logits */
     double prefill_macs;      /* multiply-adds of the linears over that prefill */
+    double prefill_phase_s[DS_PH_COUNT];  /* --profile: seconds of that whole prefill in each phase */
 } bs_tier;
 
 typedef struct {

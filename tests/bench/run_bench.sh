@@ -110,6 +110,9 @@ sums=$(awk -F'|' '/^per-phase profile/{on=1; next}
 if [ -z "$sums" ]; then ok "phases add up to the mean step at every level"; else bad "phases add up to the mean step: $sums" "$POUT"; fi
 moe=$(grep '^| moe experts |' "$POUT" | awk -F'|' '{split($3, a, " "); print a[1] + 0}')
 check "the MoE experts phase is charged (tiny has routed experts)" awk -v v="${moe:-0}" 'BEGIN { exit !(v > 0) }'
+pcore=$(grep '^| attn core |' "$POUT" | awk -F'|' '{split($(NF-1), a, " "); print a[1] + 0}')
+check "the profile has a prefill-chunk column with the attention core charged" \
+    bash -c "grep -q '^| phase |.* prefill chunk |' '$POUT' && awk -v v='${pcore:-0}' 'BEGIN { exit !(v > 0) }'"
 cat > "$TMP/pjson.mjs" <<'EOF'
 import { readFileSync } from "node:fs";
 const j = JSON.parse(readFileSync(process.argv[2], "utf8"));

@@ -83,14 +83,19 @@ static int parse(int argc, char **argv, bs_opts *o) {
 
 /* One more sample of each limit; keeps the best. */
 static void sample_limits(bs_limits *l, int quick) {
-    double bw = ds_bench_read_bw(PROBE_BYTES, (size_t)64 << 20, quick ? 4 : 8, quick ? 0.3 : 1.0);
+    ds_bw_stats bs;
+    ds_bench_read_bw_stats(PROBE_BYTES, (size_t)64 << 20, quick ? 4 : 8, quick ? 0.3 : 1.0, &bs);
+    const double bw = bs.best;
     const char *what = NULL;
     double pk = ds_bench_int8_peak(&what);
-    if (bw > l->read_bw) l->read_bw = bw;
+    if (bw > l->read_bw) l->read_bw = bw, l->read_median = bs.median;
+    if (!l->read_passes || bs.worst < l->read_worst) l->read_worst = bs.worst;
+    l->read_passes += bs.passes;
     if (pk > l->peak) { l->peak = pk; l->peak_what = what; }
     l->samples++;
-    fprintf(stderr, "  limits sample %d: read %.1f GB/s, int8 %.0f GOP/s (best so far %.1f GB/s, %.0f GOP/s)\n",
-            l->samples, bw, pk, l->read_bw, l->peak);
+    fprintf(stderr, "  limits sample %d: read %.1f GB/s (median %.1f, worst %.1f of %d passes of %zu MiB over %zu MiB), "
+            "int8 %.0f GOP/s (best so far %.1f GB/s, %.0f GOP/s)\n", l->samples, bw, bs.median, bs.worst, bs.passes,
+            bs.pass_bytes >> 20, bs.buffer_bytes >> 20, pk, l->read_bw, l->peak);
 }
 
 static int cmp_double(const void *a, const void *b) {

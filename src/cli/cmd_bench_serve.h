@@ -15,6 +15,8 @@
  * sample, so the best one is the closest to what the machine can do). */
 typedef struct {
     double read_bw;          /* GB/s, read-only, all pool threads */
+    double read_worst, read_median;  /* GB/s: slowest pass of the run, median pass of the best sample */
+    int read_passes;         /* read passes over the run */
     double peak;             /* int8 GOP/s (2 ops per multiply-add) */
     const char *peak_what;
     int samples;

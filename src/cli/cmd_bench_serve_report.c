@@ -157,6 +157,9 @@ static int write_json(const char *path, const bs_opts *o, const bs_limits *lim, 
     cJSON_AddBoolToObject(root, "quick", o->quick);
     cJSON *l = cJSON_AddObjectToObject(root, "limits");
     cJSON_AddNumberToObject(l, "read_bw_gbs", lim->read_bw);
+    cJSON_AddNumberToObject(l, "read_bw_median_gbs", lim->read_median);
+    cJSON_AddNumberToObject(l, "read_bw_worst_gbs", lim->read_worst);
+    cJSON_AddNumberToObject(l, "read_passes", lim->read_passes);
     cJSON_AddNumberToObject(l, "int8_peak_gops", lim->peak);
     cJSON_AddStringToObject(l, "int8_peak_what", lim->peak_what ? lim->peak_what : "");
     cJSON_AddNumberToObject(l, "samples", lim->samples);
@@ -182,8 +185,9 @@ int bs_report(const bs_opts *o, const bs_limits *lim, const bs_tier *t, int n_ti
     int over = 0;
     printf("dsflash perf serve: model %s, %d threads, kernel path %s%s\n", o->model, ds_pool_threads(), kernel_path,
            o->quick ? " (--quick)" : "");
-    printf("limits (best of %d samples through this run): read-only %.1f GB/s | int8 peak %.0f GOP/s (%s)\n",
-           lim->samples, lim->read_bw, lim->peak, lim->peak_what ? lim->peak_what : "?");
+    printf("limits (best of %d samples through this run): read-only %.1f GB/s (spread of its %d passes: median %.1f of"
+           " the best sample, worst %.1f) | int8 peak %.0f GOP/s (%s)\n", lim->samples, lim->read_bw, lim->read_passes,
+           lim->read_median, lim->read_worst, lim->peak, lim->peak_what ? lim->peak_what : "?");
     for (int i = 0; i < n_tiers; i++) {
         print_tier(&t[i], lim, &over);
         if (o->profile) print_profile(&t[i]);

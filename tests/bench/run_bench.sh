@@ -38,7 +38,7 @@ rc=$?
 if [ $rc = 0 ]; then ok "perf serve --quick --numerics both exits 0"; else bad "perf serve exits 0 (rc $rc)" "$TMP/err.log"; fi
 
 # ---- the table's rows ----
-check "limits line names read bandwidth and int8 peak" grep -qE '^limits .*read-only [0-9.]+ GB/s \| int8 peak [0-9]+ GOP/s' "$OUT"
+check "limits line names read bandwidth (with its spread) and int8 peak" grep -qE '^limits .*read-only [0-9.]+ GB/s \(spread of its [0-9]+ passes: median [0-9.]+ of the best sample, worst [0-9.]+\) \| int8 peak [0-9]+ GOP/s' "$OUT"
 for tier in exact fast; do
     check "tier $tier has its own section" grep -q "^numerics $tier " "$OUT"
 done

@@ -7,8 +7,9 @@
  * positions ascending (earlier positions from the sequence's WIN pages, this step's positions from
  * scratch), then the selected compressed entries ascending — and every reduction is float64 with
  * one rounding (docs/NUMERICS.md "attention"; the fast tier, ds_attn_head_fast, keeps the same key
- * order with fp32 sums in a fixed order), so a row's output is the same whether it arrives in a
- * prefill chunk, a decode step or a batch.  Window rows of this step are persisted into WIN pages
+ * order with fp32 sums in a fixed order; several rows of one sequence run as one block through
+ * attn_tile.c, each row still in its own order), so a row's output is the same whether it arrives
+ * in a prefill chunk, a decode step or a batch.  Window rows of this step are persisted into WIN pages
  * after the core has run. */
 #include "model/forward.h"
 #include "model/ops.h"
@@ -136,7 +137,8 @@ static int block_union(const attn_ctx *a, int row0, int B, const ds_bf16 **keys,
 }
 
 /* Fast tier, one (block of rows, head): rows of a block share every key load (attn_tile.h); a block
- * of one or two rows, or rows whose positions are not consecutive, runs row by row (same bits). */
+ * of one or two rows, rows whose positions are not consecutive, or rows whose selections hardly
+ * overlap, run row by row (same bits). */
 static void attn_block_task(void *vctx, int task, int thread) {
     attn_ctx *a = vctx;
     const ds_step *st = a->st;
@@ -153,6 +155,15 @@ static void attn_block_task(void *vctx, int task, int thread) {
     int32_t *idx = a->uidx + (size_t)thread * a->max_u * DS_ATTN_QB;
     ds_attn_block b = {.B = B, .dh = dh, .sink = a->w->attn_sink[h], .scale = a->scale, .keys = keys, .idx = idx};
     b.nu = block_union(a, row0, B, keys, idx, b.nk);
+    /* the tile works on every union key for all its rows, at about a quarter of the per-row cost of
+     * a (row, key): when the rows' selections overlap so little that the union exceeds 4x the mean
+     * list, row by row is cheaper (same bits either way) */
+    int64_t sum_nk = 0;
+    for (int r = 0; r < B; r++) sum_nk += b.nk[r];
+    if ((int64_t)b.nu * B > 4 * sum_nk) {
+        for (int r = 0; r < B; r++) attn_row_head(a, row0 + r, h, thread);
+        return;
+    }
     for (int r = 0; r < B; r++) {
         b.q[r] = st->q + ((size_t)(row0 + r) * a->Hl + (h - a->h0)) * dh;
         b.o[r] = st->o + ((size_t)(row0 + r) * c->n_heads + h) * dh;

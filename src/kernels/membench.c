@@ -53,7 +53,7 @@ __attribute__((target("avx2"))) static double sum_avx2(const uint8_t *p, size_t 
         a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(p + i + 96)));
     }
     a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
-    int64_t l[4];
+    uint64_t l[4];   /* unsigned: the sums of hashed contents wrap, by design */
     _mm256_storeu_si256((__m256i *)l, a0);
     return (double)(l[0] + l[1] + l[2] + l[3]);
 }

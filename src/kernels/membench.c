@@ -76,7 +76,10 @@ __attribute__((target("avx512f,avx512bw"))) static double sum_avx512(const uint8
             }
         }
     for (int k = 1; k < 8; k++) a[0] = _mm512_add_epi64(a[0], a[k]);
-    return (double)_mm512_reduce_add_epi64(a[0]);
+    uint64_t l[8], t = 0;   /* unsigned (GCC's _mm512_reduce_add_epi64 adds signed: UB on wrap) */
+    _mm512_storeu_si512((void *)l, a[0]);
+    for (int k = 0; k < 8; k++) t += l[k];
+    return (double)t;
 }
 
 static double sum_scalar(const uint8_t *p, size_t n) {

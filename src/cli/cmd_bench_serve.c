@@ -83,14 +83,19 @@ static int parse(int argc, char **argv, bs_opts *o) {
 
 /* One more sample of each limit; keeps the best. */
 static void sample_limits(bs_limits *l, int quick) {
-    double bw = ds_bench_read_bw(PROBE_BYTES, (size_t)64 << 20, quick ? 4 : 8, quick ? 0.3 : 1.0);
+    ds_bw_stats bs;
+    ds_bench_read_bw_stats(PROBE_BYTES, (size_t)64 << 20, quick ? 4 : 8, quick ? 0.3 : 1.0, &bs);
+    const double bw = bs.best;
     const char *what = NULL;
     double pk = ds_bench_int8_peak(&what);
-    if (bw > l->read_bw) l->read_bw = bw;
+    if (bw > l->read_bw) l->read_bw = bw, l->read_median = bs.median;
+    if (!l->read_passes || bs.worst < l->read_worst) l->read_worst = bs.worst;
+    l->read_passes += bs.passes;
     if (pk > l->peak) { l->peak = pk; l->peak_what = what; }
     l->samples++;
-    fprintf(stderr, "  limits sample %d: read %.1f GB/s, int8 %.0f GOP/s (best so far %.1f GB/s, %.0f GOP/s)\n",
-            l->samples, bw, pk, l->read_bw, l->peak);
+    fprintf(stderr, "  limits sample %d: read %.1f GB/s (median %.1f, worst %.1f of %d passes of %zu MiB over %zu MiB), "
+            "int8 %.0f GOP/s (best so far %.1f GB/s, %.0f GOP/s)\n", l->samples, bw, bs.median, bs.worst, bs.passes,
+            bs.pass_bytes >> 20, bs.buffer_bytes >> 20, pk, l->read_bw, l->peak);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -184,10 +189,14 @@ static int ttft(bs_run *r, const bs_opts *o, bs_tier *t) {
     ds_seq *s = ds_seq_new(r->m);
     fprintf(stderr, "  prefilling a %d-token prompt in %d-token chunks\n", P, C);
     uint64_t mac0 = ds_kernels_macs();
+    double ph[DS_PH_COUNT];
     double t0 = ds_now();
     for (int p = 0; p < P && !rc; p += C) {
         int n = DS_MIN(C, P - p), last = p + n == P;
+        ds_prof_take(ph);   /* discards what came before: the profile brackets the chunk */
         rc = ds_seq_step(r->m, s, prompt + p, n, last ? logits : NULL, last, r->err, sizeof r->err);
+        ds_prof_take(ph);
+        for (int q = 0; q < DS_PH_COUNT; q++) t->prefill_phase_s[q] += ph[q];
     }
     if (!rc) {
         volatile int32_t first = ds_argmax(logits, r->vocab);

@@ -15,6 +15,8 @@
  * sample, so the best one is the closest to what the machine can do). */
 typedef struct {
     double read_bw;          /* GB/s, read-only, all pool threads */
+    double read_worst, read_median;  /* GB/s: slowest pass of the run, median pass of the best sample */
+    int read_passes;         /* read passes over the run */
     double peak;             /* int8 GOP/s (2 ops per multiply-add) */
     const char *peak_what;
     int samples;
@@ -35,6 +37,7 @@ typedef struct {
     int prompt_tokens, chunk; /* TTFT prompt, prefill chunk */
     double ttft_s;            /* first chunk start to the argmax of the last chunk's logits */
     double prefill_macs;      /* multiply-adds of the linears over that prefill */
+    double prefill_phase_s[DS_PH_COUNT];  /* --profile: seconds of that whole prefill in each phase */
 } bs_tier;
 
 typedef struct {

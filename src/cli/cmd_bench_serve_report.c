@@ -79,13 +79,18 @@ static void print_tier(const bs_tier *t, const bs_limits *lim, int *over) {
 }
 
 /* --profile: mean ms per step of each phase at every level (exclusive times: they add up to the
- * mean step, which is why the step column is the mean, not the median of the table above). */
+ * mean step, which is why the step column is the mean, not the median of the table above), and the
+ * prefill's phases per chunk (the whole TTFT prefill divided by its chunks). */
 static void print_profile(const bs_tier *t) {
-    printf("\nper-phase profile, numerics %s (mean ms per decode step; share of the step)\n| phase |", t->numerics);
+    const int chunks = t->chunk > 0 ? (t->prompt_tokens + t->chunk - 1) / t->chunk : 1;
+    printf("\nper-phase profile, numerics %s (mean ms per decode step, and per %d-token prefill chunk; share of the"
+           " step)\n| phase |", t->numerics, t->chunk);
     for (int l = 0; l < BS_N_LEVELS; l++) printf(" conc %d |", t->lv[l].conc);
-    printf("\n|---|");
-    for (int l = 0; l < BS_N_LEVELS; l++) printf("---|");
+    printf(" prefill chunk |\n|---|");
+    for (int l = 0; l <= BS_N_LEVELS; l++) printf("---|");
     printf("\n");
+    double ptot = 0;
+    for (int q = 0; q < DS_PH_COUNT; q++) ptot += t->prefill_phase_s[q];
     for (int p = 0; p < DS_PH_COUNT; p++) {
         printf("| %s |", ds_phase_name((ds_phase)p));
         for (int l = 0; l < BS_N_LEVELS; l++) {
@@ -93,11 +98,11 @@ static void print_profile(const bs_tier *t) {
             for (int q = 0; q < DS_PH_COUNT; q++) tot += t->lv[l].phase_s[q];
             printf(" %.2f (%.0f%%) |", 1e3 * t->lv[l].phase_s[p], tot > 0 ? 100.0 * t->lv[l].phase_s[p] / tot : 0.0);
         }
-        printf("\n");
+        printf(" %.2f (%.0f%%) |\n", 1e3 * t->prefill_phase_s[p] / chunks, ptot > 0 ? 100.0 * t->prefill_phase_s[p] / ptot : 0.0);
     }
     printf("| step (mean) |");
     for (int l = 0; l < BS_N_LEVELS; l++) printf(" %.2f |", 1e3 * t->lv[l].t_mean);
-    printf("\n");
+    printf(" %.2f |\n", 1e3 * ptot / chunks);
 }
 
 static cJSON *tier_json(const bs_tier *t, const bs_limits *lim, int profile) {
@@ -133,6 +138,10 @@ static cJSON *tier_json(const bs_tier *t, const bs_limits *lim, int profile) {
     cJSON_AddNumberToObject(p, "tok_s", t->prompt_tokens / t->ttft_s);
     cJSON_AddNumberToObject(p, "macs", t->prefill_macs);
     cJSON_AddNumberToObject(p, "gops", gops);
+    if (profile) { /* --profile: seconds of the whole prefill in each phase */
+        cJSON *ph = cJSON_AddObjectToObject(p, "phase_s");
+        for (int q = 0; q < DS_PH_COUNT; q++) cJSON_AddNumberToObject(ph, ds_phase_name((ds_phase)q), t->prefill_phase_s[q]);
+    }
     cJSON_AddNumberToObject(p, "pct_int8_peak", 100.0 * gops / lim->peak);
     return j;
 }
@@ -148,6 +157,9 @@ static int write_json(const char *path, const bs_opts *o, const bs_limits *lim, 
     cJSON_AddBoolToObject(root, "quick", o->quick);
     cJSON *l = cJSON_AddObjectToObject(root, "limits");
     cJSON_AddNumberToObject(l, "read_bw_gbs", lim->read_bw);
+    cJSON_AddNumberToObject(l, "read_bw_median_gbs", lim->read_median);
+    cJSON_AddNumberToObject(l, "read_bw_worst_gbs", lim->read_worst);
+    cJSON_AddNumberToObject(l, "read_passes", lim->read_passes);
     cJSON_AddNumberToObject(l, "int8_peak_gops", lim->peak);
     cJSON_AddStringToObject(l, "int8_peak_what", lim->peak_what ? lim->peak_what : "");
     cJSON_AddNumberToObject(l, "samples", lim->samples);
@@ -173,8 +185,9 @@ int bs_report(const bs_opts *o, const bs_limits *lim, const bs_tier *t, int n_ti
     int over = 0;
     printf("dsflash perf serve: model %s, %d threads, kernel path %s%s\n", o->model, ds_pool_threads(), kernel_path,
            o->quick ? " (--quick)" : "");
-    printf("limits (best of %d samples through this run): read-only %.1f GB/s | int8 peak %.0f GOP/s (%s)\n",
-           lim->samples, lim->read_bw, lim->peak, lim->peak_what ? lim->peak_what : "?");
+    printf("limits (best of %d samples through this run): read-only %.1f GB/s (spread of its %d passes: median %.1f of"
+           " the best sample, worst %.1f) | int8 peak %.0f GOP/s (%s)\n", lim->samples, lim->read_bw, lim->read_passes,
+           lim->read_median, lim->read_worst, lim->peak, lim->peak_what ? lim->peak_what : "?");
     for (int i = 0; i < n_tiers; i++) {
         print_tier(&t[i], lim, &over);
         if (o->profile) print_profile(&t[i]);

@@ -53,7 +53,7 @@ __attribute__((target("avx2"))) static double sum_avx2(const uint8_t *p, size_t 
         a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(p + i + 96)));
     }
     a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
-    int64_t l[4];
+    uint64_t l[4];   /* unsigned: the sums of hashed contents wrap, by design */
     _mm256_storeu_si256((__m256i *)l, a0);
     return (double)(l[0] + l[1] + l[2] + l[3]);
 }
@@ -76,7 +76,10 @@ __attribute__((target("avx512f,avx512bw"))) static double sum_avx512(const uint8
             }
         }
     for (int k = 1; k < 8; k++) a[0] = _mm512_add_epi64(a[0], a[k]);
-    return (double)_mm512_reduce_add_epi64(a[0]);
+    uint64_t l[8], t = 0;   /* unsigned (GCC's _mm512_reduce_add_epi64 adds signed: UB on wrap) */
+    _mm512_storeu_si512((void *)l, a[0]);
+    for (int k = 0; k < 8; k++) t += l[k];
+    return (double)t;
 }
 
 static double sum_scalar(const uint8_t *p, size_t n) {
@@ -122,13 +125,56 @@ static probe *probe_new(void) {
 
 struct ds_bwprobe { probe *p; size_t bytes, pass; int next, kind, best_kind; double best; };
 
+/* The largest cache this host reports (sysfs cache/index*, every level; 0 if none is listed, as
+ * in VMs that hide the topology). */
+size_t ds_bench_llc_bytes(void) {
+    size_t best = 0;
+    for (int i = 0; i < 16; i++) {
+        char path[96], buf[64];
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        if (fgets(buf, sizeof buf, f)) {
+            char *end;
+            unsigned long long v = strtoull(buf, &end, 10);
+            size_t mul = *end == 'K' ? 1024u : *end == 'M' ? (size_t)1 << 20 : *end == 'G' ? (size_t)1 << 30 : 1u;
+            if ((size_t)v * mul > best) best = (size_t)v * mul;
+        }
+        fclose(f);
+    }
+    return best;
+}
+
+size_t ds_bench_read_buffer_bytes(size_t bytes) {
+    size_t floor = DS_MAX((size_t)DS_BW_MIN_BUFFER, 8 * ds_bench_llc_bytes());
+    return DS_MAX(bytes, floor) & ~(size_t)4095;
+}
+
+/* Distinct contents on every page (a mixed hash of the word's index): a buffer of identical pages
+ * can be merged into one physical page by same-page merging in the host of a VM (KSM), and then
+ * every "memory" read hits the cache.  Written by the pool threads, so it is also the first touch
+ * (the pages are faulted in before anything is timed). */
+static void fill_task(void *vctx, int t, int thread) {
+    probe *p = vctx;
+    (void)thread;
+    size_t words = p->n / 8, per = (words + (size_t)p->tasks - 1) / (size_t)p->tasks;
+    size_t i0 = per * (size_t)t, i1 = DS_MIN(words, i0 + per);
+    uint64_t *w = p->a;
+    for (size_t i = i0; i < i1; i++) {
+        uint64_t z = (uint64_t)i * 0x9e3779b97f4a7c15ull;
+        z = (z ^ (z >> 31)) * 0xbf58476d1ce4e5b9ull;
+        w[i] = z ^ (z >> 29);
+    }
+}
+
 ds_bwprobe *ds_bwprobe_new(size_t bytes, size_t pass_bytes) {
     ds_bwprobe *b = ds_xcalloc(1, sizeof *b);
     b->p = probe_new();
-    b->bytes = bytes & ~(size_t)4095;
+    b->bytes = ds_bench_read_buffer_bytes(bytes);
     b->pass = DS_MIN(b->bytes, DS_MAX(pass_bytes, (size_t)1 << 20)) & ~(size_t)4095;
     b->p->a = ds_amalloc(b->bytes);
-    memset(b->p->a, 1, b->bytes); /* fault the pages in before timing */
+    b->p->n = b->bytes;
+    ds_pool_run(b->p->tasks, fill_task, b->p);
     b->p->n = b->pass;
     b->best_kind = -1;
     return b;
@@ -155,6 +201,11 @@ double ds_bwprobe_pass(ds_bwprobe *b) {
     return gbs;
 }
 
+const void *ds_bwprobe_buffer(const ds_bwprobe *b, size_t *bytes) {
+    if (bytes) *bytes = b->bytes;
+    return b->p->a;
+}
+
 const char *ds_bwprobe_best_kernel(const ds_bwprobe *b) {
     return b->best_kind < 0 ? "scalar" : k_read_names[b->best_kind];
 }
@@ -166,16 +217,38 @@ void ds_bwprobe_free(ds_bwprobe *b) {
     free(b);
 }
 
+static int cmp_dbl(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+void ds_bench_read_bw_stats(size_t bytes, size_t pass_bytes, int reps, double min_secs, ds_bw_stats *st) {
+    enum { MAX_PASSES = 4096 };
+    ds_bwprobe *b = ds_bwprobe_new(bytes, pass_bytes);
+    double *g = ds_xmalloc(sizeof(double) * MAX_PASSES), t_start = ds_now();
+    int n = 0;
+    reps = DS_MAX(reps, 3 * RK_COUNT); /* every read kernel sampled several times */
+    for (int r = 0; (r < reps || ds_now() - t_start < min_secs) && n < MAX_PASSES; r++) g[n++] = ds_bwprobe_pass(b);
+    qsort(g, (size_t)n, sizeof(double), cmp_dbl);
+    memset(st, 0, sizeof *st);
+    st->passes = n;
+    st->worst = g[0];
+    st->median = n % 2 ? g[n / 2] : 0.5 * (g[n / 2 - 1] + g[n / 2]);
+    st->best = g[n - 1];
+    st->buffer_bytes = b->bytes;
+    st->pass_bytes = b->pass;
+    snprintf(st->kernel, sizeof st->kernel, "%s", ds_bwprobe_best_kernel(b));
+    free(g);
+    ds_bwprobe_free(b);
+}
+
 double ds_bench_read_bw_what(size_t bytes, size_t pass_bytes, int reps, double min_secs, const char **what) {
     static char name[64];
-    ds_bwprobe *b = ds_bwprobe_new(bytes, pass_bytes);
-    double best = 0, t_start = ds_now();
-    reps = DS_MAX(reps, 3 * RK_COUNT); /* every read kernel sampled several times */
-    for (int r = 0; r < reps || ds_now() - t_start < min_secs; r++) best = DS_MAX(best, ds_bwprobe_pass(b));
-    snprintf(name, sizeof name, "%s", ds_bwprobe_best_kernel(b));
+    ds_bw_stats st;
+    ds_bench_read_bw_stats(bytes, pass_bytes, reps, min_secs, &st);
+    snprintf(name, sizeof name, "%s", st.kernel);
     if (what) *what = name;
-    ds_bwprobe_free(b);
-    return best;
+    return st.best;
 }
 
 double ds_bench_read_bw(size_t bytes, size_t pass_bytes, int reps, double min_secs) {

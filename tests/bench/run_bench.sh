@@ -38,7 +38,7 @@ rc=$?
 if [ $rc = 0 ]; then ok "perf serve --quick --numerics both exits 0"; else bad "perf serve exits 0 (rc $rc)" "$TMP/err.log"; fi
 
 # ---- the table's rows ----
-check "limits line names read bandwidth and int8 peak" grep -qE '^limits .*read-only [0-9.]+ GB/s \| int8 peak [0-9]+ GOP/s' "$OUT"
+check "limits line names read bandwidth (with its spread) and int8 peak" grep -qE '^limits .*read-only [0-9.]+ GB/s \(spread of its [0-9]+ passes: median [0-9.]+ of the best sample, worst [0-9.]+\) \| int8 peak [0-9]+ GOP/s' "$OUT"
 for tier in exact fast; do
     check "tier $tier has its own section" grep -q "^numerics $tier " "$OUT"
 done
@@ -110,6 +110,9 @@ sums=$(awk -F'|' '/^per-phase profile/{on=1; next}
 if [ -z "$sums" ]; then ok "phases add up to the mean step at every level"; else bad "phases add up to the mean step: $sums" "$POUT"; fi
 moe=$(grep '^| moe experts |' "$POUT" | awk -F'|' '{split($3, a, " "); print a[1] + 0}')
 check "the MoE experts phase is charged (tiny has routed experts)" awk -v v="${moe:-0}" 'BEGIN { exit !(v > 0) }'
+pcore=$(grep '^| attn core |' "$POUT" | awk -F'|' '{split($(NF-1), a, " "); print a[1] + 0}')
+check "the profile has a prefill-chunk column with the attention core charged" \
+    bash -c "grep -q '^| phase |.* prefill chunk |' '$POUT' && awk -v v='${pcore:-0}' 'BEGIN { exit !(v > 0) }'"
 cat > "$TMP/pjson.mjs" <<'EOF'
 import { readFileSync } from "node:fs";
 const j = JSON.parse(readFileSync(process.argv[2], "utf8"));

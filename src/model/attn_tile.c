@@ -1,0 +1,155 @@
+/* Fast-tier attention over a block of query rows (see attn_tile.h for why the union list).
+ *
+ * Why these two tiles: the per-row core (ds_attn_head_fast) streams every key twice per row and
+ * keeps its value accumulator in memory (a load and a store of dh floats per key).  Here the score
+ * tile holds the 32 fp32 lanes of DS_ATTN_QB dot products in registers while one key streams past
+ * (the key is converted once for all rows; the queries are converted to fp32 once per block), and
+ * the value tile holds 32 output channels of every row in registers over the whole key list, so
+ * each key chunk is loaded once per block and no accumulator leaves the registers.
+ *
+ * Bits: a lane of a score is the sum, in element order, of exact bf16×bf16 products, combined by
+ * the fixed tree of ds_ftree — the order of ds_fdot_bb (lanes 0..15 in one 16-wide vector, 16..31
+ * in the other: their sum is the tree's first level, the rest follows ds_ftree).  A value channel
+ * is acc + fp32(p·k) over the row's keys in its order, as ds_faxpy_bf16.  A key a row does not take
+ * adds exactly +0 to its accumulators (the product's bits are masked to zero, so even an inf or NaN
+ * key of another row cannot leak in; the sum is never −0, so +0 changes nothing).  Portable vector
+ * C, compiled as AVX-512/AVX2/baseline clones under -ffp-contract=off: the same bits on every host. */
+#include "model/attn_tile.h"
+#include "model/fast_ops.h"
+#include <string.h>
+
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__clang__)
+#define DS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define DS_CLONES
+#endif
+#define QB DS_ATTN_QB
+#define AI static inline __attribute__((always_inline))
+
+/* the helpers pass 64-byte vectors by value; they are static and inlined (no ABI boundary) */
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float v16f __attribute__((vector_size(64)));
+typedef uint32_t v16u __attribute__((vector_size(64)));
+typedef uint16_t v16h __attribute__((vector_size(32)));
+
+AI v16f ld_f(const float *p) {
+    v16f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+AI v16f ld_b(const ds_bf16 *p) {
+    v16h h;
+    memcpy(&h, p, sizeof h);
+    const v16u u = __builtin_convertvector(h, v16u) << 16;
+    return (v16f)u;
+}
+#define ST_F(p, v) do { const v16f st_v_ = (v); memcpy((p), &st_v_, sizeof st_v_); } while (0)
+
+/* The rest of ds_ftree once its first level (l[j] + l[j+16], j < 16) is in l. */
+AI float tree_rest(float *l) {
+    for (int j = 0; j < 8; j++) l[j] = l[j] + l[j + 8];
+    for (int j = 0; j < 4; j++) l[j] = l[j] + l[j + 4];
+    l[0] = l[0] + l[2];
+    l[1] = l[1] + l[3];
+    return l[0] + l[1];
+}
+
+/* out[r] = ds_fdot_bb(q_r, k, dh) for the QB rows of qf (fp32 copies of bf16 queries). */
+DS_CLONES static void score_key(const float *qf, int dh, const ds_bf16 *k, float *out) {
+    v16f a0[QB], a1[QB];
+#pragma GCC unroll 8
+    for (int r = 0; r < QB; r++) a0[r] = a1[r] = (v16f){0};
+    for (int i = 0; i < dh; i += 32) {
+        const v16f k0 = ld_b(k + i), k1 = ld_b(k + i + 16);
+#pragma GCC unroll 8
+        for (int r = 0; r < QB; r++) {
+            a0[r] = a0[r] + ld_f(qf + (size_t)r * dh + i) * k0;
+            a1[r] = a1[r] + ld_f(qf + (size_t)r * dh + i + 16) * k1;
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < QB; r++) {
+        float l[16];
+        ST_F(l, a0[r] + a1[r]);
+        out[r] = tree_rest(l);
+    }
+}
+
+/* acc[r][d0..d0+32) = Σ_u fp32(w[u][r]·k_u[d]) over the union keys in order, from zero. */
+DS_CLONES static void value_chunk(const ds_bf16 *const *keys, const float *w, const uint32_t *mask, const uint8_t *full,
+                                  int nu, int d0, int dh, float *acc) {
+    v16f a0[QB], a1[QB];
+#pragma GCC unroll 8
+    for (int r = 0; r < QB; r++) a0[r] = a1[r] = (v16f){0};
+    for (int u = 0; u < nu; u++) {
+        const v16f k0 = ld_b(keys[u] + d0), k1 = ld_b(keys[u] + d0 + 16);
+        const float *wu = w + (size_t)u * QB;
+        if (full[u]) {
+#pragma GCC unroll 8
+            for (int r = 0; r < QB; r++) {
+                a0[r] = a0[r] + k0 * wu[r];
+                a1[r] = a1[r] + k1 * wu[r];
+            }
+        } else {
+            const uint32_t *mu = mask + (size_t)u * QB;
+#pragma GCC unroll 8
+            for (int r = 0; r < QB; r++) {
+                a0[r] = a0[r] + (v16f)((v16u)(k0 * wu[r]) & mu[r]);
+                a1[r] = a1[r] + (v16f)((v16u)(k1 * wu[r]) & mu[r]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < QB; r++) {
+        ST_F(acc + (size_t)r * dh + d0, a0[r]);
+        ST_F(acc + (size_t)r * dh + d0 + 16, a1[r]);
+    }
+}
+
+/* Scores of every (row, key) into the rows' own lists, scaled. */
+static void block_scores(const ds_attn_block *b, const ds_attn_scratch *s) {
+    const int dh = b->dh;
+    for (int r = 0; r < QB; r++) {
+        const ds_bf16 *q = b->q[r < b->B ? r : 0];      /* rows past B: a copy, never read back */
+        for (int d = 0; d < dh; d++) s->qf[(size_t)r * dh + d] = ds_bf16_to_f32(q[d]);
+    }
+    float out[QB];
+    for (int u = 0; u < b->nu; u++) {
+        score_key(s->qf, dh, b->keys[u], out);
+        const int32_t *iu = b->idx + (size_t)u * QB;
+        for (int r = 0; r < b->B; r++)
+            if (iu[r] >= 0) s->sc[(size_t)r * s->max_keys + iu[r]] = out[r] * b->scale;
+    }
+}
+
+void ds_attn_block_fast(const ds_attn_block *b, const ds_attn_scratch *s) {
+    const int dh = b->dh, B = b->B;
+    block_scores(b, s);
+    /* each row's softmax over its own list, as ds_attn_head_fast: max in key order (sink first),
+     * e = ds_fexp(s − m), den = ds_fsum (32 lanes over the row's indices) + ds_fexp(sink − m) */
+    float den[QB];
+    for (int r = 0; r < B; r++) {
+        float *sc = s->sc + (size_t)r * s->max_keys;
+        float mx = b->sink;
+        for (int i = 0; i < b->nk[r]; i++)
+            if (sc[i] > mx) mx = sc[i];
+        ds_fexp_sub(sc, mx, b->nk[r]);
+        den[r] = ds_fsum(sc, b->nk[r]) + ds_fexp(b->sink - mx);
+    }
+    for (int u = 0; u < b->nu; u++) {
+        const int32_t *iu = b->idx + (size_t)u * QB;
+        float *wu = s->w + (size_t)u * QB;
+        uint32_t *mu = s->mask + (size_t)u * QB;
+        int all = 1;
+        for (int r = 0; r < QB; r++) {
+            const int take = r < B && iu[r] >= 0;
+            wu[r] = take ? s->sc[(size_t)r * s->max_keys + iu[r]] / den[r] : 0.0f;
+            mu[r] = take ? 0xffffffffu : 0u;
+            if (r < B && !take) all = 0;
+        }
+        s->full[u] = (uint8_t)all;
+    }
+    for (int d0 = 0; d0 < dh; d0 += 32) value_chunk(b->keys, s->w, s->mask, s->full, b->nu, d0, dh, s->acc);
+    for (int r = 0; r < B; r++)
+        for (int d = 0; d < dh; d++) b->o[r][d] = ds_f32_to_bf16(s->acc[(size_t)r * dh + d]);
+}

@@ -64,6 +64,28 @@ static void mb_layout(void *impl, int bs, ds_kv_layout *out) {
     ds_kv_layout_init(out, &b->m->cfg, bs);
 }
 
+/* Draft ring pages that came with a prefix hit: the sequence adopts those its draft window reads
+ * (blocks from keep), so speculation continues at once; the others go back to the cache.  Without
+ * drafting, or when the run does not reach down to the window, all go back (the draft re-warms). */
+static void adopt_draft_tails(mback *b, mseq *q, ds_kv_seqtab *tab, int64_t k) {
+    const int64_t bs = q->km->bs, start = k * bs;
+    int64_t keep = start - b->m->cfg.window;
+    keep = keep < 0 ? 0 : keep / bs;
+    int64_t lo = k;
+    while (lo > 0 && lo - 1 < tab->cap && tab->drf[lo - 1] != DS_KV_NONE) lo--;
+    bool use = drafting(b) && lo <= keep && keep < k;
+    if (use) {
+        ds_error e2 = {{0}, {0}};
+        use = ds_draft_adopt(q->s, keep, (int)(k - keep), tab->drf + keep, &e2) == 0;
+        if (!use) ds_log(DS_LOG_WARN, "draft rings of a cached prefix not adopted: %s", e2.msg);
+    }
+    for (int64_t j = 0; j < k && j < tab->cap; j++) {
+        if (tab->drf[j] == DS_KV_NONE || (use && j >= keep)) continue;
+        ds_kvm_page_unref(q->km, DS_KV_DRAFT, tab->drf[j]);
+        tab->drf[j] = DS_KV_NONE;
+    }
+}
+
 static void *mb_open(void *impl, ds_kvm *km, ds_kv_seqtab *tab, const int32_t *tokens, int64_t start, ds_error *err) {
     mback *b = impl;
     mseq *q = ds_xcalloc(1, sizeof *q);
@@ -90,6 +112,7 @@ static void *mb_open(void *impl, ds_kvm *km, ds_kv_seqtab *tab, const int32_t *t
             free(q);
             return NULL;
         }
+        adopt_draft_tails(b, q, tab, k);
     }
     return q;
 }
@@ -121,11 +144,13 @@ static void mb_after(void *impl, ds_kvm *km, void *seq, ds_kv_seqtab *tab, const
             ds_log(DS_LOG_WARN, "draft context not written: %s", e2.msg);
         q->aux_n = 0;
     }
-    ds_kvm_seqtab_reserve(tab, (int)(s->n_kv_blocks + 1));
+    ds_kvm_seqtab_reserve(tab, (int)(s->n_kv_blocks > s->blk_cap ? s->n_kv_blocks + 1 : s->blk_cap + 1));
     for (int64_t i = 0; i < tab->cap; i++) {
         tab->blk[i] = i < s->n_kv_blocks ? s->ckv[i] : DS_KV_NONE;
         tab->win[i] = i < s->blk_cap ? s->win[i] : DS_KV_NONE;
+        tab->drf[i] = i < s->blk_cap && s->drf ? s->drf[i] : DS_KV_NONE;
     }
+    ds_draft_complete_blocks(mb->m, s, &tab->drf_from, &tab->drf_to);
     tab->n_blk = (int)s->n_kv_blocks;
     tab->state = s->state;
     ds_kvm_after_step(km, tab, tokens, L, salt);

@@ -92,7 +92,7 @@ int ds_kvm_init(ds_kvm *km, const ds_kv_layout *lay, const ds_kv_budget *plan, i
         for (uint32_t i = 0; i < n; i++) km->freel[k][i] = high_first ? i : n - 1 - i;
         km->n_free[k] = n;
     }
-    ds_pc_init(&km->pc, plan->n_pages[DS_KV_CKV], plan->n_pages[DS_KV_WIN], lay->bs);
+    ds_pc_init(&km->pc, plan->n_pages[DS_KV_CKV], plan->n_pages[DS_KV_WIN], plan->n_pages[DS_KV_DRAFT], lay->bs);
     ds_pc_seed_hash(fingerprint ? fingerprint : "", km->seed_hash);
     return 0;
 }
@@ -110,9 +110,14 @@ void ds_kvm_destroy(ds_kvm *km) {
 uint64_t ds_kvm_available(const ds_kvm *km, ds_kv_kind kind) {
     uint64_t n = km->n_free[kind];
     if (kind == DS_KV_CKV || kind == DS_KV_IDX) n += km->pc.n_lru;
-    if (kind == DS_KV_WIN) n += km->pc.n_wlru;
+    if (kind == DS_KV_WIN) n += km->pc.t[DS_PC_WIN].n_lru;
+    if (kind == DS_KV_DRAFT) n += km->pc.t[DS_PC_DRF].n_lru;
     return n;
 }
+
+/* The prefix-cache tail kind of a page kind, or -1 (CKV, IDX and STATE pages are no tails). */
+static int tail_kind(ds_kv_kind k) { return k == DS_KV_WIN ? DS_PC_WIN : k == DS_KV_DRAFT ? DS_PC_DRF : -1; }
+static ds_kv_kind page_kind(int tk) { return tk == DS_PC_WIN ? DS_KV_WIN : DS_KV_DRAFT; }
 
 uint64_t ds_kvm_evictable_blocks(const ds_kvm *km) { return km->pc.n_lru; }
 
@@ -122,8 +127,9 @@ void ds_kvm_seqtab_init(ds_kv_seqtab *t) {
 }
 
 void ds_kvm_seqtab_clear(ds_kv_seqtab *t) {
-    for (int i = 0; i < t->cap; i++) t->blk[i] = t->win[i] = DS_KV_NONE;
+    for (int i = 0; i < t->cap; i++) t->blk[i] = t->win[i] = t->drf[i] = DS_KV_NONE;
     t->n_blk = 0;
+    t->drf_from = t->drf_to = 0;
     t->state = DS_KV_NONE;
     t->n_hashed = 0;
 }
@@ -131,6 +137,7 @@ void ds_kvm_seqtab_clear(ds_kv_seqtab *t) {
 void ds_kvm_seqtab_free(ds_kv_seqtab *t) {
     free(t->blk);
     free(t->win);
+    free(t->drf);
     ds_kvm_seqtab_init(t);
 }
 
@@ -140,10 +147,8 @@ void ds_kvm_seqtab_reserve(ds_kv_seqtab *t, int n) {
     while (cap < n) cap *= 2;
     t->blk = ds_xrealloc(t->blk, sizeof(uint32_t) * (size_t)cap);
     t->win = ds_xrealloc(t->win, sizeof(uint32_t) * (size_t)cap);
-    for (int i = t->cap; i < cap; i++) {
-        t->blk[i] = DS_KV_NONE;
-        t->win[i] = DS_KV_NONE;
-    }
+    t->drf = ds_xrealloc(t->drf, sizeof(uint32_t) * (size_t)cap);
+    for (int i = t->cap; i < cap; i++) t->blk[i] = t->win[i] = t->drf[i] = DS_KV_NONE;
     t->cap = cap;
 }
 
@@ -156,17 +161,20 @@ int ds_kvm_page_alloc(ds_kvm *km, ds_kv_kind k, uint32_t *out) {
     } else if (k == DS_KV_CKV) {
         int32_t b = ds_pc_lru_oldest(&km->pc);
         if (b < 0) return -1;
-        uint32_t w = ds_pc_remove(&km->pc, (uint32_t)b);
-        if (w != DS_KV_NONE && km->ref[DS_KV_WIN][w] == 0) {
-            ds_pc_wlru_remove(&km->pc, w);
-            free_push(km, DS_KV_WIN, w);
-        }
+        uint32_t tails[DS_PC_TAIL_KINDS];
+        ds_pc_remove(&km->pc, (uint32_t)b, tails);
+        for (int tk = 0; tk < DS_PC_TAIL_KINDS; tk++)   /* an unreferenced tail of the evicted entry is free now */
+            if (tails[tk] != DS_KV_NONE && km->ref[page_kind(tk)][tails[tk]] == 0) {
+                ds_pc_tlru_remove(&km->pc, (ds_pc_tail_kind)tk, tails[tk]);
+                free_push(km, page_kind(tk), tails[tk]);
+            }
         id = (uint32_t)b;
-    } else if (k == DS_KV_WIN) {
-        int32_t w = ds_pc_wlru_oldest(&km->pc);
+    } else if (tail_kind(k) >= 0) {
+        ds_pc_tail_kind tk = (ds_pc_tail_kind)tail_kind(k);
+        int32_t w = ds_pc_tlru_oldest(&km->pc, tk);
         if (w < 0) return -1;
-        ds_pc_wlru_remove(&km->pc, (uint32_t)w);
-        ds_pc_detach_win(&km->pc, (uint32_t)w);
+        ds_pc_tlru_remove(&km->pc, tk, (uint32_t)w);
+        ds_pc_detach_tail(&km->pc, tk, (uint32_t)w);
         id = (uint32_t)w;
     } else {
         return -1;
@@ -183,8 +191,9 @@ void ds_kvm_page_unref(ds_kvm *km, ds_kv_kind k, uint32_t id) {
         km->blocks_used--;
         if (km->pc.e[id].valid) ds_pc_lru_push(&km->pc, id);
         else free_push(km, k, id);
-    } else if (k == DS_KV_WIN) {
-        if (km->pc.win_owner[id] >= 0) ds_pc_wlru_push(&km->pc, id);
+    } else if (tail_kind(k) >= 0) {
+        ds_pc_tail_kind tk = (ds_pc_tail_kind)tail_kind(k);
+        if (km->pc.t[tk].owner[id] >= 0) ds_pc_tlru_push(&km->pc, tk, id);
         else free_push(km, k, id);
     } else {
         free_push(km, k, id);
@@ -196,8 +205,8 @@ static void page_ref_cached(ds_kvm *km, ds_kv_kind k, uint32_t id) {
         if (k == DS_KV_CKV) {
             ds_pc_lru_remove(&km->pc, id);
             km->blocks_used++;
-        } else if (k == DS_KV_WIN) {
-            ds_pc_wlru_remove(&km->pc, id);
+        } else if (tail_kind(k) >= 0) {
+            ds_pc_tlru_remove(&km->pc, (ds_pc_tail_kind)tail_kind(k), id);
         }
     }
 }
@@ -274,9 +283,12 @@ void ds_kvm_after_step(ds_kvm *km, ds_kv_seqtab *t, const int32_t *tokens, int64
         const uint8_t *parent = i == 0 ? km->seed_hash : t->last_hash;
         const int32_t *blk_tokens = tokens + (size_t)i * (size_t)km->bs;
         ds_pc_block_hash(parent, blk_tokens, km->bs, i == 0 ? salt : NULL, h);
-        if (ds_pc_lookup(&km->pc, h, blk_tokens) < 0 && ds_pc_insert(&km->pc, t->blk[i], h, blk_tokens, i) &&
-            t->win[i] != DS_KV_NONE)
-            ds_pc_attach_win(&km->pc, t->blk[i], t->win[i]);
+        if (ds_pc_lookup(&km->pc, h, blk_tokens) < 0 && ds_pc_insert(&km->pc, t->blk[i], h, blk_tokens, i)) {
+            if (t->win[i] != DS_KV_NONE) ds_pc_attach_tail(&km->pc, DS_PC_WIN, t->blk[i], t->win[i]);
+            /* the draft ring rows of block i are complete only where the backend says so */
+            if (t->drf[i] != DS_KV_NONE && i >= t->drf_from && i < t->drf_to)
+                ds_pc_attach_tail(&km->pc, DS_PC_DRF, t->blk[i], t->drf[i]);
+        }
         memcpy(t->last_hash, h, DS_PC_HASH_BYTES);
         t->n_hashed++;
     }
@@ -284,11 +296,12 @@ void ds_kvm_after_step(ds_kvm *km, ds_kv_seqtab *t, const int32_t *tokens, int64
 
 void ds_kvm_release(ds_kvm *km, ds_kv_seqtab *t) {
     /* deepest first, tails before blocks: the LRU then evicts in the order of §7.4 */
-    for (int i = t->cap - 1; i >= 0; i--)
-        if (t->win[i] != DS_KV_NONE) {
-            ds_kvm_page_unref(km, DS_KV_WIN, t->win[i]);
-            t->win[i] = DS_KV_NONE;
-        }
+    for (int i = t->cap - 1; i >= 0; i--) {
+        if (t->win[i] != DS_KV_NONE) ds_kvm_page_unref(km, DS_KV_WIN, t->win[i]);
+        if (t->drf[i] != DS_KV_NONE) ds_kvm_page_unref(km, DS_KV_DRAFT, t->drf[i]);
+        t->win[i] = t->drf[i] = DS_KV_NONE;
+    }
+    t->drf_from = t->drf_to = 0;
     for (int i = t->n_blk - 1; i >= 0; i--) {
         ds_kvm_page_unref(km, DS_KV_CKV, t->blk[i]);
         t->blk[i] = DS_KV_NONE;
@@ -318,7 +331,7 @@ int64_t ds_kvm_lookup_prefix(ds_kvm *km, ds_kv_seqtab *t, const int32_t *tokens,
         int64_t lo = k * km->bs - km->window;
         lo = lo < 0 ? 0 : lo / km->bs;
         bool ok = true;
-        for (int64_t j = lo; j < k && ok; j++) ok = km->pc.e[hits[j]].win != DS_KV_NONE;
+        for (int64_t j = lo; j < k && ok; j++) ok = km->pc.e[hits[j]].tail[DS_PC_WIN] != DS_KV_NONE;
         if (ok) break;
     }
     if (k > 0) {
@@ -331,9 +344,16 @@ int64_t ds_kvm_lookup_prefix(ds_kvm *km, ds_kv_seqtab *t, const int32_t *tokens,
         int64_t lo = k * km->bs - km->window;
         lo = lo < 0 ? 0 : lo / km->bs;
         for (int64_t j = lo; j < k; j++) {
-            uint32_t w = km->pc.e[hits[j]].win;
+            uint32_t w = km->pc.e[hits[j]].tail[DS_PC_WIN];
             page_ref_cached(km, DS_KV_WIN, w);
             t->win[j] = w;
+        }
+        /* draft tails are optional: the run of them that ends at block k-1 (the backend keeps
+         * those its draft window needs and hands the rest back) */
+        for (int64_t j = k - 1; j >= lo && km->pc.e[hits[j]].tail[DS_PC_DRF] != DS_KV_NONE; j--) {
+            uint32_t d = km->pc.e[hits[j]].tail[DS_PC_DRF];
+            page_ref_cached(km, DS_KV_DRAFT, d);
+            t->drf[j] = d;
         }
         t->n_hashed = (int)k;
         memcpy(t->last_hash, hashes[k - 1], DS_PC_HASH_BYTES);
@@ -344,21 +364,24 @@ int64_t ds_kvm_lookup_prefix(ds_kvm *km, ds_kv_seqtab *t, const int32_t *tokens,
 }
 
 void ds_kvm_reset_prefix_cache(ds_kvm *km) {
-    int32_t w;
-    while ((w = ds_pc_wlru_oldest(&km->pc)) >= 0) {
-        ds_pc_wlru_remove(&km->pc, (uint32_t)w);
-        ds_pc_detach_win(&km->pc, (uint32_t)w);
-        free_push(km, DS_KV_WIN, (uint32_t)w);
+    for (int tk = 0; tk < DS_PC_TAIL_KINDS; tk++) {
+        int32_t w;
+        while ((w = ds_pc_tlru_oldest(&km->pc, (ds_pc_tail_kind)tk)) >= 0) {
+            ds_pc_tlru_remove(&km->pc, (ds_pc_tail_kind)tk, (uint32_t)w);
+            ds_pc_detach_tail(&km->pc, (ds_pc_tail_kind)tk, (uint32_t)w);
+            free_push(km, page_kind(tk), (uint32_t)w);
+        }
     }
     int32_t b;
+    uint32_t tails[DS_PC_TAIL_KINDS];
     while ((b = ds_pc_lru_oldest(&km->pc)) >= 0) {
-        ds_pc_remove(&km->pc, (uint32_t)b);
+        ds_pc_remove(&km->pc, (uint32_t)b, tails);
         free_push(km, DS_KV_CKV, (uint32_t)b);
     }
 }
 
 int ds_kvm_audit(const ds_kvm *km, ds_kv_seqtab *const *tabs, int n_tabs, char *msg, size_t len) {
-    static const ds_kv_kind kinds[] = {DS_KV_CKV, DS_KV_WIN, DS_KV_STATE};
+    static const ds_kv_kind kinds[] = {DS_KV_CKV, DS_KV_WIN, DS_KV_DRAFT, DS_KV_STATE};
     for (size_t ki = 0; ki < DS_ARRAY_LEN(kinds); ki++) {
         ds_kv_kind k = kinds[ki];
         uint32_t n = km->plan.n_pages[k];
@@ -368,9 +391,11 @@ int ds_kvm_audit(const ds_kvm *km, ds_kv_seqtab *const *tabs, int n_tabs, char *
             const ds_kv_seqtab *tb = tabs[t];
             if (k == DS_KV_CKV)
                 for (int i = 0; i < tb->n_blk; i++) want[tb->blk[i]]++;
-            if (k == DS_KV_WIN)
-                for (int i = 0; i < tb->cap; i++)
-                    if (tb->win[i] != DS_KV_NONE) want[tb->win[i]]++;
+            if (k == DS_KV_WIN || k == DS_KV_DRAFT)
+                for (int i = 0; i < tb->cap; i++) {
+                    uint32_t pg = k == DS_KV_WIN ? tb->win[i] : tb->drf[i];
+                    if (pg != DS_KV_NONE) want[pg]++;
+                }
             if (k == DS_KV_STATE && tb->state != DS_KV_NONE) want[tb->state]++;
         }
         int rc = 0;
@@ -385,7 +410,7 @@ int ds_kvm_audit(const ds_kvm *km, ds_kv_seqtab *const *tabs, int n_tabs, char *
                 rc = -1;
                 break;
             }
-            bool cached = k == DS_KV_CKV ? km->pc.e[i].valid : k == DS_KV_WIN ? km->pc.win_owner[i] >= 0 : false;
+            bool cached = k == DS_KV_CKV ? km->pc.e[i].valid : tail_kind(k) >= 0 ? km->pc.t[tail_kind(k)].owner[i] >= 0 : false;
             bool expect_free = want[i] == 0 && !cached;
             if (expect_free != (in_free[i] != 0)) {
                 snprintf(msg, len, "kind %d page %u: free-list membership %d, expected %d", k, i, in_free[i], expect_free);

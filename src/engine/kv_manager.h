@@ -6,7 +6,8 @@
  * engine knows about other requests, preemption and the prefix cache.  A request's pages are
  * described by a ds_kv_seqtab that the backend reads: one CKV page per logical block (the IDX
  * page has the same id in its own pool, so the two pools are sized and handed out together),
- * a WIN page for the blocks inside the window (DS_KV_NONE elsewhere) and one STATE page.
+ * a WIN page for the blocks inside the window (DS_KV_NONE elsewhere), the DRAFT pages of the
+ * draft rings while speculating, and one STATE page.
  *
  * Pages are reference counted so cached prefix blocks and window tails can be shared read-only.
  * A page whose count drops to 0 goes to the free list, or, when it is registered in the prefix
@@ -23,6 +24,8 @@
 typedef struct ds_kv_seqtab {
     uint32_t *blk;     /* [cap] CKV (= IDX) page per logical block */
     uint32_t *win;     /* [cap] WIN page per logical block, DS_KV_NONE if not held */
+    uint32_t *drf;     /* [cap] DRAFT page (draft ring rows) per logical block, DS_KV_NONE if not held */
+    int drf_from, drf_to;  /* blocks drf_from..drf_to-1 hold complete draft ring rows (set by the backend) */
     int n_blk;         /* blocks with a CKV page: blocks 0 .. n_blk-1 */
     int cap;
     uint32_t state;    /* STATE page, DS_KV_NONE before admission */

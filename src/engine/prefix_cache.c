@@ -5,11 +5,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-void ds_pc_init(ds_prefix_cache *pc, uint32_t n_blocks, uint32_t n_win, int bs) {
+static void tails_init(ds_pc_tails *t, uint32_t n) {
+    memset(t, 0, sizeof *t);
+    t->n = n;
+    t->owner = ds_xmalloc(sizeof(int32_t) * (n ? n : 1));
+    t->prev = ds_xmalloc(sizeof(int32_t) * (n ? n : 1));
+    t->next = ds_xmalloc(sizeof(int32_t) * (n ? n : 1));
+    t->in_lru = ds_xcalloc(n ? n : 1, 1);
+    for (uint32_t i = 0; i < n; i++) t->owner[i] = -1;
+    t->head = t->tail = -1;
+}
+
+static void tails_free(ds_pc_tails *t) {
+    free(t->owner);
+    free(t->prev);
+    free(t->next);
+    free(t->in_lru);
+}
+
+void ds_pc_init(ds_prefix_cache *pc, uint32_t n_blocks, uint32_t n_win, uint32_t n_drf, int bs) {
     memset(pc, 0, sizeof *pc);
     pc->bs = bs;
     pc->n_blocks = n_blocks;
-    pc->n_win = n_win;
     pc->e = ds_xcalloc(n_blocks ? n_blocks : 1, sizeof *pc->e);
     pc->tokens = ds_xmalloc(sizeof(int32_t) * (size_t)(n_blocks ? n_blocks : 1) * (size_t)bs);
     uint32_t nb = 1024;
@@ -17,26 +34,20 @@ void ds_pc_init(ds_prefix_cache *pc, uint32_t n_blocks, uint32_t n_win, int bs) 
     pc->n_buckets = nb;
     pc->buckets = ds_xmalloc(sizeof(int32_t) * nb);
     for (uint32_t i = 0; i < nb; i++) pc->buckets[i] = -1;
-    pc->win_owner = ds_xmalloc(sizeof(int32_t) * (n_win ? n_win : 1));
-    pc->wprev = ds_xmalloc(sizeof(int32_t) * (n_win ? n_win : 1));
-    pc->wnext = ds_xmalloc(sizeof(int32_t) * (n_win ? n_win : 1));
-    pc->win_in_lru = ds_xcalloc(n_win ? n_win : 1, 1);
-    for (uint32_t i = 0; i < n_win; i++) pc->win_owner[i] = -1;
+    tails_init(&pc->t[DS_PC_WIN], n_win);
+    tails_init(&pc->t[DS_PC_DRF], n_drf);
     for (uint32_t i = 0; i < n_blocks; i++) {
-        pc->e[i].win = DS_KV_NONE;
+        for (int k = 0; k < DS_PC_TAIL_KINDS; k++) pc->e[i].tail[k] = DS_KV_NONE;
         pc->e[i].next = -1;
     }
-    pc->lru_head = pc->lru_tail = pc->wlru_head = pc->wlru_tail = -1;
+    pc->lru_head = pc->lru_tail = -1;
 }
 
 void ds_pc_free(ds_prefix_cache *pc) {
     free(pc->e);
     free(pc->tokens);
     free(pc->buckets);
-    free(pc->win_owner);
-    free(pc->wprev);
-    free(pc->wnext);
-    free(pc->win_in_lru);
+    for (int k = 0; k < DS_PC_TAIL_KINDS; k++) tails_free(&pc->t[k]);
     memset(pc, 0, sizeof *pc);
 }
 
@@ -105,7 +116,7 @@ bool ds_pc_insert(ds_prefix_cache *pc, uint32_t blk, const uint8_t hash[DS_PC_HA
     memcpy(e->hash, hash, DS_PC_HASH_BYTES);
     memcpy(pc->tokens + (size_t)blk * (size_t)pc->bs, tokens, sizeof(int32_t) * (size_t)pc->bs);
     e->depth = depth;
-    e->win = DS_KV_NONE;
+    for (int k = 0; k < DS_PC_TAIL_KINDS; k++) e->tail[k] = DS_KV_NONE;
     e->valid = true;
     e->in_lru = false;
     e->next = pc->buckets[bk];
@@ -114,9 +125,10 @@ bool ds_pc_insert(ds_prefix_cache *pc, uint32_t blk, const uint8_t hash[DS_PC_HA
     return true;
 }
 
-uint32_t ds_pc_remove(ds_prefix_cache *pc, uint32_t blk) {
+void ds_pc_remove(ds_prefix_cache *pc, uint32_t blk, uint32_t tails[DS_PC_TAIL_KINDS]) {
     ds_pc_entry *e = &pc->e[blk];
-    if (!e->valid) return DS_KV_NONE;
+    for (int k = 0; k < DS_PC_TAIL_KINDS; k++) tails[k] = DS_KV_NONE;
+    if (!e->valid) return;
     if (e->in_lru) ds_pc_lru_remove(pc, blk);
     int32_t *link = &pc->buckets[bucket_of(pc, e->hash)];
     while (*link >= 0 && *link != (int32_t)blk) link = &pc->e[*link].next;
@@ -124,22 +136,24 @@ uint32_t ds_pc_remove(ds_prefix_cache *pc, uint32_t blk) {
     e->next = -1;
     e->valid = false;
     pc->n_entries--;
-    uint32_t w = e->win;
-    if (w != DS_KV_NONE) pc->win_owner[w] = -1;
-    e->win = DS_KV_NONE;
-    return w;
+    for (int k = 0; k < DS_PC_TAIL_KINDS; k++) {
+        uint32_t w = e->tail[k];
+        if (w != DS_KV_NONE) pc->t[k].owner[w] = -1;
+        e->tail[k] = DS_KV_NONE;
+        tails[k] = w;
+    }
 }
 
-void ds_pc_attach_win(ds_prefix_cache *pc, uint32_t blk, uint32_t win) {
-    if (!pc->e[blk].valid || pc->e[blk].win != DS_KV_NONE || pc->win_owner[win] >= 0) return;
-    pc->e[blk].win = win;
-    pc->win_owner[win] = (int32_t)blk;
+void ds_pc_attach_tail(ds_prefix_cache *pc, ds_pc_tail_kind k, uint32_t blk, uint32_t page) {
+    if (!pc->e[blk].valid || pc->e[blk].tail[k] != DS_KV_NONE || page >= pc->t[k].n || pc->t[k].owner[page] >= 0) return;
+    pc->e[blk].tail[k] = page;
+    pc->t[k].owner[page] = (int32_t)blk;
 }
 
-void ds_pc_detach_win(ds_prefix_cache *pc, uint32_t win) {
-    int32_t b = pc->win_owner[win];
-    if (b >= 0) pc->e[b].win = DS_KV_NONE;
-    pc->win_owner[win] = -1;
+void ds_pc_detach_tail(ds_prefix_cache *pc, ds_pc_tail_kind k, uint32_t page) {
+    int32_t b = pc->t[k].owner[page];
+    if (b >= 0) pc->e[b].tail[k] = DS_KV_NONE;
+    pc->t[k].owner[page] = -1;
 }
 
 void ds_pc_lru_push(ds_prefix_cache *pc, uint32_t blk) {
@@ -167,25 +181,27 @@ void ds_pc_lru_remove(ds_prefix_cache *pc, uint32_t blk) {
 
 int32_t ds_pc_lru_oldest(const ds_prefix_cache *pc) { return pc->lru_head; }
 
-void ds_pc_wlru_push(ds_prefix_cache *pc, uint32_t w) {
-    if (pc->win_in_lru[w]) return;
-    pc->wprev[w] = pc->wlru_tail;
-    pc->wnext[w] = -1;
-    if (pc->wlru_tail >= 0) pc->wnext[pc->wlru_tail] = (int32_t)w;
-    else pc->wlru_head = (int32_t)w;
-    pc->wlru_tail = (int32_t)w;
-    pc->win_in_lru[w] = 1;
-    pc->n_wlru++;
+void ds_pc_tlru_push(ds_prefix_cache *pc, ds_pc_tail_kind k, uint32_t w) {
+    ds_pc_tails *t = &pc->t[k];
+    if (t->in_lru[w]) return;
+    t->prev[w] = t->tail;
+    t->next[w] = -1;
+    if (t->tail >= 0) t->next[t->tail] = (int32_t)w;
+    else t->head = (int32_t)w;
+    t->tail = (int32_t)w;
+    t->in_lru[w] = 1;
+    t->n_lru++;
 }
 
-void ds_pc_wlru_remove(ds_prefix_cache *pc, uint32_t w) {
-    if (!pc->win_in_lru[w]) return;
-    if (pc->wprev[w] >= 0) pc->wnext[pc->wprev[w]] = pc->wnext[w];
-    else pc->wlru_head = pc->wnext[w];
-    if (pc->wnext[w] >= 0) pc->wprev[pc->wnext[w]] = pc->wprev[w];
-    else pc->wlru_tail = pc->wprev[w];
-    pc->win_in_lru[w] = 0;
-    pc->n_wlru--;
+void ds_pc_tlru_remove(ds_prefix_cache *pc, ds_pc_tail_kind k, uint32_t w) {
+    ds_pc_tails *t = &pc->t[k];
+    if (!t->in_lru[w]) return;
+    if (t->prev[w] >= 0) t->next[t->prev[w]] = t->next[w];
+    else t->head = t->next[w];
+    if (t->next[w] >= 0) t->prev[t->next[w]] = t->prev[w];
+    else t->tail = t->prev[w];
+    t->in_lru[w] = 0;
+    t->n_lru--;
 }
 
-int32_t ds_pc_wlru_oldest(const ds_prefix_cache *pc) { return pc->wlru_head; }
+int32_t ds_pc_tlru_oldest(const ds_prefix_cache *pc, ds_pc_tail_kind k) { return pc->t[k].head; }

@@ -10,14 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int32_t masked_argmax(const float *row, int V, const uint8_t *masked) {
-    int32_t best = -1;
-    for (int v = 0; v < V; v++) {
-        if (masked && masked[v]) continue;
-        if (best < 0 || row[v] > row[best]) best = v;
-    }
-    return best < 0 ? 0 : best;
-}
+/* First-index argmax over the unmasked ids: ds_draft_argmax (vectorized) has exactly the answer of
+ * the scalar "first strictly greater" scan (ties to the lower id, NaN never chosen unless first). */
+static int32_t masked_argmax(const float *row, int V, const uint8_t *masked) { return ds_draft_argmax(row, V, masked, -1); }
 
 int ds_spec_accept_greedy(const float *logits, int V, const uint8_t *masked, const int32_t *drafts, int K, int32_t *bonus) {
     int acc = 0;

@@ -223,12 +223,15 @@ int ds_draft_commit(ds_model *m, ds_seq *s, const ds_bf16 *aux, int64_t p0, int 
         return ds_fail(err, "E_INVALID_ARG", "draft commit: expected positions within the processed length %lld, found %lld..%lld",
                        (long long)s->len, (long long)p0, (long long)(p0 + n - 1));
     const int64_t bs = s->pools->lay.bs, end = p0 + n;
-    const int64_t first = max64(p0, end - m->cfg.window);   /* older rows would be released at once */
+    /* rows from the first kept block on: older ones would be released at once, and whole blocks
+     * let a prefix-cache entry keep the page as a complete draft tail (ds_draft_complete_blocks) */
+    const int64_t first = max64(p0, keep_from(s, end));
     if (alloc_pages(s, keep_from(s, end) / bs, (end + bs - 1) / bs, err) < 0) return -1;
     const int W = ds_draft_aux_width(m);
     write_rows(m, s, aux + (size_t)(first - p0) * W, first, (int)(end - first));
-    /* rows continue the ring when they touch it; a gap restarts it (an adopted prefix has no rings) */
-    if (p0 > s->drf_hi || p0 < s->drf_lo) s->drf_lo = first;
+    /* rows continue the ring when they touch it; a gap (rows older than the window skipped, or a
+     * prefix adopted without rings) restarts it, so [drf_lo, drf_hi) is exactly what was written */
+    if (first > s->drf_hi || p0 < s->drf_lo) s->drf_lo = first;
     s->drf_hi = end;
     const int64_t keep = keep_from(s, end);
     for (int64_t b = 0; b < keep / bs && b < s->blk_cap; b++)
@@ -238,4 +241,36 @@ int ds_draft_commit(ds_model *m, ds_seq *s, const ds_bf16 *aux, int64_t p0, int 
         }
     s->drf_lo = max64(s->drf_lo, keep);
     return 0;
+}
+
+int ds_draft_adopt(ds_seq *s, int64_t b0, int n, const uint32_t *pages, ds_error *err) {
+    const int64_t bs = s->pools->lay.bs, end = (b0 + n) * bs;
+    if (!s->m->draft) return ds_fail(err, "E_INVALID_ARG", "draft adopt: the model has no draft loaded");
+    if (n <= 0 || b0 < 0 || end != s->len || s->drf_hi != 0)
+        return ds_fail(err, "E_KV_PREFIX", "draft adopt: expected blocks ending at the adopted length %lld on a sequence "
+                       "without rings, found blocks %lld..%lld (rings up to %lld)", (long long)s->len, (long long)b0,
+                       (long long)(b0 + n - 1), (long long)s->drf_hi);
+    if (b0 * bs > max64(0, end - s->m->cfg.window))
+        return ds_fail(err, "E_KV_PREFIX", "draft adopt: expected pages from position %lld, found them from %lld",
+                       (long long)max64(0, end - s->m->cfg.window), (long long)(b0 * bs));
+    for (int i = 0; i < n; i++)
+        if (pages[i] >= s->pools->n_pages[DS_KV_DRAFT])
+            return ds_fail(err, "E_KV_PREFIX", "draft adopt: page of block %lld: expected < %u, found %u", (long long)(b0 + i),
+                           s->pools->n_pages[DS_KV_DRAFT], pages[i]);
+    ds_seq_grow_tables(s, b0 + n + 1);
+    for (int i = 0; i < n; i++) s->drf[b0 + i] = pages[i];
+    /* block b0's page is complete from max(b0·bs, (b0+1)·bs − W) (ds_draft_complete_blocks) */
+    s->drf_lo = max64(b0 * bs, (b0 + 1) * bs - s->m->cfg.window);
+    s->drf_hi = end;
+    return 0;
+}
+
+void ds_draft_complete_blocks(const ds_model *m, const ds_seq *s, int *from, int *to) {
+    *from = *to = 0;
+    if (!m->draft || !s->drf || s->drf_hi <= s->drf_lo) return;
+    const int64_t bs = s->pools->lay.bs, W = m->cfg.window;
+    /* smallest b with drf_lo <= b·bs or drf_lo <= (b+1)·bs − W */
+    int64_t b1 = (s->drf_lo + bs - 1) / bs, b2 = (s->drf_lo + W + bs - 1) / bs - 1;
+    *from = (int)(b1 < b2 ? b1 : b2);
+    *to = (int)(s->drf_hi / bs);
 }

@@ -54,8 +54,9 @@ int ds_draft_aux_width(const ds_model *m);
 
 /* Write the draft ring rows of positions p0..p0+n−1 from their aux rows ([n][aux_width] bf16):
  * ring_s[p] = rope_SWA(rmsnorm(bf16(wkv_s·ctx[p]), kv_norm_s), p), ctx = rmsnorm(bf16(main_proj·aux),
- * main_norm).  Positions must continue the rows already written (p0 <= drf_hi); only the last W
- * positions are kept (older DRAFT pages are released).  Allocates DRAFT pages through the sequence's
+ * main_norm).  Positions must continue the rows already written (p0 <= drf_hi); only the blocks
+ * holding the last W positions are kept (older DRAFT pages are released), and their rows are
+ * written whole, so that a full block's page can serve a prefix-cache hit.  Allocates DRAFT pages through the sequence's
  * allocator; returns -1 (E_KV_EXHAUSTED, nothing changed) when none is free. */
 int ds_draft_commit(ds_model *m, ds_seq *s, const ds_bf16 *aux, int64_t p0, int n, ds_error *err);
 
@@ -92,6 +93,16 @@ int ds_draft_propose_many(ds_model *m, int n, const ds_seq *const *seqs, const i
 /* First-index argmax of x[0..V−1] over the ids not masked (masked may be NULL) and not `exclude`
  * (−1: none); NaN is never chosen unless it is the first candidate; 0 when nothing is eligible. */
 int32_t ds_draft_argmax(const float *x, int V, const uint8_t *masked, int32_t exclude);
+
+/* Adopt the DRAFT pages of blocks b0..b0+n-1 that a prefix-cache hit brought (the rings of the
+ * adopted prefix, positions up to s->len = (b0+n)·bs, written by the request that cached them):
+ * the sequence must have just adopted its prefix and hold no ring yet; the pages' references pass
+ * to it.  Returns 0 or -1 (err, nothing adopted). */
+int ds_draft_adopt(ds_seq *s, int64_t b0, int n, const uint32_t *pages, ds_error *err);
+
+/* Blocks [*from, *to) whose DRAFT page holds every ring row a later pass can read from it (rows
+ * from max(b·bs, (b+1)·bs − W) to the block end): those a prefix-cache entry may keep. */
+void ds_draft_complete_blocks(const ds_model *m, const ds_seq *s, int *from, int *to);
 
 /* Forget ring rows at positions >= len (rollback below the committed draft context). */
 void ds_draft_truncate(ds_seq *s, int64_t len);

@@ -32,7 +32,7 @@
 #define DS_CLONES
 #endif
 
-enum { MK_BLOCK = 256, MK_TASK_BLOCKS = 8, AM_LANES = 16 };
+enum { MK_BLOCK = 256, MK_TASK_BLOCKS = 8, AM_LANES = 16, PF_BLOCK = 64 };
 
 void ds_draft_pack_markov(ds_model *m, ds_draft *d) {
     const ds_linear *L = &d->markov_head;
@@ -171,6 +171,20 @@ static float markov_one(const ds_draft *d, const float *e, int32_t v, int V, int
     return acc;
 }
 
+/* Whether any of the nb ids could pass pick_pruned's exact test, or is NaN (the exact test then
+ * decides).  fp32 with a relative slack of 2^-20 on |b| + bound, far above the few fp32 roundings
+ * of b + bound (p >= 0), so no id that passes the float64 test is ever skipped; the scan over V is
+ * branch-free and vectorized, and only the rare blocks with a hit run the exact test. */
+DS_CLONES static int prefilter_hits(const float *b, const float *norm, int nb, float Ef, float thr_f) {
+    int any = 0;
+#pragma omp simd reduction(| : any)
+    for (int i = 0; i < nb; i++) {
+        const float p = norm[i] * Ef, x = b[i];
+        any |= (x + p + (fabsf(x) + p) * 0x1p-20f >= thr_f) | (x != x);
+    }
+    return any;
+}
+
 /* Greedy pick of row b (uncorrected draft logits) without correcting every id: with
  * T = fp32(b[v0] + mk[v0]) at the argmax v0 of b, an id v can only reach T when
  * b[v] + ||W[v]||·||e||·(1 + 1e-3) >= T − |T|·2^-20 − 1e-30 (Cauchy–Schwarz; the factor covers
@@ -188,13 +202,22 @@ static int32_t pick_pruned(const ds_draft *d, const float *b, const float *e, in
     const float T = b[v0] + markov_one(d, e, v0, V, exact);
     if (!isfinite(T)) return -1;
     const double thr = (double)T - fabs((double)T) * 0x1p-20 - 1e-30;
+    /* fp32 bounds no smaller than E and no larger than thr: the prefilter's set contains the exact one */
+    /* (1e-35 below thr: covers the absolute rounding of fp32 sums near the subnormal range) */
+    float Ef = (float)E, thr_f = (float)(thr - 1e-35);
+    if ((double)Ef < E) Ef = nextafterf(Ef, INFINITY);
+    if ((double)thr_f > thr - 1e-35) thr_f = nextafterf(thr_f, -INFINITY);
     int n = 0;
-    for (int v = 0; v < V; v++) {
-        if ((mask && mask[v]) || v == noise) continue;
-        if (isnan(b[v])) return -1;
-        if ((double)b[v] + (double)d->markov_norm[v] * E >= thr) {
-            if (n == max_cand) return -1;
-            cand[n++] = v;
+    for (int v0b = 0; v0b < V; v0b += PF_BLOCK) {
+        const int nb = V - v0b < PF_BLOCK ? V - v0b : PF_BLOCK;
+        if (!prefilter_hits(b + v0b, d->markov_norm + v0b, nb, Ef, thr_f)) continue;
+        for (int v = v0b; v < v0b + nb; v++) {   /* the exact test, ids ascending as before */
+            if ((mask && mask[v]) || v == noise) continue;
+            if (isnan(b[v])) return -1;
+            if ((double)b[v] + (double)d->markov_norm[v] * E >= thr) {
+                if (n == max_cand) return -1;
+                cand[n++] = v;
+            }
         }
     }
     int32_t best = -1;

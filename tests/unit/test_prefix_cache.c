@@ -137,6 +137,67 @@ TEST(kvm_prefix_hit_needs_tail_and_lru_order) {
     ds_kvm_destroy(&km);
 }
 
+/* DRAFT tails (draft ring pages): attached only where the backend marks the block complete, handed
+ * out with a hit as the run ending at the hit's last block, never required for the hit, evicted
+ * from their own LRU (the entry stays, its WIN tail too) and freed with an evicted entry. */
+TEST(kvm_draft_tails_optional_and_evictable) {
+    ds_kv_layout lay;
+    toy_layout(&lay, 16);
+    ds_kv_budget b;
+    ds_error err;
+    CHECK(ds_kv_budget_plan(&b, &lay, 64 * 1024, 16, 5, 2, 1, 256, &err) == 0, "%s", err.msg);
+    CHECK(b.n_pages[DS_KV_DRAFT] == 6, "DRAFT pages %u", b.n_pages[DS_KV_DRAFT]);
+    ds_kvm km;
+    CHECK(ds_kvm_init(&km, &lay, &b, 16, true, false, "fp", &err) == 0, "%s", err.msg);
+    int32_t tok[64];
+    for (int i = 0; i < 64; i++) tok[i] = 7 + i;
+    /* A: 48 positions in 16-position steps; its "model" holds a DRAFT page for blocks 1 and 2, of
+     * which only block 2 is complete at the step that fills it, block 1 was complete too */
+    ds_kv_seqtab a;
+    ds_kvm_seqtab_init(&a);
+    uint32_t d1, d2;
+    for (int64_t p = 0; p < 48; p += 16) {
+        CHECK(ds_kvm_prepare(&km, &a, p, p + 16) == 0);
+        if (p == 16) { CHECK(ds_kvm_page_alloc(&km, DS_KV_DRAFT, &d1) == 0); a.drf[1] = d1; a.drf_from = 1; a.drf_to = 2; }
+        if (p == 32) { CHECK(ds_kvm_page_alloc(&km, DS_KV_DRAFT, &d2) == 0); a.drf[2] = d2; a.drf_from = 2; a.drf_to = 3; }
+        ds_kvm_after_step(&km, &a, tok, p + 16, NULL);
+    }
+    ds_kv_seqtab *tabs[2] = {&a, NULL};
+    char msg[256];
+    CHECK(ds_kvm_audit(&km, tabs, 1, msg, sizeof msg) == 0, "%s", msg);
+    ds_kvm_release(&km, &a);
+    CHECK(ds_kvm_available(&km, DS_KV_DRAFT) == 6 && km.n_free[DS_KV_DRAFT] == 4, "cached DRAFT tails are evictable: %u free",
+          km.n_free[DS_KV_DRAFT]);
+    /* a hit at 48 hands out the run of DRAFT tails ending at block 2 inside the window (block 2
+     * only: block 1 holds no row a pass at position 48 reads), a hit at 32 block 1's */
+    ds_kv_seqtab h;
+    ds_kvm_seqtab_init(&h);
+    CHECK(ds_kvm_lookup_prefix(&km, &h, tok, 50, NULL) == 48);
+    CHECK(h.drf[2] == d2 && h.drf[1] == DS_KV_NONE && h.drf[0] == DS_KV_NONE, "draft tails %u %u %u", h.drf[0], h.drf[1], h.drf[2]);
+    ds_kv_seqtab h2;
+    ds_kvm_seqtab_init(&h2);
+    CHECK(ds_kvm_lookup_prefix(&km, &h2, tok, 40, NULL) == 32 && h2.drf[1] == d1 && h2.drf[0] == DS_KV_NONE, "hit at 32");
+    ds_kvm_release(&km, &h2);
+    ds_kvm_seqtab_free(&h2);
+    tabs[0] = &h;
+    CHECK(ds_kvm_audit(&km, tabs, 1, msg, sizeof msg) == 0, "%s", msg);
+    ds_kvm_release(&km, &h);
+    /* DRAFT pressure evicts the tails (oldest first); the hit stays, now without them */
+    uint32_t pg[6];
+    for (int i = 0; i < 6; i++) CHECK(ds_kvm_page_alloc(&km, DS_KV_DRAFT, &pg[i]) == 0, "DRAFT page %d", i);
+    CHECK(ds_kvm_page_alloc(&km, DS_KV_DRAFT, &pg[0]) == -1, "the pool is exhausted");
+    for (int i = 0; i < 6; i++) ds_kvm_page_unref(&km, DS_KV_DRAFT, pg[i]);
+    CHECK(ds_kvm_lookup_prefix(&km, &h, tok, 50, NULL) == 48 && h.drf[2] == DS_KV_NONE && h.drf[1] == DS_KV_NONE,
+          "a hit without draft tails");
+    ds_kvm_release(&km, &h);
+    /* an evicted entry frees its unreferenced DRAFT tail with it; reset empties everything */
+    ds_kvm_reset_prefix_cache(&km);
+    CHECK(km.n_free[DS_KV_DRAFT] == 6 && km.pc.n_entries == 0 && ds_kvm_audit(&km, tabs, 0, msg, sizeof msg) == 0, "%s", msg);
+    ds_kvm_seqtab_free(&a);
+    ds_kvm_seqtab_free(&h);
+    ds_kvm_destroy(&km);
+}
+
 TEST(kv_budget_capacity_lines) {
     /* the V4.1 example of §4.4: B_kv 64 GiB, bs 128, S 5, 32 requests -> 166,420 blocks */
     ds_kv_layout lay;

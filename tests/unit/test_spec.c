@@ -48,7 +48,7 @@ typedef struct run_out {
     int n[32];
     int32_t ids[32][256];
     float lp[32][256];
-    uint64_t drafts, accepted, guard_global, preemptions;
+    uint64_t drafts, accepted, guard_global, preemptions, prefix_hits;
     int spec_enabled;
 } run_out;
 
@@ -66,6 +66,8 @@ typedef struct run_cfg {
     uint64_t kv_bytes;           /* 0: 64 MiB */
     int max_model_len;           /* 0: 1024 */
     const char *sched;           /* --spec-tokens-per-batch-size or NULL */
+    int shared_prefix;           /* > 0: every prompt starts with the same this many ids */
+    bool no_prefix_cache;        /* --no-enable-prefix-caching */
 } run_cfg;
 
 static void run(ds_model *m, const run_cfg *c, run_out *o) {
@@ -83,6 +85,7 @@ static void run(ds_model *m, const run_cfg *c, run_out *o) {
     ec.spec_tokens = c->spec;
     ec.spec_guard = c->guard;
     ec.fingerprint = "spec-test";
+    ec.prefix_caching = !c->no_prefix_cache;
     if (c->sched) {
         ds_error se = {0};
         CHECK(ds_spec_schedule_parse(&ec, c->sched, &se) == 0, "%s", se.msg);
@@ -97,6 +100,7 @@ static void run(ds_model *m, const run_cfg *c, run_out *o) {
     for (int i = 0; i < c->n_req; i++) {
         int32_t p[256];
         mk_prompt(i, c->prompt_len, c->text, p);
+        if (c->shared_prefix > 0) mk_prompt(0, c->shared_prefix, c->text, p);
         ds_sampling_params sp;
         ds_sampling_defaults(&sp);
         sp.temperature = c->temperature;
@@ -148,6 +152,7 @@ static void run(ds_model *m, const run_cfg *c, run_out *o) {
     o->accepted = atomic_load(&mt.spec_accepted);
     o->guard_global = atomic_load(&mt.spec_guard_global);
     o->preemptions = atomic_load(&mt.preemptions);
+    o->prefix_hits = atomic_load(&mt.prefix_hits);
     ds_engine_destroy(e);
     ds_metrics_destroy(&mt);
     ds_backend_free(be);
@@ -257,6 +262,41 @@ TEST(spec_greedy_identity_trained) {
     int32_t *text = heldout(&n);
     CHECK(d != NULL && text != NULL && n >= 8192, "trained fixture and held-out ids");
     if (d && text) greedy_identity(d, text, "trained");
+    free(text);
+}
+
+/* Speculation after a prefix-cache hit: the hit brings the draft ring rows of the cached blocks
+ * (DRAFT tails), so the adopting request drafts from the same ring as without the cache.  The
+ * reference is the same requests with the cache off: token ids and logprobs bit-identical, and
+ * the same verify steps with the same accepted drafts (a hit without the rings would draft from a
+ * shortened ring for the first window of positions and propose differently).  Prompts of 34 ids
+ * share their first 32 (two blocks of 16; the window is 16); requests run one at a time so every
+ * request after the first adopts the cached prefix. */
+TEST(spec_prefix_hit_keeps_draft_rings) {
+    const char *d = trained_fixture();
+    int64_t n = 0;
+    int32_t *text = heldout(&n);
+    CHECK(d && text, "trained fixture");
+    if (!d || !text) { free(text); return; }
+    ds_model *m = load(d, 2);
+    if (!m) { free(text); return; }
+    static run_out cached, plain;
+    run_cfg c = {.spec = 5, .seqs = 1, .n_req = 6, .prompt_len = 34, .max_tokens = 32, .guard = DS_SPEC_GUARD_ON, .text = text,
+                 .shared_prefix = 32};
+    run(m, &c, &cached);
+    c.no_prefix_cache = true;
+    run(m, &c, &plain);
+    same_outputs(&c, &plain, &cached, "prefix hit vs no prefix cache");
+    printf("  prefix-hit tokens %llu; verify steps %llu vs %llu, accepted %llu vs %llu (cache on vs off)\n",
+           (unsigned long long)cached.prefix_hits, (unsigned long long)cached.drafts, (unsigned long long)plain.drafts,
+           (unsigned long long)cached.accepted, (unsigned long long)plain.accepted);
+    CHECK(cached.prefix_hits == (uint64_t)(c.n_req - 1) * 32 && plain.prefix_hits == 0, "prefix-hit tokens: %llu with the cache, %llu without",
+          (unsigned long long)cached.prefix_hits, (unsigned long long)plain.prefix_hits);
+    CHECK(cached.drafts == plain.drafts && cached.accepted == plain.accepted && plain.accepted > 0,
+          "with an adopted prefix: %llu verify steps, %llu accepted; without the cache: %llu, %llu",
+          (unsigned long long)cached.drafts, (unsigned long long)cached.accepted, (unsigned long long)plain.drafts,
+          (unsigned long long)plain.accepted);
+    ds_model_free(m);
     free(text);
 }
 

@@ -10,7 +10,10 @@
 # 3. Start-up refusals: world size != --tensor-parallel-size; a different checkpoint on one rank;
 #    different flags on one rank (the message names the rank and the field).
 # 4. Failure: rank 1 killed mid-run: every rank exits, mpirun exits non-zero within seconds, no
-#    dsflash process of the job is left.
+#    dsflash process of the job is left.  Rank 1 hung inside a step (DSFLASH_DEBUG_HANG): rank 0's
+#    collective watchdog stops the job within --dist-timeout (+ launcher teardown), naming the cause.
+# 5. serve: R = 2 and 4 (prefix caching on) against one process (off): identical greedy completions
+#    and logprobs, cached prompt tokens counted; a rank killed mid-stream.
 # Env: DSFLASH_BIN, DS_TEST_TMP, BUILD.  Ends with "N passed, N failed".
 set -u
 cd "$(dirname "$0")/../.."
@@ -117,6 +120,21 @@ done
 echo "  rank 1 (pid ${victim:-none}) killed: mpirun rc $rc after ${dt} s, ranks left:${left:- none}"
 if [ -n "$victim" ] && [ "$rc" != 0 ] && [ -z "$left" ]; then ok "a killed rank stops the job: non-zero exit, no rank left"
 else ko "a killed rank: victim=${victim:-none} rc=$rc left=$left"; fi
+
+# ---- 4b. a rank hangs inside a step (alive, not answering): the watchdog of the others stops the job
+t0=$(date +%s.%N)
+timeout 60 $MPIRUN -np 2 -x DSFLASH_DEBUG_HANG=1:40 "$BIN" generate --model "$M" --prompt-ids 1,2,3 --max-tokens 400 \
+    --ignore-eos --threads 1 --tensor-parallel-size 2 --dist-timeout 2 > "$TMP/hang.log" 2>&1
+rc=$?
+dt=$(echo "$(date +%s.%N) - $t0" | bc)
+left=""
+for p in $(pgrep -x dsflash); do grep -qz '^DSFLASH_DEBUG_HANG=1:40$' /proc/$p/environ 2>/dev/null && left="$left $p"; done
+echo "  rank 1 hung at its 40th collective, --dist-timeout 2: mpirun rc $rc after ${dt} s, ranks left:${left:- none}"
+if [ $rc != 0 ] && [ $rc != 124 ] && grep -q 'DSFLASH_DEBUG_HANG: not responding' "$TMP/hang.log" \
+   && grep -q 'E_DIST_TIMEOUT: rank 0: a collective has waited more than 2.0 s' "$TMP/hang.log" && [ -z "$left" ] \
+   && [ "$(echo "$dt < 20" | bc)" = 1 ]; then
+    ok "a hung rank stops the job: rank 0's watchdog names the timeout, non-zero exit in ${dt} s (< 20), no rank left"
+else ko "a hung rank: rc=$rc after ${dt} s, left=${left:-none}: $(grep -E 'E_DIST|HANG' "$TMP/hang.log" | head -3)"; fi
 
 # ---- 5. serve: rank 0 runs HTTP and the scheduler, the other ranks replay its steps
 PORT0=$((18000 + RANDOM % 1000)); PORT2=$((PORT0 + 1)); PORT4=$((PORT0 + 2))

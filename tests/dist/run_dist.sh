@@ -26,6 +26,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
 pass=0; fail=0
 ok() { echo "PASS $*"; pass=$((pass + 1)); }
+SECONDS=0; last_lap=0
+lap() { echo "  [$1: $((SECONDS - last_lap)) s]"; last_lap=$SECONDS; }  # where the suite's time goes
 ko() { echo "FAIL $*"; fail=$((fail + 1)); }
 MPIRUN="mpirun --oversubscribe --bind-to none"
 if ! command -v mpirun >/dev/null; then ko "mpirun is not installed (scripts/install-deps.sh)"; echo "$pass passed, $fail failed"; exit 1; fi
@@ -57,6 +59,7 @@ done
     && grep -q '^generated:' "$TMP/tp1.log" && ok "without mpirun, --tensor-parallel-size 1 runs as one process" \
     || ko "plain --tensor-parallel-size 1: $(tail -2 "$TMP/tp1.log")"
 
+lap "1 bit identity"
 # ---- 2. fast reduce mode
 for R in 4 8; do
     out="$TMP/fastmode_$R.st"
@@ -71,6 +74,7 @@ for R in 4 8; do
     fi
 done
 
+lap "2 fast mode"
 # ---- 3. start-up refusals
 expect_fail() {  # what, message pattern, command...
     local what=$1 pat=$2; shift 2
@@ -90,6 +94,7 @@ expect_fail "a different checkpoint on rank 1 is refused, naming rank and field"
 expect_fail "different flags on rank 1 are refused, naming rank and field" "E_DIST_MISMATCH: rank 1: flags differs from rank 0" \
     $MPIRUN -np 1 "$BIN" generate --model "$M" $A --tensor-parallel-size 2 : -np 1 "$BIN" generate --model "$M" $A --tensor-parallel-size 2 --chunk 2
 
+lap "3 refusals"
 # ---- 4. a rank dies mid-run
 $MPIRUN -np 2 "$BIN" generate --model "$M" --prompt-ids 1,2,3 --max-tokens 4000 --ignore-eos --threads 1 \
     --tensor-parallel-size 2 > "$TMP/kill.log" 2>&1 &
@@ -121,6 +126,7 @@ echo "  rank 1 (pid ${victim:-none}) killed: mpirun rc $rc after ${dt} s, ranks 
 if [ -n "$victim" ] && [ "$rc" != 0 ] && [ -z "$left" ]; then ok "a killed rank stops the job: non-zero exit, no rank left"
 else ko "a killed rank: victim=${victim:-none} rc=$rc left=$left"; fi
 
+lap "4 killed rank"
 # ---- 4b. a rank hangs inside a step (alive, not answering): the watchdog of the others stops the job
 t0=$(date +%s.%N)
 timeout 60 $MPIRUN -np 2 -x DSFLASH_DEBUG_HANG=1:40 "$BIN" generate --model "$M" --prompt-ids 1,2,3 --max-tokens 400 \
@@ -136,6 +142,7 @@ if [ $rc != 0 ] && [ $rc != 124 ] && grep -q 'DSFLASH_DEBUG_HANG: not responding
     ok "a hung rank stops the job: rank 0's watchdog names the timeout, non-zero exit in ${dt} s (< 20), no rank left"
 else ko "a hung rank: rc=$rc after ${dt} s, left=${left:-none}: $(grep -E 'E_DIST|HANG' "$TMP/hang.log" | head -3)"; fi
 
+lap "4b hung rank"
 # ---- 5. serve: rank 0 runs HTTP and the scheduler, the other ranks replay its steps
 PORT0=$((18000 + RANDOM % 1000)); PORT2=$((PORT0 + 1)); PORT4=$((PORT0 + 2))
 # block size 16: a 70-token prompt then spans 4 full blocks that a repeated prompt can hit
@@ -207,5 +214,6 @@ fi
 kill -TERM $s1 $s4 2>/dev/null
 for x in $s1 $s4; do wait $x 2>/dev/null; done
 
+lap "5 serve"
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

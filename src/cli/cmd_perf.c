@@ -352,6 +352,7 @@ static int bench_decode(const bench_opts *o) {
     uint64_t b0 = ds_kernels_weight_bytes_read();
     double *tt = ds_xmalloc(sizeof(double) * (size_t)N);   /* per-token times */
     comm0 = ds_dist_comm_seconds();
+    const uint64_t moved0 = ds_dist_comm_bytes();
     t0 = ds_now();
     for (int i = 0; i < N; i++) {
         int32_t t = next_token(logits, V);
@@ -381,6 +382,8 @@ static int bench_decode(const bench_opts *o) {
                ds_dist_size(), ds_dist_mode() == DS_REDUCE_FAST ? "fast" : "ordered");
         ds_cli_dist_comm_share(stdout, "  prefill", comm_prefill, t_prefill);
         ds_cli_dist_comm_share(stdout, "  decode", comm_decode, t_decode);
+        printf("  decode: %.1f KiB through collectives per token on rank 0 (gathered or reduced result bytes)\n",
+               (double)(ds_dist_comm_bytes() - moved0) / N / 1024.0);
     }
     ds_seq_free(s);
     if (o->spec) rc = ds_bench_spec_decode(m, prompt, P, N, o->spec, 15);

@@ -2,6 +2,8 @@
  *
  *   perf serve --model DIR [--threads N] [--numerics exact|fast|both] [--kernels PATH] [--quick]
  *               [--profile] [--json FILE]      (flags: the table below, base/flags.h rules)
+ *               [--tensor-parallel-size R ...]  (under mpirun -np R: every rank runs the same steps on
+ *               its shard; each level and the prefill report every rank's communication share)
  *
  * Why in process and through ds_batch_step: an HTTP sweep measures the client, the sockets and
  * the scheduler's waits as much as the model, and cannot tell which weight bytes a step read.
@@ -18,6 +20,8 @@
  * sampled before, between and after the sections; the report uses the best sample of each, so a
  * sample taken while another process held a core cannot make the code look better than it is. */
 #include "cli/cmd_bench_serve.h"
+#include "cli/dist_cli.h"
+#include "dist/dist.h"
 #include "kernels/kernels.h"
 #include "kernels/membench.h"
 #include "base/threadpool.h"
@@ -47,10 +51,12 @@ static ds_flag k_flags[] = {
     {.name = "--profile", .type = DS_FLAG_SWITCH,
      .help = "also time each phase of the decode steps (attention, MoE, mHC, head, ...) per level"},
     {.name = "--json", .type = DS_FLAG_STRING, .help = "also write the figures to this file"},
+    DS_DIST_FLAG_ROWS,
 };
 
-/* Returns 0 ok, 1 after --help, 2 on a usage error (message printed). */
-static int parse(int argc, char **argv, bs_opts *o) {
+/* Returns 0 ok, 1 after --help, 2 on a usage error (message printed), 3 when the multi-process
+ * start was refused (*dist_rc: the exit status, reason printed). */
+static int parse(int argc, char **argv, bs_opts *o, int *dist_rc) {
     ds_flagset fs = {.cmd = "dsflash perf serve", .usage = BENCH_SERVE_USAGE, .flags = k_flags,
                      .n = DS_ARRAY_LEN(k_flags)};
     int rc = ds_flags_parse(&fs, argc, argv, 2, stderr);
@@ -78,6 +84,7 @@ static int parse(int argc, char **argv, bs_opts *o) {
     o->context_tokens = o->quick ? 8 : 16;
     o->prompt_tokens = o->quick ? 512 : 2048;
     o->chunk = o->quick ? 128 : 512;
+    if ((*dist_rc = ds_cli_dist_begin(&fs, "dsflash perf serve", o->model, argc, argv))) return 3;
     return 0;
 }
 
@@ -125,23 +132,28 @@ static int run_level(bs_run *r, ds_seq **seqs, float **logits, int conc, int ste
     const int32_t *tp[32];
     int rows[32], nl[32];
     double *t = ds_xmalloc(sizeof(double) * (size_t)steps);
-    double bytes = 0;
+    double bytes = 0, comm = 0;
     for (int i = 0; i < conc; i++) { tp[i] = &tok[i]; rows[i] = 1; nl[i] = 1; }
     for (int s = -1; s < steps; s++) {
         for (int i = 0; i < conc; i++) tok[i] = ds_argmax(logits[i], r->vocab);
+        ds_dist_bcast(tok, sizeof(int32_t) * (size_t)conc, 0);   /* mpirun: every rank feeds rank 0's picks */
         uint64_t b0 = ds_kernels_weight_bytes_read();
         ds_prof_take(ph);   /* discards what came before: the profile brackets the step */
-        double t0 = ds_now();
+        double c0 = ds_dist_comm_seconds(), t0 = ds_now();
         if (ds_batch_step(r->m, conc, seqs, tp, rows, logits, nl, r->err, sizeof r->err)) { free(t); return -1; }
         double dt = ds_now() - t0;
         ds_prof_take(ph);
         if (s < 0) continue;
+        comm += ds_dist_comm_seconds() - c0;
         for (int p = 0; p < DS_PH_COUNT; p++) ph_sum[p] += ph[p];
         t[s] = dt;
         bytes += (double)(ds_kernels_weight_bytes_read() - b0);
     }
     double sum = 0;
     for (int s = 0; s < steps; s++) sum += t[s];
+    char what[64];
+    snprintf(what, sizeof what, "  concurrency %2d decode steps", conc);
+    ds_cli_dist_comm_share(stderr, what, comm, sum);
     qsort(t, (size_t)steps, sizeof(double), cmp_double);
     *out = (bs_level){.conc = conc, .steps = steps, .t_mean = sum / steps, .bytes_step = bytes / steps,
                       .t_median = steps % 2 ? t[steps / 2] : 0.5 * (t[steps / 2 - 1] + t[steps / 2])};
@@ -190,7 +202,7 @@ static int ttft(bs_run *r, const bs_opts *o, bs_tier *t) {
     fprintf(stderr, "  prefilling a %d-token prompt in %d-token chunks\n", P, C);
     uint64_t mac0 = ds_kernels_macs();
     double ph[DS_PH_COUNT];
-    double t0 = ds_now();
+    double t0 = ds_now(), c0 = ds_dist_comm_seconds();
     for (int p = 0; p < P && !rc; p += C) {
         int n = DS_MIN(C, P - p), last = p + n == P;
         ds_prof_take(ph);   /* discards what came before: the profile brackets the chunk */
@@ -207,6 +219,7 @@ static int ttft(bs_run *r, const bs_opts *o, bs_tier *t) {
         t->chunk = C;
         fprintf(stderr, "  TTFT %.2f s\n", t->ttft_s);
     }
+    if (!rc) ds_cli_dist_comm_share(stderr, "  prefill (TTFT)", ds_dist_comm_seconds() - c0, t->ttft_s);
     ds_seq_free(s);
     free(prompt);
     free(logits);
@@ -239,6 +252,7 @@ static int run_tier(const bs_opts *o, const char *numerics, bs_limits *lim, bs_t
     r.m = ds_model_load(o->model, &lo, r.err, sizeof r.err);
     if (!r.m) { fprintf(stderr, "dsflash perf serve: %s\n", r.err); return 3; }
     t->load_s = ds_now() - t0;
+    ds_cli_dist_loaded();
     r.vocab = ds_model_vocab_size(r.m);
     if (!lim->samples) sample_limits(lim, o->quick);   /* first sample once the checkpoint loaded */
     int rc = warm_up(&r);
@@ -261,22 +275,27 @@ static int json_writable(const char *path) {
     return 0;
 }
 
-int cmd_bench_serve(int argc, char **argv) {
-    bs_opts o;
-    int prc = parse(argc, argv, &o);
-    if (prc) return prc == 1 ? 0 : 2;
+static int run_all(bs_opts *o) {
     ds_error err;
-    if (ds_kernels_select(o.kernels, &err)) { fprintf(stderr, "dsflash perf serve: %s\n", err.msg); return 2; }
-    ds_pool_init(o.threads);
-    ds_prof_enable(o.profile);
-    if (o.json && !json_writable(o.json)) return 3;
+    if (ds_kernels_select(o->kernels, &err)) { fprintf(stderr, "dsflash perf serve: %s\n", err.msg); return 2; }
+    ds_pool_init(o->threads);
+    ds_prof_enable(o->profile);
+    if (ds_dist_rank() > 0) o->json = NULL;   /* rank 0 reports */
+    if (o->json && !json_writable(o->json)) return 3;
     bs_limits lim = {0};
     bs_tier tiers[BS_MAX_TIERS];
-    for (int i = 0; i < o.n_tiers; i++) {
-        int rc = run_tier(&o, o.tiers[i], &lim, &tiers[i]);
+    for (int i = 0; i < o->n_tiers; i++) {
+        int rc = run_tier(o, o->tiers[i], &lim, &tiers[i]);
         if (rc) return rc;
     }
-    int over = bs_report(&o, &lim, tiers, o.n_tiers, ds_kernels_active());
+    int over = bs_report(o, &lim, tiers, o->n_tiers, ds_kernels_active());
     if (over < 0) return 3;
     return 0;
+}
+
+int cmd_bench_serve(int argc, char **argv) {
+    bs_opts o;
+    int dist_rc = 0, prc = parse(argc, argv, &o, &dist_rc);
+    if (prc) return prc == 3 ? dist_rc : prc == 1 ? 0 : 2;
+    return ds_cli_dist_end(run_all(&o));
 }

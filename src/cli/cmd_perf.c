@@ -2,6 +2,8 @@
  *
  *   perf kernels [--threads N] [--kernels PATH] [--quick]
  *   perf decode --model DIR [--threads N] [--kernels PATH] [--numerics exact|fast] [--prompt-tokens N] [--tokens N]
+ *               [--tensor-parallel-size R ...]   (under mpirun -np R: every rank runs the same loop on its
+ *               shard, and each rank's share of time spent in collectives is reported)
  *   perf serve --model DIR ...   (continuous batching, TTFT, prefill: cmd_bench_serve.c)
  *
  * (These were `dsflash bench kernels|decode|serve`; `bench` is now the HTTP concurrency client of
@@ -17,6 +19,8 @@
 #include "cli/commands.h"
 #include "cli/cmd_bench_serve.h"
 #include "cli/cmd_bench_spec.h"
+#include "cli/dist_cli.h"
+#include "dist/dist.h"
 #include "kernels/kernels.h"
 #include "kernels/membench.h"
 #include "base/flags.h"
@@ -29,6 +33,7 @@
 typedef struct {
     const char *model, *kernels, *numerics;
     int threads, prompt_tokens, tokens, quick, spec;
+    int dist_rc;   /* exit status of a refused multi-process start (parse returned 3) */
 } bench_opts;
 
 /* One table per mode (base/flags.h); a new flag is a new row. */
@@ -47,17 +52,21 @@ static ds_flag k_decode_flags[] = {
     {.name = "--tokens", .type = DS_FLAG_INT, .def = "32", .lo = 1, .hi = 100000},
     {.name = "--num-speculative-tokens", .type = DS_FLAG_INT, .def = "0", .lo = 0, .hi = 8,
      .help = "K > 0: also decode with the DSpark draft (required) and print A, per-position acceptance, spec on/off tok/s"},
+    DS_DIST_FLAG_ROWS,
 };
 
 static void usage(FILE *f) {
     fprintf(f, "usage: dsflash perf kernels [--threads N] [--kernels auto|avx512-vnni|avx2|reference] [--quick]\n"
                "       dsflash perf decode --model DIR [--threads N] [--kernels PATH] [--numerics exact|fast]\n"
                "                           [--prompt-tokens N] [--tokens N] [--num-speculative-tokens K]\n"
+               "                           [--tensor-parallel-size R --expert-parallel auto|on|off --reduce-mode ordered|fast\n"
+               "                            --dist-timeout S]   (R > 1: under mpirun -np R)\n"
                "       dsflash perf serve --model DIR [--threads N] [--numerics exact|fast|both] [--quick] [--json FILE]\n"
                "`dsflash perf MODE --help` lists a mode's flags.\n");
 }
 
-/* Parse a mode's flags into bench_opts; 0 ok, 1 --help, 2 usage error. */
+/* Parse a mode's flags into bench_opts; 0 ok, 1 --help, 2 usage error, 3 the multi-process start
+ * refused (o->dist_rc: the exit status, reason printed). */
 static int parse(int argc, char **argv, int decode, bench_opts *o) {
     ds_flagset fs = {.cmd = decode ? "dsflash perf decode" : "dsflash perf kernels",
                      .usage = decode ? "usage: dsflash perf decode --model DIR [flags]" : "usage: dsflash perf kernels [flags]",
@@ -76,6 +85,10 @@ static int parse(int argc, char **argv, int decode, bench_opts *o) {
     o->tokens = (int)ds_flag_int(&fs, "--tokens");
     o->spec = (int)ds_flag_int(&fs, "--num-speculative-tokens");
     if (!o->model) return ds_flags_fail(&fs, "--model", "required (the checkpoint directory to time)");
+    if (o->spec && ds_flag_int(&fs, "--tensor-parallel-size") > 1)
+        return ds_flags_fail(&fs, "--num-speculative-tokens", "expected 0 with --tensor-parallel-size > 1, found %d "
+                             "(speculation is measured in one process)", o->spec);
+    if ((o->dist_rc = ds_cli_dist_begin(&fs, "dsflash perf decode", o->model, argc, argv))) return 3;
     return 0;
 }
 
@@ -296,6 +309,13 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* Greedy next token; under mpirun rank 0's choice is broadcast so every rank feeds the same one. */
+static int32_t next_token(const float *logits, int V) {
+    int32_t t = argmax(logits, V);
+    ds_dist_bcast(&t, sizeof t, 0);
+    return t;
+}
+
 static int bench_decode(const bench_opts *o) {
     limits lim;
     ds_load_options lo = {.kernels = o->kernels, .threads = o->threads, .numerics = o->numerics, .draft = o->spec ? 2 : 0};
@@ -304,6 +324,7 @@ static int bench_decode(const bench_opts *o) {
     ds_model *m = ds_model_load(o->model, &lo, errbuf, sizeof errbuf);
     if (!m) { fprintf(stderr, "dsflash perf decode: %s\n", errbuf); return 3; }
     double t_load = ds_now() - t0;
+    ds_cli_dist_loaded();
     measure_limits(&lim, 0);
     int V = ds_model_vocab_size(m), P = o->prompt_tokens, N = o->tokens;
     int32_t *prompt = ds_xmalloc(sizeof(int32_t) * (size_t)P);
@@ -314,7 +335,7 @@ static int bench_decode(const bench_opts *o) {
     ds_seq *w = ds_seq_new(m);
     if (ds_seq_step(m, w, prompt, P, logits, 1, errbuf, sizeof errbuf)) goto step_fail;
     for (int i = 0; i < 2; i++) {
-        int32_t t = argmax(logits, V);
+        int32_t t = next_token(logits, V);
         if (ds_seq_step(m, w, &t, 1, logits, 1, errbuf, sizeof errbuf)) goto step_fail;
     }
     ds_seq_free(w);
@@ -323,20 +344,23 @@ static int bench_decode(const bench_opts *o) {
            (double)ds_kernels_packed_bytes() / 1048576.0);
     ds_seq *s = ds_seq_new(m);
     uint64_t mac0 = ds_kernels_macs();
+    double comm0 = ds_dist_comm_seconds();
     t0 = ds_now();
     if (ds_seq_step(m, s, prompt, P, logits, 1, errbuf, sizeof errbuf)) goto step_fail;
-    double t_prefill = ds_now() - t0;
+    double t_prefill = ds_now() - t0, comm_prefill = ds_dist_comm_seconds() - comm0;
     double prefill_gops = 2.0 * (double)(ds_kernels_macs() - mac0) / t_prefill / 1e9;
     uint64_t b0 = ds_kernels_weight_bytes_read();
     double *tt = ds_xmalloc(sizeof(double) * (size_t)N);   /* per-token times */
+    comm0 = ds_dist_comm_seconds();
+    const uint64_t moved0 = ds_dist_comm_bytes();
     t0 = ds_now();
     for (int i = 0; i < N; i++) {
-        int32_t t = argmax(logits, V);
+        int32_t t = next_token(logits, V);
         double ti = ds_now();
         if (ds_seq_step(m, s, &t, 1, logits, 1, errbuf, sizeof errbuf)) { free(tt); goto step_fail; }
         tt[i] = ds_now() - ti;
     }
-    double t_decode = ds_now() - t0;
+    double t_decode = ds_now() - t0, comm_decode = ds_dist_comm_seconds() - comm0;
     /* the median token says what the code does when the host lets it run; the mean includes
      * every moment another process held a core */
     qsort(tt, (size_t)N, sizeof(double), cmp_double);
@@ -353,6 +377,14 @@ static int bench_decode(const bench_opts *o) {
     printf("| decode vs roofline | %.0f%% |\n", 100.0 * tok_s / roof);
     printf("| median token | %.1f ms = %.2f tok/s = %.0f%% of roofline |\n", 1e3 * t_med, 1.0 / t_med,
            100.0 / t_med / roof);
+    if (ds_dist_active()) {
+        printf("\ncommunication share (time inside collectives / section time), %d ranks, reduce mode %s:\n",
+               ds_dist_size(), ds_dist_mode() == DS_REDUCE_FAST ? "fast" : "ordered");
+        ds_cli_dist_comm_share(stdout, "  prefill", comm_prefill, t_prefill);
+        ds_cli_dist_comm_share(stdout, "  decode", comm_decode, t_decode);
+        printf("  decode: %.1f KiB through collectives per token on rank 0 (gathered or reduced result bytes)\n",
+               (double)(ds_dist_comm_bytes() - moved0) / N / 1024.0);
+    }
     ds_seq_free(s);
     if (o->spec) rc = ds_bench_spec_decode(m, prompt, P, N, o->spec, 15);
     goto done;
@@ -370,11 +402,14 @@ done:
 static int run_mode(int argc, char **argv, int decode) {
     bench_opts o;
     int rc = parse(argc, argv, decode, &o);
-    if (rc) return rc == 1 ? 0 : 2;
+    if (rc) return rc == 3 ? o.dist_rc : rc == 1 ? 0 : 2;
     ds_error err;
-    if (ds_kernels_select(o.kernels, &err)) { fprintf(stderr, "dsflash perf: %s\n", err.msg); return 2; }
+    if (ds_kernels_select(o.kernels, &err)) {
+        fprintf(stderr, "dsflash perf: %s\n", err.msg);
+        return decode ? ds_cli_dist_end(2) : 2;
+    }
     ds_pool_init(o.threads);
-    return decode ? bench_decode(&o) : bench_kernels(&o);
+    return decode ? ds_cli_dist_end(bench_decode(&o)) : bench_kernels(&o);
 }
 static int mode_kernels(int argc, char **argv) { return run_mode(argc, argv, 0); }
 static int mode_decode(int argc, char **argv) { return run_mode(argc, argv, 1); }

@@ -608,12 +608,6 @@ int cmd_serve(int argc, char **argv) {
         free(s.names_buf);
         return ds_cli_dist_end(2);
     }
-    if (ds_dist_size() > 1 && s.prefix) {
-        /* a cached prefix would have to be found alike on every rank (docs/DECISIONS.md) */
-        fprintf(stderr, "[serve] prefix caching: OFF with --tensor-parallel-size %d (not yet mirrored across ranks)\n",
-                ds_dist_size());
-        s.prefix = false;
-    }
     if (ds_dist_rank() > 0) {
         int wrc = serve_worker(md);
         free(s.names_buf);

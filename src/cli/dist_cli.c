@@ -55,6 +55,28 @@ void ds_cli_dist_loaded(void) {
     ds_dist_watchdog_start(g_timeout);
 }
 
+double ds_cli_dist_comm_share(FILE *out, const char *what, double comm_s, double section_s) {
+    if (!ds_dist_active()) return 0.0;
+    const int R = ds_dist_size();
+    double *all = ds_xcalloc((size_t)R * 2, sizeof(double));
+    int *bounds = ds_xmalloc(sizeof(int) * (size_t)(R + 1));
+    for (int r = 0; r <= R; r++) bounds[r] = r;
+    all[2 * ds_dist_rank()] = comm_s;
+    all[2 * ds_dist_rank() + 1] = section_s;
+    ds_dist_gather_rows(all, bounds, 2 * sizeof(double));
+    double worst = 0.0;
+    for (int r = 0; r < R; r++) {
+        double pct = all[2 * r + 1] > 0 ? 100.0 * all[2 * r] / all[2 * r + 1] : 0.0;
+        if (pct > worst) worst = pct;
+        if (ds_dist_rank() == 0)
+            fprintf(out, "%s: rank %d/%d: collectives %.3f s of %.3f s = %.1f%% communication\n", what, r, R, all[2 * r],
+                    all[2 * r + 1], pct);
+    }
+    free(all);
+    free(bounds);
+    return worst;
+}
+
 int ds_cli_dist_end(int rc) {
     /* a failing rank takes the job down (MPI_Finalize would wait for peers that may never come) */
     if (rc && ds_dist_active()) ds_dist_abort(rc);

@@ -2,6 +2,7 @@
 #ifndef DS_CLI_DIST_CLI_H
 #define DS_CLI_DIST_CLI_H
 #include "base/flags.h"
+#include <stdio.h>
 
 #define DS_DIST_FLAG_ROWS                                                                                        \
     {.name = "--tensor-parallel-size", .type = DS_FLAG_INT, .def = "1", .lo = 1, .hi = 8,                        \
@@ -19,6 +20,11 @@
 int ds_cli_dist_begin(const ds_flagset *fs, const char *cmd, const char *model_dir, int argc, char **argv);
 /* After the load: each rank's resident bytes (rank 0 prints them) and the collective watchdog. */
 void ds_cli_dist_loaded(void);
+/* The communication share of a measured section, per rank: every rank passes its seconds inside
+ * collectives and the section's seconds; rank 0 prints one line per rank to `out` (prefixed by
+ * `what`) and returns the largest share in percent (every rank calls it; no-op for one rank,
+ * returns 0). */
+double ds_cli_dist_comm_share(FILE *out, const char *what, double comm_s, double section_s);
 /* At exit: MPI_Finalize; returns rc. */
 int ds_cli_dist_end(int rc);
 #endif

@@ -5,7 +5,8 @@
  * would depend on R.  Every collective is timed (the communication share of a step) and marks the
  * time it started, which the watchdog (shard.c) reads to turn a hung peer into a bounded failure.
  * MPI is initialized only under mpirun (OMPI_COMM_WORLD_SIZE set) so that every other use of the
- * binary stays a plain process. */
+ * binary stays a plain process.  DSFLASH_DEBUG_HANG=R:N (fault injection for tests/dist) makes rank R
+ * stop responding before its N-th collective, as a rank stuck in a step would. */
 #include "dist/dist.h"
 #include <mpi.h>
 #include <signal.h>
@@ -24,6 +25,19 @@ static _Atomic double g_coll_since;
 static void *g_pack, *g_recv;
 static size_t g_pack_cap, g_recv_cap;
 static int *g_counts, *g_displs;
+/* DSFLASH_DEBUG_HANG=R:N (tests only): rank R stops responding before its N-th collective */
+static int g_hang_rank = -1;
+static long g_hang_at, g_coll_count;
+
+static void read_debug_hang(void) {
+    const char *v = getenv("DSFLASH_DEBUG_HANG");
+    int r = -1;
+    long n = 0;
+    if (v && sscanf(v, "%d:%ld", &r, &n) == 2 && r >= 0 && n > 0) {
+        g_hang_rank = r;
+        g_hang_at = n;
+    }
+}
 
 int ds_dist_init(int force, ds_error *err) {
     if (g_init) return 0;
@@ -39,6 +53,7 @@ int ds_dist_init(int force, ds_error *err) {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    read_debug_hang();
     g_counts = ds_xcalloc((size_t)g_size, sizeof(int));
     g_displs = ds_xcalloc((size_t)g_size, sizeof(int));
     g_init = 1;
@@ -87,6 +102,12 @@ void ds_dist_abort(int code) {
 /* ---- timing and failure of one collective ---- */
 
 static double coll_begin(void) {
+    if (g_rank == g_hang_rank && ++g_coll_count == g_hang_at) {
+        /* a rank stuck in its own work (not in a collective: its watchdog stays quiet): the peers'
+         * watchdogs must stop the job */
+        fprintf(stderr, "dsflash: rank %d: DSFLASH_DEBUG_HANG: not responding from collective %ld on\n", g_rank, g_hang_at);
+        for (;;) pause();
+    }
     double t = ds_now();
     atomic_store(&g_coll_since, t);
     return t;

@@ -103,6 +103,7 @@ void ds_kvm_destroy(ds_kvm *km) {
         free(km->freel[k]);
     }
     ds_pc_free(&km->pc);
+    ds_kv_dict_free(&km->dict);
     ds_kv_pools_destroy(&km->pools);
     memset(km, 0, sizeof *km);
 }
@@ -154,8 +155,34 @@ void ds_kvm_seqtab_reserve(ds_kv_seqtab *t, int n) {
 
 static void free_push(ds_kvm *km, ds_kv_kind k, uint32_t id) { km->freel[k][km->n_free[k]++] = id; }
 
+void ds_kv_dict_push(ds_kv_dict *d, ds_kv_kind k, uint32_t id) {
+    if (d->n[k] == d->cap[k]) {
+        d->cap[k] = d->cap[k] ? 2 * d->cap[k] : 64;
+        d->ids[k] = ds_xrealloc(d->ids[k], sizeof(uint32_t) * d->cap[k]);
+    }
+    d->ids[k][d->n[k]++] = id;
+}
+
+void ds_kv_dict_clear(ds_kv_dict *d) {
+    for (int k = 0; k < DS_KV_KINDS; k++) d->n[k] = d->at[k] = 0;
+}
+
+void ds_kv_dict_free(ds_kv_dict *d) {
+    for (int k = 0; k < DS_KV_KINDS; k++) free(d->ids[k]);
+    memset(d, 0, sizeof *d);
+}
+
+int ds_kvm_dict_take(ds_kvm *km, ds_kv_kind k, uint32_t *out) {
+    ds_kv_dict *d = &km->dict;
+    if (d->at[k] >= d->n[k] || d->ids[k][d->at[k]] >= km->plan.n_pages[k]) return -1;
+    *out = d->ids[k][d->at[k]++];
+    return 0;
+}
+
 int ds_kvm_page_alloc(ds_kvm *km, ds_kv_kind k, uint32_t *out) {
     uint32_t id;
+    /* the draft is replicated and runs on rank 0 only: its pages are never dictated */
+    if ((km->dict_on || km->mirror) && k != DS_KV_DRAFT) return ds_kvm_dict_take(km, k, out);
     if (km->n_free[k]) {
         id = km->freel[k][--km->n_free[k]];
     } else if (k == DS_KV_CKV) {
@@ -186,6 +213,7 @@ int ds_kvm_page_alloc(ds_kvm *km, ds_kv_kind k, uint32_t *out) {
 }
 
 void ds_kvm_page_unref(ds_kvm *km, ds_kv_kind k, uint32_t id) {
+    if (km->mirror && k != DS_KV_DRAFT) return;   /* rank 0 counts the references of this page */
     if (--km->ref[k][id]) return;
     if (k == DS_KV_CKV) {
         km->blocks_used--;

@@ -55,6 +55,15 @@ int ds_kv_budget_plan(ds_kv_budget *b, const ds_kv_layout *lay, uint64_t budget_
 /* "KV cache size: N tokens" and the detail line (no trailing newlines). */
 void ds_kv_budget_lines(const ds_kv_budget *b, char *line1, size_t n1, char *line2, size_t n2);
 
+typedef struct ds_kv_dict {
+    uint32_t *ids[DS_KV_KINDS];
+    uint32_t n[DS_KV_KINDS], at[DS_KV_KINDS], cap[DS_KV_KINDS];
+} ds_kv_dict;
+/* Append one id of `kind` to a dictation (grown as needed). */
+void ds_kv_dict_push(ds_kv_dict *d, ds_kv_kind kind, uint32_t id);
+void ds_kv_dict_clear(ds_kv_dict *d);   /* empties it, keeps the storage */
+void ds_kv_dict_free(ds_kv_dict *d);
+
 typedef struct ds_kvm {
     ds_kv_pools pools;
     ds_kv_budget plan;
@@ -68,7 +77,15 @@ typedef struct ds_kvm {
     uint32_t n_free[DS_KV_KINDS];
     ds_prefix_cache pc;
     uint64_t blocks_used;             /* CKV blocks with refcount > 0 */
+    /* Multi-process runs (engine/backend_dist.c): while `dict_on`, CKV/WIN/STATE pages come from
+     * `dict` (ids rank 0 chose for this step, in allocation order); a `mirror` table (ranks > 0)
+     * counts no references: which page holds what is decided by rank 0 alone. */
+    bool dict_on, mirror;
+    ds_kv_dict dict;
 } ds_kvm;
+
+/* Dictated page ids of one step: per kind (DRAFT unused), ids[k][0..n[k]) taken in order from at[k]. */
+int ds_kvm_dict_take(ds_kvm *km, ds_kv_kind kind, uint32_t *page);
 
 int ds_kvm_init(ds_kvm *km, const ds_kv_layout *lay, const ds_kv_budget *plan, int window, bool prefix_caching,
                 bool high_first, const char *fingerprint, ds_error *err);

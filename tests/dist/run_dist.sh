@@ -10,7 +10,10 @@
 # 3. Start-up refusals: world size != --tensor-parallel-size; a different checkpoint on one rank;
 #    different flags on one rank (the message names the rank and the field).
 # 4. Failure: rank 1 killed mid-run: every rank exits, mpirun exits non-zero within seconds, no
-#    dsflash process of the job is left.
+#    dsflash process of the job is left.  Rank 1 hung inside a step (DSFLASH_DEBUG_HANG): rank 0's
+#    collective watchdog stops the job within --dist-timeout (+ launcher teardown), naming the cause.
+# 5. serve: R = 2 and 4 (prefix caching on) against one process (off): identical greedy completions
+#    and logprobs, cached prompt tokens counted; a rank killed mid-stream.
 # Env: DSFLASH_BIN, DS_TEST_TMP, BUILD.  Ends with "N passed, N failed".
 set -u
 cd "$(dirname "$0")/../.."
@@ -23,6 +26,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
 pass=0; fail=0
 ok() { echo "PASS $*"; pass=$((pass + 1)); }
+SECONDS=0; last_lap=0
+lap() { echo "  [$1: $((SECONDS - last_lap)) s]"; last_lap=$SECONDS; }  # where the suite's time goes
 ko() { echo "FAIL $*"; fail=$((fail + 1)); }
 MPIRUN="mpirun --oversubscribe --bind-to none"
 if ! command -v mpirun >/dev/null; then ko "mpirun is not installed (scripts/install-deps.sh)"; echo "$pass passed, $fail failed"; exit 1; fi
@@ -54,6 +59,7 @@ done
     && grep -q '^generated:' "$TMP/tp1.log" && ok "without mpirun, --tensor-parallel-size 1 runs as one process" \
     || ko "plain --tensor-parallel-size 1: $(tail -2 "$TMP/tp1.log")"
 
+lap "1 bit identity"
 # ---- 2. fast reduce mode
 for R in 4 8; do
     out="$TMP/fastmode_$R.st"
@@ -68,6 +74,7 @@ for R in 4 8; do
     fi
 done
 
+lap "2 fast mode"
 # ---- 3. start-up refusals
 expect_fail() {  # what, message pattern, command...
     local what=$1 pat=$2; shift 2
@@ -87,6 +94,7 @@ expect_fail "a different checkpoint on rank 1 is refused, naming rank and field"
 expect_fail "different flags on rank 1 are refused, naming rank and field" "E_DIST_MISMATCH: rank 1: flags differs from rank 0" \
     $MPIRUN -np 1 "$BIN" generate --model "$M" $A --tensor-parallel-size 2 : -np 1 "$BIN" generate --model "$M" $A --tensor-parallel-size 2 --chunk 2
 
+lap "3 refusals"
 # ---- 4. a rank dies mid-run
 $MPIRUN -np 2 "$BIN" generate --model "$M" --prompt-ids 1,2,3 --max-tokens 4000 --ignore-eos --threads 1 \
     --tensor-parallel-size 2 > "$TMP/kill.log" 2>&1 &
@@ -118,39 +126,68 @@ echo "  rank 1 (pid ${victim:-none}) killed: mpirun rc $rc after ${dt} s, ranks 
 if [ -n "$victim" ] && [ "$rc" != 0 ] && [ -z "$left" ]; then ok "a killed rank stops the job: non-zero exit, no rank left"
 else ko "a killed rank: victim=${victim:-none} rc=$rc left=$left"; fi
 
+lap "4 killed rank"
+# ---- 4b. a rank hangs inside a step (alive, not answering): the watchdog of the others stops the job
+t0=$(date +%s.%N)
+timeout 60 $MPIRUN -np 2 -x DSFLASH_DEBUG_HANG=1:40 "$BIN" generate --model "$M" --prompt-ids 1,2,3 --max-tokens 400 \
+    --ignore-eos --threads 1 --tensor-parallel-size 2 --dist-timeout 2 > "$TMP/hang.log" 2>&1
+rc=$?
+dt=$(echo "$(date +%s.%N) - $t0" | bc)
+left=""
+for p in $(pgrep -x dsflash); do grep -qz '^DSFLASH_DEBUG_HANG=1:40$' /proc/$p/environ 2>/dev/null && left="$left $p"; done
+echo "  rank 1 hung at its 40th collective, --dist-timeout 2: mpirun rc $rc after ${dt} s, ranks left:${left:- none}"
+if [ $rc != 0 ] && [ $rc != 124 ] && grep -q 'DSFLASH_DEBUG_HANG: not responding' "$TMP/hang.log" \
+   && grep -q 'E_DIST_TIMEOUT: rank 0: a collective has waited more than 2.0 s' "$TMP/hang.log" && [ -z "$left" ] \
+   && [ "$(echo "$dt < 20" | bc)" = 1 ]; then
+    ok "a hung rank stops the job: rank 0's watchdog names the timeout, non-zero exit in ${dt} s (< 20), no rank left"
+else ko "a hung rank: rc=$rc after ${dt} s, left=${left:-none}: $(grep -E 'E_DIST|HANG' "$TMP/hang.log" | head -3)"; fi
+
+lap "4b hung rank"
 # ---- 5. serve: rank 0 runs HTTP and the scheduler, the other ranks replay its steps
 PORT0=$((18000 + RANDOM % 1000)); PORT2=$((PORT0 + 1)); PORT4=$((PORT0 + 2))
-SARGS="--model $M --threads 1 --kv-cache-memory 64MiB --self-check quick --no-enable-prefix-caching"
+# block size 16: a 70-token prompt then spans 4 full blocks that a repeated prompt can hit
+SARGS="--model $M --threads 1 --kv-cache-memory 64MiB --self-check quick --block-size 16"
 wait_ready() {  # log pid
     for _ in $(seq 1 240); do grep -q '^READY' "$1" && return 0; kill -0 "$2" 2>/dev/null || return 1; sleep 0.5; done; return 1
 }
-"$BIN" serve $SARGS --port $PORT0 --num-speculative-tokens 0 > "$TMP/s1.log" 2>&1 & s1=$!
+"$BIN" serve $SARGS --port $PORT0 --num-speculative-tokens 0 --no-enable-prefix-caching > "$TMP/s1.log" 2>&1 & s1=$!
 $MPIRUN -np 2 "$BIN" serve $SARGS --port $PORT2 --tensor-parallel-size 2 > "$TMP/s2.log" 2>&1 & s2=$!
 $MPIRUN -np 4 "$BIN" serve $SARGS --port $PORT4 --tensor-parallel-size 4 --num-speculative-tokens 0 --expert-parallel off > "$TMP/s4.log" 2>&1 & s4=$!
 up=1
 for x in "s1 $s1" "s2 $s2" "s4 $s4"; do set -- $x; wait_ready "$TMP/$1.log" $2 || { up=0; ko "serve $1 not READY: $(tail -3 "$TMP/$1.log")"; }; done
-req() {  # port prompt-start n max -> writes json
-    local ids; ids=$(seq -s, $2 3 $(($2 + 3 * ($3 - 1))))
+req_ids() {  # port ids max -> writes json
     curl -s --max-time 120 localhost:$1/v1/completions -H 'content-type: application/json' \
-        -d "{\"model\":\"deepseek-v41\",\"prompt\":[$ids],\"max_tokens\":$4,\"temperature\":0,\"logprobs\":3,\"ignore_eos\":true}"
+        -d "{\"model\":\"deepseek-v41\",\"prompt\":[$2],\"max_tokens\":$3,\"temperature\":0,\"logprobs\":3,\"ignore_eos\":true}"
 }
+req() { req_ids $1 "$(seq -s, $2 3 $(($2 + 3 * ($3 - 1))))" $4; }  # port prompt-start n max
+prefix_hits() { curl -s localhost:$1/metrics | awk '/^dsflash_prefix_cache_hits_total/ {print $2}'; }
 if [ $up = 1 ]; then
+    LONG=$(seq -s, 100 3 307)   # 70 tokens
     for port in $PORT0 $PORT2 $PORT4; do
         for k in 1 2 3; do req $port $((k * 7)) $((20 + 13 * k)) 24 > "$TMP/c_${port}_$k.json" & done   # batched
         wait $(jobs -p | grep -v -e "^$s1$" -e "^$s2$" -e "^$s4$") 2>/dev/null
-        req $port 100 70 16 > "$TMP/c_${port}_4.json"
+        req_ids $port $LONG 16 > "$TMP/c_${port}_4.json"
+        # prefix cache (on at R = 2 and 4, off at R = 1): the same prompt again hits its 4 full blocks,
+        # a longer prompt with that prefix hits them too and computes the rest
+        req_ids $port $LONG 16 > "$TMP/c_${port}_5.json"
+        req_ids $port $LONG,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22 16 > "$TMP/c_${port}_6.json"
     done
     for R in 2 4; do
         port=$([ $R = 2 ] && echo $PORT2 || echo $PORT4)
         same=1
-        for k in 1 2 3 4; do
+        for k in 1 2 3 4 5 6; do
             "$PY" -c "import json,sys; a=json.load(open(sys.argv[1]))['choices'][0]; b=json.load(open(sys.argv[2]))['choices'][0]
 sys.exit(0 if a['text']==b['text'] and a['logprobs']==b['logprobs'] and len(a['logprobs']['tokens'])>=16 else 1)" \
                 "$TMP/c_${PORT0}_$k.json" "$TMP/c_${port}_$k.json" 2>/dev/null || same=0
         done
+        hits=$(prefix_hits $port); hits0=$(prefix_hits $PORT0)
+        echo "  serve R=$R: prefix-cache hit tokens $hits (R=1 with the cache off: $hits0)"
         what=$([ $R = 2 ] && echo "speculation on (5 drafts) against plain decoding" || echo "expert parallel off, no speculation")
-        [ $same = 1 ] && ok "serve R=$R ($what): 4 greedy completions (3 concurrent) with top-3 logprobs identical to one process" \
+        [ $same = 1 ] && ok "serve R=$R ($what): 6 greedy completions (3 concurrent) with top-3 logprobs identical to one process" \
                       || ko "serve R=$R ($what): completions differ from one process ($(head -c 200 "$TMP/c_${port}_1.json"))"
+        [ "${hits:-0}" -ge 128 ] && [ "${hits0:-1}" = 0 ] \
+            && ok "serve R=$R: prefix caching on across ranks ($hits cached prompt tokens) gives the outputs of R=1 with it off" \
+            || ko "serve R=$R: prefix cache hit tokens ${hits:-none} (expected >= 128), R=1 ${hits0:-none} (expected 0)"
     done
     # a rank dies mid-stream: the client sees the stream end without [DONE], every rank exits
     curl -sN --max-time 60 localhost:$PORT2/v1/completions -H 'content-type: application/json' \
@@ -177,5 +214,6 @@ fi
 kill -TERM $s1 $s4 2>/dev/null
 for x in $s1 $s4; do wait $x 2>/dev/null; done
 
+lap "5 serve"
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -11,7 +11,9 @@
 # DS_BENCH_OUTPUT_TOKENS (64), DS_BENCH_REPEATS (2), KV_CACHE_MEMORY (4GiB), SERVE_FLAGS,
 # DS_BENCH_STAGES (sweep,needle,kvwalk: which stages run, in this order), DS_BENCH_NEEDLE_DOSES
 # (8192,16384,32768), DS_BENCH_NEEDLE_REPS (1), DS_BENCH_KVWALK_TOKENS (32768), DS_BENCH_KVWALK_RUNS (2),
-# DS_BENCH_PROBE_TIMEOUT (seconds per probe request, 7200: a 32K prefill on a small host is slow).
+# DS_BENCH_PROBE_TIMEOUT (seconds per probe request, 7200: a 32K prefill on a small host is slow),
+# DS_BENCH_SPEC_TOKENS (0: the synthetic mini's draft has random weights, so speculation would only
+# cost time, and a mini generated before mkmodel marked its draft random fails the start-up probe).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${DSFLASH_BIN:-build/release/dsflash}
@@ -31,10 +33,11 @@ LOG=$(mktemp)
 # production setting (max-num-seqs 32, prefix cache on) with the dev endpoint that lets the bench
 # reset the prefix cache between levels, so every level measures full prefills
 "$BIN" serve --model "$MODEL" --port "$PORT" --max-num-seqs 32 --enable-dev-endpoints --self-check quick \
-    --kv-cache-memory "${KV_CACHE_MEMORY:-4GiB}" ${SERVE_FLAGS:-} >"$LOG" 2>&1 &
+    --kv-cache-memory "${KV_CACHE_MEMORY:-4GiB}" --num-speculative-tokens "${DS_BENCH_SPEC_TOKENS:-0}" \
+    ${SERVE_FLAGS:-} >"$LOG" 2>&1 &
 PID=$!
 trap 'kill -TERM $PID 2>/dev/null; wait $PID 2>/dev/null || true' EXIT
-for _ in $(seq 1 3000); do grep -q '^READY ' "$LOG" && break; kill -0 $PID || { cat "$LOG"; exit 1; }; sleep 0.2; done
+for _ in $(seq 1 30000); do grep -q '^READY ' "$LOG" && break; kill -0 $PID 2>/dev/null || { cat "$LOG"; exit 1; }; sleep 0.2; done
 grep -E '^KV cache (size|detail)' "$LOG" || true
 mkdir -p docs/bench
 URL="http://127.0.0.1:$PORT"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The checkpoint tools' command lines (reassemble, verify, mkmodel, quantize) on the flag table:
+# The checkpoint tools' command lines (reassemble, verify, mkmodel, quantize, eval) on the flag table:
 # bad values and bad combinations exit 2 with a message naming the flag, the value and the limit,
 # before any work (no output directory appears); --help lists exactly the flags the parser takes
 # (every flag named in the usage synopsis is a row, and every row answers as a known flag).  Only
@@ -65,6 +65,17 @@ refused "quantize --in and --src disagree" "given twice with different values" q
 refused "quantize --split-only without --split-engram" "--split-only: needs --split-engram SIZE" quantize --src "$T" --dst "$O" --split-only
 refused "quantize --engram-only --no-engram" "--engram-only: excludes --no-engram" quantize --src "$T" --dst "$O" --engram-only --no-engram
 refused "quantize without --dst" "--dst: is required" quantize --src "$T"
+echo "--- eval"
+refused "eval perplexity --steps" "dsflash eval perplexity: --steps: applies to eval acceptance only" eval perplexity --model "$T" --tokens "$T/t" --steps 3
+refused "eval acceptance --window" "--window: applies to eval perplexity only" eval acceptance --model "$T" --tokens "$T/t" --window 64
+refused "eval --window 1" "--window: expected an integer in [2, 1048576], got '1'" eval perplexity --model "$T" --tokens "$T/t" --window 1
+refused "eval --num-speculative-tokens 9" "--num-speculative-tokens: expected an integer in [1, 8], got '9'" eval acceptance --model "$T" --tokens "$T/t" --num-speculative-tokens 9
+refused "eval --starts 48,x" "--starts: 'x' at offset 3" eval acceptance --model "$T" --tokens "$T/t" --starts 48,x
+refused "eval --starts 0" "--starts: '0' at offset 0" eval acceptance --model "$T" --tokens "$T/t" --starts 0
+refused "eval --trace with two starts" "--trace: records one greedy run; expected one --starts value, got 2" eval acceptance --model "$T" --tokens "$T/t" --starts 48,96 --trace "$O"
+refused "eval --numerics fp16" "--numerics: expected exact or fast, got 'fp16'" eval perplexity --model "$T" --tokens "$T/t" --numerics fp16
+refused "eval without a mode" "expected the mode perplexity or acceptance, got 'ppl'" eval ppl --model "$T"
+refused "eval without --tokens" "--tokens: is required" eval perplexity --model "$T"
 
 echo "--- --help is the parser's table"
 for cmd in reassemble verify mkmodel quantize; do

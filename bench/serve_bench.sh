@@ -36,7 +36,7 @@ LOG=$(mktemp)
     --kv-cache-memory "${KV_CACHE_MEMORY:-4GiB}" --num-speculative-tokens "${DS_BENCH_SPEC_TOKENS:-0}" \
     ${SERVE_FLAGS:-} >"$LOG" 2>&1 &
 PID=$!
-trap 'kill -TERM $PID 2>/dev/null; wait $PID 2>/dev/null || true' EXIT
+trap 'kill -TERM $PID 2>/dev/null; wait $PID 2>/dev/null; rm -f "$LOG"' EXIT
 for _ in $(seq 1 30000); do grep -q '^READY ' "$LOG" && break; kill -0 $PID 2>/dev/null || { cat "$LOG"; exit 1; }; sleep 0.2; done
 grep -E '^KV cache (size|detail)' "$LOG" || true
 mkdir -p docs/bench

@@ -11,7 +11,8 @@
 # llama.cpp, reported as skipped), DS_BENCH_HTTP (0: skip the HTTP sweep).  `perf decode --model DIR`
 # stays available on its own.  Last, the HTTP concurrency sweep of `dsflash bench` against
 # `dsflash serve` of the mini checkpoint (bench/serve_bench.sh), whose JSON, SVG and CSV go to
-# docs/bench/ (the published performance picture).
+# docs/bench/ (the published performance picture), then `dsflash needle` (8K-32K) and
+# `dsflash kv-walk` (32K) against the same server, their JSON beside it (docs/bench/README.md).
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-release}

@@ -217,7 +217,13 @@ static bool equals_default(const ds_flag *f, const char *text) {
 /* Assign one given value to its row (or the row it aliases). */
 static int take(ds_flagset *fs, FILE *err, ds_flag *f, const char *text) {
     ds_flag *dst = f->alias_of ? ds_flag_get(fs, f->alias_of) : f;
-    if (dst->given && strcmp(dst->text, text)) {
+    if (dst->list && dst->n_list >= dst->list_cap) {
+        fprintf(err, "%s: %s: given more than %d times (the most this command takes), got '%s'\n", fs->cmd, f->name,
+                dst->list_cap, text);
+        ds_flags_usage(fs, err);
+        return 2;
+    }
+    if (dst->given && !dst->list && strcmp(dst->text, text)) {
         fprintf(err, "%s: %s: given twice with different values ('%s', then '%s'; aliases count as the same flag)\n", fs->cmd,
                 f->name, dst->text, text);
         ds_flags_usage(fs, err);
@@ -227,6 +233,7 @@ static int take(ds_flagset *fs, FILE *err, ds_flag *f, const char *text) {
     if (dst->refuse && !equals_default(dst, text)) return bad_value(fs, err, f->name, dst, text, dst->refuse);
     dst->text = text;
     dst->given = true;
+    if (dst->list) dst->list[dst->n_list++] = text;
     if (f != dst) {
         f->text = text;
         f->given = true;
@@ -242,6 +249,7 @@ int ds_flags_parse(ds_flagset *fs, int argc, char **argv, int first, FILE *err) 
         f->text = f->alias_of ? NULL : f->def;
         f->i = 0;
         f->d = 0;
+        f->n_list = 0;
         if (f->def && !f->alias_of && parse_value(f, f->def)) {
             fprintf(err, "internal error: %s: default '%s' of %s is invalid\n", fs->cmd, f->def, f->name);
             return 2;
@@ -302,6 +310,7 @@ void ds_flags_usage(const ds_flagset *fs, FILE *out) {
         if (f->alias_of) fprintf(out, "%s alias of %s", sep, f->alias_of), sep = ";";
         if (*e) fprintf(out, "%s %s", sep, e), sep = ";";
         if (f->def && f->type != DS_FLAG_SWITCH) fprintf(out, "%s default %s", sep, f->def);
+        if (f->list) fprintf(out, "%s repeatable, up to %d times", sep, f->list_cap), sep = ";";
         if (f->refuse && f->def) fprintf(out, " (only %s: %s)", f->def, f->refuse);
         else if (f->refuse) fprintf(out, " (refused: %s)", f->refuse);
         fputc('\n', out);

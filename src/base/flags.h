@@ -8,7 +8,9 @@
  * one kind of message: `dsflash serve: --max-num-seqs: expected an integer in [1, 4096], got 'x'`.
  * A flag the build cannot honour yet is still a row, with `refuse` set: any value other than its
  * default is an error that says why.  Adding a flag is adding a row; reading it is
- * ds_flag_int/_str/... by name after ds_flags_parse.  Both `--name value` and `--name=value`. */
+ * ds_flag_int/_str/... by name after ds_flags_parse.  Both `--name value` and `--name=value`.
+ * A row with `list` may be given several times (`--target A --target B`); each value is validated
+ * like any other and appended, and `text` holds the last one. */
 #ifndef DS_BASE_FLAGS_H
 #define DS_BASE_FLAGS_H
 #include "base/common.h"
@@ -35,11 +37,14 @@ typedef struct ds_flag {
     const char *help;
     const char *refuse;      /* non-NULL: values other than `def` are refused with this reason */
     const char *alias_of;    /* this row is another name of flag `alias_of` (its value goes there) */
+    const char **list;       /* non-NULL: the flag may repeat; each value is appended here (caller's storage) */
+    int list_cap;            /* room in `list`; one more occurrence is a usage error naming the limit */
     /* ---- filled by ds_flags_parse ---- */
     const char *text;        /* effective value text (given, else def); NULL when unset */
     bool given;
     int64_t i;               /* INT, SIZE (as bytes), ENUM (choice index), SWITCH (0/1) */
     double d;                /* DOUBLE */
+    int n_list;              /* values appended to `list` */
 } ds_flag;
 
 typedef struct ds_flagset {

@@ -24,6 +24,7 @@
 #include "cli/commands.h"
 #include "dsflash.h"
 #include "engine/spec.h"
+#include "base/flags.h"
 #include "base/fsutil.h"
 #include "io/safetensors.h"
 #include <errno.h>
@@ -35,51 +36,70 @@
 typedef struct eval_opts {
     const char *model, *tokens, *numerics, *starts, *trace, *kernels;
     long long window, max_windows, window_step, threads, chunk, steps, K;
+    int32_t *start_ids;   /* --starts, parsed */
+    size_t n_starts;
 } eval_opts;
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: dsflash eval perplexity --model DIR --tokens FILE.u32 [--window 256] [--max-windows N] [--window-step S]\n"
-               "                               [--numerics exact|fast] [--threads N] [--chunk K]\n"
-               "       dsflash eval acceptance --model DIR --tokens FILE.u32 [--starts 48,96,160,224] [--steps 64]\n"
-               "                               [--num-speculative-tokens 5] [--numerics exact|fast] [--threads N]\n"
-               "                               [--trace FILE (one start: the greedy run's drafts for the oracle)]\n"
-               "       (both) [--kernels auto|avx512-vnni|avx2|reference]\n");
-}
+#define EVAL_USAGE \
+    "usage: dsflash eval perplexity --model DIR --tokens FILE.u32 [--window 256] [--max-windows N] [--window-step S]\n" \
+    "                               [--numerics exact|fast] [--threads N] [--chunk K]\n" \
+    "       dsflash eval acceptance --model DIR --tokens FILE.u32 [--starts 48,96,160,224] [--steps 64]\n" \
+    "                               [--num-speculative-tokens 5] [--numerics exact|fast] [--threads N]\n" \
+    "                               [--trace FILE (one start: the greedy run's drafts for the oracle)]\n" \
+    "       (both) [--kernels auto|avx512-vnni|avx2|reference]"
 
-static int parse_ll(const char *flag, const char *s, long long lo, long long hi, long long *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "dsflash eval: %s: expected an integer in %lld..%lld, found \"%s\"\n", flag, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
+/* One table for both modes; the rows of the other mode are refused after parsing (never ignored). */
+static ds_flag k_flags[] = {
+    {.name = "--model", .type = DS_FLAG_STRING, .help = "checkpoint directory (required)"},
+    {.name = "--tokens", .type = DS_FLAG_STRING, .help = "little-endian u32 token ids (required)"},
+    {.name = "--numerics", .type = DS_FLAG_ENUM, .def = "exact", .choices = "exact|fast", .help = "numerics tier"},
+    {.name = "--threads", .type = DS_FLAG_INT, .def = "0", .lo = 0, .hi = 4096, .help = "0: every core"},
+    {.name = "--kernels", .type = DS_FLAG_ENUM, .def = "auto", .choices = "auto|avx512-vnni|avx2|reference", .help = "kernel family"},
+    {.name = "--window", .type = DS_FLAG_INT, .def = "256", .lo = 2, .hi = 1 << 20, .help = "perplexity: ids per window"},
+    {.name = "--max-windows", .type = DS_FLAG_INT, .lo = 1, .hi = 1 << 30, .help = "perplexity: at most this many windows (default all)"},
+    {.name = "--window-step", .type = DS_FLAG_INT, .def = "1", .lo = 1, .hi = 1 << 30, .help = "perplexity: every S-th window only"},
+    {.name = "--chunk", .type = DS_FLAG_INT, .def = "64", .lo = 1, .hi = 1 << 20, .help = "perplexity: rows per forward call"},
+    {.name = "--starts", .type = DS_FLAG_STRING, .def = "48,96,160,224", .help = "acceptance: prompt lengths P, comma-separated, each >= 1"},
+    {.name = "--steps", .type = DS_FLAG_INT, .def = "64", .lo = 1, .hi = 1 << 20, .help = "acceptance: speculative steps per start"},
+    {.name = "--num-speculative-tokens", .type = DS_FLAG_INT, .def = "5", .lo = 1, .hi = DS_DRAFT_MAX_BLOCK, .help = "acceptance: drafts K per step"},
+    {.name = "--trace", .type = DS_FLAG_STRING, .help = "acceptance, one start: write the greedy run for the NumPy oracle"},
+};
+static const char *const k_perplexity_only[] = {"--window", "--max-windows", "--window-step", "--chunk"};
+static const char *const k_acceptance_only[] = {"--starts", "--steps", "--num-speculative-tokens", "--trace"};
 
-static int parse_args(int argc, char **argv, eval_opts *o) {
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help")) { usage(stdout); exit(0); }
-        if (i + 1 >= argc) { fprintf(stderr, "dsflash eval: %s: expected a value\n", a); return -1; }
-        const char *v = argv[++i];
-        if (!strcmp(a, "--model")) o->model = v;
-        else if (!strcmp(a, "--tokens")) o->tokens = v;
-        else if (!strcmp(a, "--numerics")) o->numerics = v;
-        else if (!strcmp(a, "--starts")) o->starts = v;
-        else if (!strcmp(a, "--trace")) o->trace = v;
-        else if (!strcmp(a, "--kernels")) o->kernels = v;
-        else if (!strcmp(a, "--window")) { if (parse_ll(a, v, 2, 1 << 20, &o->window)) return -1; }
-        else if (!strcmp(a, "--max-windows")) { if (parse_ll(a, v, 1, 1 << 30, &o->max_windows)) return -1; }
-        else if (!strcmp(a, "--window-step")) { if (parse_ll(a, v, 1, 1 << 30, &o->window_step)) return -1; }
-        else if (!strcmp(a, "--threads")) { if (parse_ll(a, v, 0, 4096, &o->threads)) return -1; }
-        else if (!strcmp(a, "--chunk")) { if (parse_ll(a, v, 1, 1 << 20, &o->chunk)) return -1; }
-        else if (!strcmp(a, "--steps")) { if (parse_ll(a, v, 1, 1 << 20, &o->steps)) return -1; }
-        else if (!strcmp(a, "--num-speculative-tokens")) { if (parse_ll(a, v, 1, DS_DRAFT_MAX_BLOCK, &o->K)) return -1; }
-        else { fprintf(stderr, "dsflash eval: unknown flag %s\n", a); return -1; }
-    }
-    if (!o->model || !o->tokens) { fprintf(stderr, "dsflash eval: expected --model DIR and --tokens FILE.u32\n"); return -1; }
+/* 0 ok, 1 --help printed, 2 usage error (message printed). */
+static int parse_args(int argc, char **argv, bool acceptance, eval_opts *o) {
+    ds_flagset fs = {.cmd = acceptance ? "dsflash eval acceptance" : "dsflash eval perplexity", .usage = EVAL_USAGE,
+                     .flags = k_flags, .n = DS_ARRAY_LEN(k_flags)};
+    int prc = ds_flags_parse(&fs, argc, argv, 2, stderr);
+    if (prc) return prc;
+    const char *const *other = acceptance ? k_perplexity_only : k_acceptance_only;
+    for (size_t k = 0; k < DS_ARRAY_LEN(k_perplexity_only); k++)
+        if (ds_flag_given(&fs, other[k]))
+            return ds_flags_fail(&fs, other[k], "applies to eval %s only", acceptance ? "perplexity" : "acceptance");
+    o->model = ds_flag_str(&fs, "--model");
+    o->tokens = ds_flag_str(&fs, "--tokens");
+    if (!o->model) return ds_flags_fail(&fs, "--model", "is required (the checkpoint directory)");
+    if (!o->tokens) return ds_flags_fail(&fs, "--tokens", "is required (a file of u32 ids)");
+    o->numerics = ds_flag_str(&fs, "--numerics");
+    o->kernels = ds_flag_str(&fs, "--kernels");
+    o->threads = ds_flag_int(&fs, "--threads");
+    o->window = ds_flag_int(&fs, "--window");
+    o->max_windows = ds_flag_int(&fs, "--max-windows");
+    o->window_step = ds_flag_int(&fs, "--window-step");
+    o->chunk = ds_flag_int(&fs, "--chunk");
+    o->steps = ds_flag_int(&fs, "--steps");
+    o->K = ds_flag_int(&fs, "--num-speculative-tokens");
+    o->trace = ds_flag_str(&fs, "--trace");
+    o->starts = ds_flag_str(&fs, "--starts");
+    if (!acceptance) return 0;
+    char why[160];
+    size_t cap = 0;
+    if (ds_parse_ids(o->starts, 1, INT32_MAX, &o->start_ids, &o->n_starts, &cap, why, sizeof why))
+        return ds_flags_fail(&fs, "--starts", "%s", why);
+    if (!o->n_starts) return ds_flags_fail(&fs, "--starts", "expected at least one prompt length >= 1");
+    if (o->trace && o->n_starts != 1)
+        return ds_flags_fail(&fs, "--trace", "records one greedy run; expected one --starts value, got %zu", o->n_starts);
     return 0;
 }
 
@@ -277,11 +297,9 @@ static int run_acceptance(ds_model *m, const eval_opts *o, const int32_t *ids, i
     int64_t tok_spec = 0, mismatch = 0, row_mismatch = 0;
     ds_error err = {{0}, {0}};
     float *lg = ds_amalloc(sizeof(float) * (size_t)V);
-    const char *sp = o->starts ? o->starts : "48,96,160,224";
     int rc = 0;
-    while (*sp && !rc) {
-        long long P = strtoll(sp, (char **)&sp, 10);
-        if (*sp == ',') sp++;
+    for (size_t si = 0; si < o->n_starts && !rc; si++) {
+        long long P = o->start_ids[si];
         if (P < 1 || P + steps * (K + 1) + 2 > n) { fprintf(stderr, "dsflash eval: --starts: %lld out of range\n", P); rc = 1; break; }
         /* greedy continuation, speculative */
         ds_seq *s = ds_seq_new(m);
@@ -348,7 +366,7 @@ static int run_acceptance(ds_model *m, const eval_opts *o, const int32_t *ids, i
     if (rc && err.msg[0]) fprintf(stderr, "dsflash eval: %s\n", err.msg);
     if (!rc) {
         printf("acceptance: numerics %s, K %d, starts %s, %d steps each\n", ds_model_numerics(m), K,
-               o->starts ? o->starts : "48,96,160,224", steps);
+               o->starts, steps);
         acc_print("greedy", &greedy, K);
         acc_print("text", &text, K);
         printf("decode: %lld greedy tokens, speculative %.1f tok/s, plain %.1f tok/s, speed-up %.2fx\n", (long long)tok_spec,
@@ -364,21 +382,22 @@ static int run_acceptance(ds_model *m, const eval_opts *o, const int32_t *ids, i
 }
 
 int cmd_eval(int argc, char **argv) {
+    if (argc >= 2 && !strcmp(argv[1], "--help")) { printf("%s\n", EVAL_USAGE); return 0; }
     if (argc < 2 || (strcmp(argv[1], "perplexity") && strcmp(argv[1], "acceptance"))) {
-        usage(stderr);
+        fprintf(stderr, "dsflash eval: expected the mode perplexity or acceptance, got '%s'\n%s\n", argc < 2 ? "" : argv[1], EVAL_USAGE);
         return 2;
     }
+    const int acc = !strcmp(argv[1], "acceptance");
     eval_opts o = {0};
-    o.window = 256;
-    if (parse_args(argc, argv, &o)) { usage(stderr); return 2; }
+    int prc = parse_args(argc, argv, acc, &o);
+    if (prc) { free(o.start_ids); return prc == 1 ? 0 : 2; }
     int64_t n = 0;
     int32_t *ids = read_u32(o.tokens, &n);
-    if (!ids) return 5;
-    const int acc = !strcmp(argv[1], "acceptance");
+    if (!ids) { free(o.start_ids); return 5; }
     ds_load_options lo = {.kernels = o.kernels, .threads = (int)o.threads, .numerics = o.numerics, .draft = acc ? 2 : 0};
     char eb[1024];
     ds_model *m = ds_model_load(o.model, &lo, eb, sizeof eb);
-    if (!m) { fprintf(stderr, "dsflash eval: %s\n", eb); free(ids); return 1; }
+    if (!m) { fprintf(stderr, "dsflash eval: %s\n", eb); free(ids); free(o.start_ids); return 1; }
     int V = ds_model_vocab_size(m), rc = 0;
     for (int64_t i = 0; i < n && !rc; i++)
         if (ids[i] < 0 || ids[i] >= V) {
@@ -388,5 +407,6 @@ int cmd_eval(int argc, char **argv) {
     if (!rc) rc = acc ? run_acceptance(m, &o, ids, n) : run_perplexity(m, &o, ids, n);
     ds_model_free(m);
     free(ids);
+    free(o.start_ids);
     return rc;
 }

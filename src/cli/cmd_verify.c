@@ -1,7 +1,8 @@
 /* dsflash verify DIR [--deep] [--samples N] [--compare OTHER_DIR] [--profile auto|v41-flash-w4a8|none]
  *                    [--json-out FILE]
- * Option parsing only (TOOLS.md §0: long options, exact matches, usage + exit 2 on anything else);
- * the checks are in src/tools/verify*.c. */
+ * Option parsing only, through the flag table (src/base/flags.h; TOOLS.md §0: long options, exact
+ * names, usage + exit 2 on anything else); the checks are in src/tools/verify*.c.  The command line
+ * is recorded in the JSON result so a report says how it was produced. */
 #include "cli/commands.h"
 #include "base/flags.h"
 #include "tools/verify.h"
@@ -9,57 +10,54 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: dsflash verify DIR [--deep] [--samples N] [--compare OTHER_DIR] [--profile auto|v41-flash-w4a8|none]\n"
-               "                      [--json-out FILE]\n"
-               "Structural checkpoint verifier.  Exit: 0 pass (warnings allowed), 1 a check failed,\n"
-               "2 usage, 5 DIR missing, 10 an Engram table still needs `dsflash reassemble`.\n");
+#define VERIFY_USAGE \
+    "usage: dsflash verify DIR [--deep] [--samples N] [--compare OTHER_DIR] [--profile auto|v41-flash-w4a8|none]\n" \
+    "                      [--json-out FILE]\n" \
+    "Structural checkpoint verifier.  Exit: 0 pass (warnings allowed), 1 a check failed,\n" \
+    "2 usage, 5 DIR missing, 10 an Engram table still needs `dsflash reassemble`."
+
+static ds_flag k_flags[] = {
+    {.name = "--deep", .type = DS_FLAG_SWITCH, .help = "also sample tensor values (scales finite, codes in range)"},
+    {.name = "--samples", .type = DS_FLAG_INT, .def = "64", .lo = 1, .hi = 1000000, .help = "rows / tensors sampled per kind with --deep"},
+    {.name = "--compare", .type = DS_FLAG_STRING, .help = "a second checkpoint whose tensors must match DIR's"},
+    {.name = "--profile", .type = DS_FLAG_ENUM, .def = "auto", .choices = "auto|v41-flash-w4a8|none",
+     .help = "the release profile checked against"},
+    {.name = "--json-out", .type = DS_FLAG_STRING, .help = "also write the report as JSON here"},
+};
+
+/* "dsflash verify ARG..." for the JSON report. */
+static char *join_cmdline(int argc, char **argv) {
+    size_t cl = sizeof "dsflash";
+    for (int i = 0; i < argc; i++) cl += strlen(argv[i]) + 1;
+    char *s = ds_xmalloc(cl + 8), *p = s + sprintf(s, "dsflash");
+    for (int i = 0; i < argc; i++) p += sprintf(p, " %s", argv[i]);
+    return s;
 }
 
 int cmd_verify(int argc, char **argv) {
+    ds_flagset fs = {.cmd = "dsflash verify", .usage = VERIFY_USAGE, .flags = k_flags, .n = DS_ARRAY_LEN(k_flags),
+                     .max_positional = 1, .positional_name = "DIR"};
+    int prc = ds_flags_parse(&fs, argc, argv, 1, stderr);
+    if (prc) return prc == 1 ? 0 : 2;
+    if (!fs.n_positional) {
+        fprintf(stderr, "dsflash verify: DIR is required\n");
+        ds_flags_usage(&fs, stderr);
+        return 2;
+    }
+    if (ds_flag_given(&fs, "--samples") && !ds_flag_on(&fs, "--deep"))   /* only the sampled checks read it */
+        return ds_flags_fail(&fs, "--samples", "applies to --deep only (the sampled value checks), got '%s'", ds_flag_str(&fs, "--samples"));
+    static const ds_verify_profile profiles[] = {DS_PROFILE_AUTO, DS_PROFILE_V41, DS_PROFILE_NONE};
     ds_verify_opts o;
     ds_verify_opts_default(&o);
-    size_t cl = 1;
-    for (int i = 0; i < argc; i++) cl += strlen(argv[i]) + 1;
-    char *cmdline = calloc(cl + 16, 1);
-    strcpy(cmdline, "dsflash");
-    for (int i = 0; i < argc; i++) { strcat(cmdline, " "); strcat(cmdline, argv[i]); }
+    o.dir = fs.positional[0];
+    o.deep = ds_flag_on(&fs, "--deep");
+    o.samples = (int)ds_flag_int(&fs, "--samples");
+    o.compare_dir = ds_flag_str(&fs, "--compare");
+    o.profile = profiles[ds_flag_int(&fs, "--profile")];
+    o.json_out = ds_flag_str(&fs, "--json-out");
+    char *cmdline = join_cmdline(argc, argv);
     o.cmdline = cmdline;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = NULL;
-        if (!strcmp(a, "--samples") || !strcmp(a, "--compare") || !strcmp(a, "--profile") || !strcmp(a, "--json-out")) {
-            if (i + 1 >= argc) { fprintf(stderr, "dsflash verify: option %s needs a value\n", a); goto bad; }
-            val = argv[++i];
-        }
-        if (!strcmp(a, "--help")) { usage(stdout); free(cmdline); return 0; }
-        else if (!strcmp(a, "--deep")) o.deep = true;
-        else if (!strcmp(a, "--compare")) o.compare_dir = val;
-        else if (!strcmp(a, "--json-out")) o.json_out = val;
-        else if (!strcmp(a, "--samples")) {
-            int64_t n;
-            if (ds_parse_int_range(val, 1, 1000000, &n)) {
-                fprintf(stderr, "dsflash verify: --samples: expected an integer in [1, 1000000], got '%s'\n", val);
-                goto bad;
-            }
-            o.samples = (int)n;
-        } else if (!strcmp(a, "--profile")) {
-            if (!strcmp(val, "auto")) o.profile = DS_PROFILE_AUTO;
-            else if (!strcmp(val, "v41-flash-w4a8")) o.profile = DS_PROFILE_V41;
-            else if (!strcmp(val, "none")) o.profile = DS_PROFILE_NONE;
-            else { fprintf(stderr, "dsflash verify: --profile %s: expected auto, v41-flash-w4a8 or none\n", val); goto bad; }
-        } else if (a[0] != '-' && a[0] && !o.dir) {
-            o.dir = a;
-        } else {
-            fprintf(stderr, "dsflash verify: %s '%s'\n", a[0] == '-' ? "unknown option" : "unexpected argument", a);
-            goto bad;
-        }
-    }
-    if (!o.dir) { fprintf(stderr, "dsflash verify: DIR is required\n"); goto bad; }
     int rc = ds_verify_run(&o);
     free(cmdline);
     return rc;
-bad:
-    usage(stderr);
-    free(cmdline);
-    return 2;
 }

@@ -1,7 +1,6 @@
 /* Split a file into verified parts (design in split.h). */
 #define _GNU_SOURCE
 #include "tools/split.h"
-#include "base/flags.h"
 #include "base/fsutil.h"
 #include "base/sha256.h"
 #include "tools/hash_pipeline.h"
@@ -25,21 +24,6 @@ void ds_split_opts_default(ds_split_opts *o) {
     o->part_size = DS_SPLIT_DEFAULT_PART;
     o->verify = true;
     o->jobs = 2;
-}
-
-int ds_parse_size(const char *s, uint64_t *out, char *why, size_t n) {
-    char reason[160];
-    uint64_t v;
-    if (ds_parse_bytes(s, &v, reason, sizeof reason)) {
-        snprintf(why, n, "'%s': %s", s ? s : "", reason);
-        return -1;
-    }
-    if (v == 0) {
-        snprintf(why, n, "'%s' is zero; a size must be at least 1 byte", s);
-        return -1;
-    }
-    *out = v;
-    return 0;
 }
 
 typedef struct split_ctx {

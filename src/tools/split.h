@@ -31,9 +31,4 @@ void ds_split_opts_default(ds_split_opts *o);
 /* Prints result lines, returns the exit status of TOOLS.md §0. */
 int ds_split_run(const ds_split_opts *o);
 
-/* "16G", "16GiB", "1M", "4096", "500MB": K/M/G/T and KiB/MiB/GiB/TiB are powers of 1024, KB/MB/GB/TB
- * powers of 1000 (the dd convention); suffix case-insensitive.  0 ok; -1 with a reason in `why`
- * (empty, junk, zero, overflow). */
-int ds_parse_size(const char *s, uint64_t *out, char *why, size_t why_len);
-
 #endif

@@ -24,6 +24,7 @@ typedef struct gen {
     ds_tbuf out;
     size_t off;
     int fd;
+    double last_out;       /* when the stream last produced bytes (ds_now), for the keep-alive */
     bool finished_sent;
     bool aborted;
 } gen;
@@ -160,6 +161,12 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             cancel_all(g);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
+        /* libmicrohttpd closes a connection that was silent for --http-timeout, counting the
+         * time this callback waits: a request queued behind long prefills would lose its stream.
+         * An SSE comment line (clients ignore it) at a third of the timeout keeps it open. */
+        double now = ds_now();
+        if (g->out.n == 0 && now - g->last_out >= g->s->cfg.http_timeout_s / 3) ds_tbuf_puts(&g->out, ": keep-alive\n\n");
+        if (g->out.n) g->last_out = now;
     }
     size_t n = DS_MIN(max, g->out.n - g->off);
     memcpy(buf, g->out.s + g->off, n);
@@ -223,6 +230,7 @@ enum MHD_Result ds_http_generate(struct MHD_Connection *c, ds_server *s, ds_api_
     gen *g = ds_xcalloc(1, sizeof *g);
     g->s = s;
     g->fd = ds_http_conn_fd(c);
+    g->last_out = ds_now();
     atomic_fetch_add(&s->active, 1);
     if (submit_all(g, &ar, endpoint, &err)) {
         gen_free(g);

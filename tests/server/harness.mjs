@@ -52,7 +52,7 @@ export function parseSSE(text) {
     const events = [];
     let done = false;
     for (const block of text.split('\n\n')) {
-        if (block === '') continue;
+        if (block === '' || block.startsWith(':')) continue; // a comment (the server's keep-alive)
         assert(block.startsWith('data: '), `bad SSE block: ${block.slice(0, 80)}`);
         const payload = block.slice(6);
         if (payload === '[DONE]') { done = true; continue; }

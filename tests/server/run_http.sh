@@ -23,6 +23,11 @@ if start_server "$DS_TEST_TMP/serve-http-c.log" --kv-cache-memory 256MiB; then
     "$NODE" tests/server/hardening.mjs "$BASE" | tee "$OUT"; tally "$OUT"
 else fail=$((fail + 1)); fi
 stop_server
+# Keep-alive: a stream queued behind another request for longer than --http-timeout stays open.
+if start_server "$DS_TEST_TMP/serve-http-f.log" --kv-cache-memory 256MiB --http-timeout 1 --max-num-seqs 1; then
+    "$NODE" tests/server/keepalive.mjs "$BASE" | tee "$OUT"; tally "$OUT"
+else fail=$((fail + 1)); fi
+stop_server
 # Graceful shutdown: SIGTERM with requests in flight, exit status 0, and a restart on the same
 # port at once (SO_REUSEADDR; the drained server's connections linger in TIME_WAIT).
 if start_server "$DS_TEST_TMP/serve-http-d.log" --kv-cache-memory 256MiB --shutdown-timeout 1; then

@@ -85,6 +85,17 @@ static inline float ds_fp8_scale_f(uint8_t s) {   /* 2^(s-127) as fp32 bits (s =
     return f;
 }
 
+/* FP8 fast tier with the weights decoded in registers (kern_official_fp8_*.c): outputs [o0,o1) of
+ * every row of X (kind DS_FF_BF16_DOT: vdpbf16ps, AVX-512 only; DS_FF_BF16_FMA: FMA), o0 a multiple
+ * of 4; the same bits as the decoded tile fed to the fast BF16 kernel.  Block scales in
+ * [DS_FP8_SAFE_SMIN, DS_FP8_SAFE_SMAX] decode in registers (every value a normal bf16 >= 2^-50,
+ * below infinity); other blocks through ds_fp8_bf16_one. */
+#define DS_FP8_SAFE_SMIN 86
+#define DS_FP8_SAFE_SMAX 246
+typedef void (*ds_fp8_ff_fn)(const ds_linear *L, const ds_ffact *X, int o0, int o1, float *y, int ystride);
+void ds_fp8_ff_avx2(const ds_linear *L, const ds_ffact *X, int o0, int o1, float *y, int ystride);
+void ds_fp8_ff_avx512(const ds_linear *L, const ds_ffact *X, int o0, int o1, float *y, int ystride);
+
 /* Tests: the MXFP4 forward on already quantized rows with an explicit block-sum function. */
 void ds_mx_forward_q_with(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y, ds_mx_row_fn fn);
 /* Tests: the fast-tier FP8 forward with explicit ops (NULL = the scalar fast order). */

@@ -18,6 +18,7 @@
 #include "kernels/kern_official.h"
 #include "base/threadpool.h"
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -194,8 +195,41 @@ static void fp8_fast_task(void *vctx, int t, int thread) {
     }
 }
 
+/* In-register decode (kern_official_fp8_*.c) up to this many activation rows: it decodes every
+ * weight once per 4 (AVX-512) or 2 (AVX2) rows, the tile path once per call, so past a few rows
+ * the tile's one decode is cheaper (measured with `perf kernels`, FP8-f rows). */
+enum { FP8_INREG_MAX_ROWS = 16 };
+static _Atomic int g_fp8_inreg_allowed = 1;
+
+int ds_fp8_inreg_allow(int allow) { return atomic_exchange(&g_fp8_inreg_allowed, allow); }
+
+typedef struct firun { const ds_linear *L; const ds_ffact *X; ds_fp8_ff_fn fn; int per; float *y; } firun;
+
+static void fp8_inreg_task(void *vctx, int t, int thread) {
+    (void)thread;
+    firun *c = vctx;
+    const int o0 = t * c->per, o1 = DS_MIN(c->L->out, o0 + c->per);
+    c->fn(c->L, c->X, o0, o1, c->y, c->L->out);
+}
+
+static ds_fp8_ff_fn fp8_inreg_fn(const ds_kern_ops *o, int n) {
+    if (!o || n > FP8_INREG_MAX_ROWS || !atomic_load(&g_fp8_inreg_allowed)) return NULL;
+    return o == &ds_kern_avx512 ? ds_fp8_ff_avx512 : o == &ds_kern_avx2 ? ds_fp8_ff_avx2 : NULL;
+}
+
 void ds_fp8_forward_fast_with(const ds_linear *L, const ds_kern_ops *o, int use_dot, const ds_bf16 *x, int n, float *y) {
     tables_init();
+    ds_fp8_ff_fn inreg = fp8_inreg_fn(o, n);
+    if (inreg) {
+        ds_ffact X;
+        void *xbuf = ds_amalloc(sizeof(float) * (size_t)n * (size_t)(((L->in + 31) & ~31) + 32));
+        ds_ff_prepare_act(use_dot && o->ff_dot ? DS_FF_BF16_DOT : DS_FF_BF16_FMA, x, n, L->in, xbuf, &X);
+        firun c = {.L = L, .X = &X, .fn = inreg, .y = y};
+        int tasks = task_split(L->out, (double)L->out * L->in * n, &c.per);
+        ds_pool_run(tasks, fp8_inreg_task, &c);
+        ds_afree(xbuf);
+        return;
+    }
     fprun c = {.L = L, .ops = o, .x = x, .n = n, .y = y, .dot = o && use_dot && o->ff_dot,
                .decode = o == &ds_kern_avx512 ? ds_fp8_decode_avx512 : o == &ds_kern_avx2 ? ds_fp8_decode_avx2 : ds_fp8_decode_ref};
     int tasks = task_split(L->out, (double)L->out * L->in * n, &c.per);

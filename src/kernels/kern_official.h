@@ -26,11 +26,24 @@ typedef void (*ds_mx_bsum_fn)(const uint8_t *codes, const int8_t *xe, const int8
 void ds_mx_bsum_ref(const uint8_t *codes, const int8_t *xe, const int8_t *xo, int nb, int32_t *bsum);
 void ds_mx_bsum_avx2(const uint8_t *codes, const int8_t *xe, const int8_t *xo, int nb, int32_t *bsum);
 void ds_mx_bsum_avx512(const uint8_t *codes, const int8_t *xe, const int8_t *xo, int nb, int32_t *bsum);
+/* One activation row as the row functions read it, each [nb·16] in the even/odd split: the signed
+ * codes (xe, xo), their magnitudes (ae, ao) and sign bytes (se, so: 8 where the code is negative,
+ * else 0).  The SIMD paths move each activation's sign onto the weight (code ^ 8 flips an E2M1
+ * sign), so an unsigned |x| meets a signed weight in one dot-product instruction. */
+typedef struct ds_mx_act { const int8_t *xe, *xo; const uint8_t *ae, *ao, *se, *so; } ds_mx_act;
 /* acc of one output row (contract above); sc = the row's nb scale bytes. */
-typedef double (*ds_mx_row_fn)(const uint8_t *codes, const uint8_t *sc, const int8_t *xe, const int8_t *xo, int nb);
-double ds_mx_row_ref(const uint8_t *codes, const uint8_t *sc, const int8_t *xe, const int8_t *xo, int nb);
-double ds_mx_row_avx2(const uint8_t *codes, const uint8_t *sc, const int8_t *xe, const int8_t *xo, int nb);
-double ds_mx_row_avx512(const uint8_t *codes, const uint8_t *sc, const int8_t *xe, const int8_t *xo, int nb);
+typedef double (*ds_mx_row_fn)(const uint8_t *codes, const uint8_t *sc, const ds_mx_act *a, int nb);
+double ds_mx_row_ref(const uint8_t *codes, const uint8_t *sc, const ds_mx_act *a, int nb);
+double ds_mx_row_avx2(const uint8_t *codes, const uint8_t *sc, const ds_mx_act *a, int nb);
+double ds_mx_row_avx512(const uint8_t *codes, const uint8_t *sc, const ds_mx_act *a, int nb);
+/* The int32 route of the SIMD paths: one int32 lane sums 8 products per block (|.| <= 8·12·127)
+ * for each of `terms` blocks, shifted by <= spread; it is taken only when that cannot overflow. */
+#define DS_MX_LANE_MAX 12192
+static inline int ds_mx_int32_ok(int terms, int spread) {
+    return spread <= 31 && ((int64_t)DS_MX_LANE_MAX * terms << spread) <= INT32_MAX;
+}
+/* |2·e2m1(c)| with the sign: c = 0..15, code ^ 8 negates. */
+#define DS_MX_SIGNED_LUT 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12
 
 #define DS_MX_EXACT_SPREAD 37
 /* The wide-spread branch: block sums (computed by fn) summed in float64, b ascending. */

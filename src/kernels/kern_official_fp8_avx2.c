@@ -12,6 +12,7 @@
 #pragma GCC target("avx2,fma")
 #include <immintrin.h>
 #define AI static inline __attribute__((always_inline))
+#define UNROLL4 _Pragma("GCC unroll 4")
 
 typedef struct { __m256i k, t; } fp8_sreg2;
 
@@ -47,6 +48,7 @@ AI float fp8_reduce2(__m256 lo, __m256 hi) {   /* the lane tree of kernels.h */
 AI void fp8_half_words(const uint8_t *row0, size_t in, int b, int h, uint8_t s, int full, __m256i t0, const int RO, __m256i w[4]) {
     if (full && s >= DS_FP8_SAFE_SMIN && s <= DS_FP8_SAFE_SMAX) {
         fp8_sreg2 sr = fp8_scale_regs2(s, t0);
+        UNROLL4
         for (int j = 0; j < RO; j++) {
             if (h == 0) _mm_prefetch((const char *)(row0 + (size_t)j * in + b + 512), _MM_HINT_T0);
             w[j] = fp8_decode16(row0 + (size_t)j * in + b + 16 * h, sr);
@@ -55,6 +57,7 @@ AI void fp8_half_words(const uint8_t *row0, size_t in, int b, int h, uint8_t s, 
     }
     const float f = ds_fp8_scale_f(s);
     const int lo = b + 16 * h, cnt = (int)DS_MAX(0, DS_MIN(16, (int)in - lo));
+    UNROLL4
     for (int j = 0; j < RO; j++) {
         ds_bf16 tmp[16] = {0};
         for (int i = 0; i < cnt; i++) tmp[i] = ds_fp8_bf16_one(row0[(size_t)j * in + lo + i], f);
@@ -66,7 +69,9 @@ AI void fp8_half_words(const uint8_t *row0, size_t in, int b, int h, uint8_t s, 
 AI void fp8_tile2(const ds_linear *L, const ds_ffact *X, int o, int r, const int RO, const int RR, __m256i t0, float *y,
                   int ystride) {
     __m256 acc[4][2][2];
+    UNROLL4
     for (int j = 0; j < RO; j++)
+        UNROLL4
         for (int i = 0; i < RR; i++) acc[j][i][0] = acc[j][i][1] = _mm256_setzero_ps();
     const size_t in = (size_t)L->in;
     const int scc = (L->in + 31) / 32, whole = L->in & ~31;
@@ -77,18 +82,23 @@ AI void fp8_tile2(const ds_linear *L, const ds_ffact *X, int o, int r, const int
             __m256i w[4];
             __m256 wo[4], we[4];
             fp8_half_words(row0, in, b, h, srow[b / 32], b < whole, t0, RO, w);
+            UNROLL4
             for (int j = 0; j < RO; j++) {
                 wo[j] = _mm256_castsi256_ps(_mm256_and_si256(w[j], hi));
                 we[j] = _mm256_castsi256_ps(_mm256_slli_epi32(w[j], 16));
             }
+            UNROLL4
             for (int i = 0; i < RR; i++) {
                 const float *xf = (const float *)X->x + (size_t)(r + i) * X->stride + b;
                 __m256 xo = _mm256_loadu_ps(xf + 8 * h), xe = _mm256_loadu_ps(xf + 16 + 8 * h);
+                UNROLL4
                 for (int j = 0; j < RO; j++)
                     acc[j][i][h] = _mm256_fmadd_ps(we[j], xe, _mm256_fmadd_ps(wo[j], xo, acc[j][i][h]));
             }
         }
+    UNROLL4
     for (int i = 0; i < RR; i++)
+        UNROLL4
         for (int j = 0; j < RO; j++) y[(size_t)(r + i) * ystride + o + j] = fp8_reduce2(acc[j][i][0], acc[j][i][1]);
 }
 

@@ -66,6 +66,7 @@ typedef simde__mmask32 __mmask32;
 #define FP8_CVTEPU8_EPI16(v) _mm512_and_si512(_mm512_cvtepi8_epi16(v), _mm512_set1_epi16(0xff))
 #define FP8_TESTN_EPI16_MASK(a, b) ((__mmask32)~_mm512_test_epi16_mask((a), (b)))
 #define AI static inline
+#define UNROLL4
 #else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")
@@ -77,6 +78,7 @@ typedef simde__mmask32 __mmask32;
 #define FP8_CVTEPU8_EPI16(v) _mm512_cvtepu8_epi16(v)
 #define FP8_TESTN_EPI16_MASK(a, b) _mm512_testn_epi16_mask((a), (b))
 #define AI static inline __attribute__((always_inline))
+#define UNROLL4 _Pragma("GCC unroll 4")
 #endif
 
 /* The two registers of one block scale: K (normal codes) and the subnormal table T. */
@@ -110,6 +112,7 @@ AI float fp8_reduce(__m512 a) {   /* the lane tree of kernels.h */
 AI void fp8_block_words(const uint8_t *row0, size_t in, int b, uint8_t s, int full, __m512i t0, const int RO, __m512i w[4]) {
     if (full && s >= DS_FP8_SAFE_SMIN && s <= DS_FP8_SAFE_SMAX) {
         fp8_sreg sr = fp8_scale_regs(s, t0);
+        UNROLL4
         for (int j = 0; j < RO; j++) {
             _mm_prefetch((const char *)(row0 + (size_t)j * in + b + 512), _MM_HINT_T0);
             w[j] = fp8_decode32(row0 + (size_t)j * in + b, sr);
@@ -118,6 +121,7 @@ AI void fp8_block_words(const uint8_t *row0, size_t in, int b, uint8_t s, int fu
     }
     const float f = ds_fp8_scale_f(s);
     const int cnt = (int)DS_MIN((size_t)32, in - (size_t)b);
+    UNROLL4
     for (int j = 0; j < RO; j++) {
         ds_bf16 tmp[32] = {0};
         for (int i = 0; i < cnt; i++) tmp[i] = ds_fp8_bf16_one(row0[(size_t)j * in + b + i], f);
@@ -129,7 +133,9 @@ AI void fp8_block_words(const uint8_t *row0, size_t in, int b, uint8_t s, int fu
 AI void fp8_tile(const ds_linear *L, const ds_ffact *X, int o, int r, const int RO, const int RR, const int DOT, __m512i t0,
                  float *y, int ystride) {
     __m512 acc[4][4];
+    UNROLL4
     for (int j = 0; j < RO; j++)
+        UNROLL4
         for (int i = 0; i < RR; i++) acc[j][i] = _mm512_setzero_ps();
     const size_t in = (size_t)L->in;
     const int scc = (L->in + 31) / 32, whole = L->in & ~31;
@@ -139,24 +145,31 @@ AI void fp8_tile(const ds_linear *L, const ds_ffact *X, int o, int r, const int 
         __m512i w[4];
         fp8_block_words(row0, in, b, srow[b / 32], b < whole, t0, RO, w);
         if (DOT) {
+            UNROLL4
             for (int i = 0; i < RR; i++) {
                 __m512i xv = _mm512_loadu_si512((const ds_bf16 *)X->x + (size_t)(r + i) * X->stride + b);
+                UNROLL4
                 for (int j = 0; j < RO; j++) acc[j][i] = FP8_DPBF16(acc[j][i], w[j], xv);
             }
         } else {
             __m512 wo[4], we[4];
+            UNROLL4
             for (int j = 0; j < RO; j++) {
                 wo[j] = _mm512_castsi512_ps(_mm512_and_si512(w[j], hi));
                 we[j] = _mm512_castsi512_ps(_mm512_slli_epi32(w[j], 16));
             }
+            UNROLL4
             for (int i = 0; i < RR; i++) {
                 const float *xf = (const float *)X->x + (size_t)(r + i) * X->stride + b;
                 __m512 xo = _mm512_loadu_ps(xf), xe = _mm512_loadu_ps(xf + 16);
+                UNROLL4
                 for (int j = 0; j < RO; j++) acc[j][i] = FP8_FMADD(we[j], xe, FP8_FMADD(wo[j], xo, acc[j][i]));
             }
         }
     }
+    UNROLL4
     for (int i = 0; i < RR; i++)
+        UNROLL4
         for (int j = 0; j < RO; j++) y[(size_t)(r + i) * ystride + o + j] = fp8_reduce(acc[j][i]);
 }
 

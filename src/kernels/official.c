@@ -60,7 +60,8 @@ double ds_mx_row_sequential(ds_mx_bsum_fn fn, const uint8_t *codes, const uint8_
     return acc;
 }
 
-double ds_mx_row_ref(const uint8_t *codes, const uint8_t *sc, const int8_t *xe, const int8_t *xo, int nb) {
+double ds_mx_row_ref(const uint8_t *codes, const uint8_t *sc, const ds_mx_act *a, int nb) {
+    const int8_t *xe = a->xe, *xo = a->xo;
     int lo, hi;
     ds_mx_exp_range(sc, nb, &lo, &hi);
     if (hi - lo > DS_MX_EXACT_SPREAD) return ds_mx_row_sequential(ds_mx_bsum_ref, codes, sc, xe, xo, nb);
@@ -91,26 +92,30 @@ static const ds_kern_ops *active_ops(void) {
 
 typedef struct mxrun {
     const ds_linear *L;
-    const int8_t *xe, *xo;   /* [n][nb·16] */
+    const uint8_t *act;      /* [n][6][nb·16]: xe, xo, ae, ao, se, so */
     const float *xs;
     int n, nb, per;
     float *y;
     ds_mx_row_fn fn;
 } mxrun;
 
+/* Output rows outer, activation rows inner: a weight row (in/2 bytes) is read from memory once
+ * per call and reused from L1 for every activation row. */
 static void mx_task(void *vctx, int t, int thread) {
     (void)thread;
     mxrun *c = vctx;
     const ds_linear *L = c->L;
     const int nb = c->nb, o0 = t * c->per, o1 = DS_MIN(L->out, o0 + c->per);
+    const size_t part = (size_t)nb * 16;
     const uint8_t *W = L->w;
-    for (int r = 0; r < c->n; r++) {
-        const int8_t *xe = c->xe + (size_t)r * nb * 16, *xo = c->xo + (size_t)r * nb * 16;
-        for (int o = o0; o < o1; o++) {
-            double acc = c->fn(W + (size_t)o * nb * 16, L->w_e8m0 + (size_t)o * nb, xe, xo, nb);
+    for (int o = o0; o < o1; o++)
+        for (int r = 0; r < c->n; r++) {
+            const uint8_t *base = c->act + (size_t)r * 6 * part;
+            ds_mx_act a = {(const int8_t *)base, (const int8_t *)(base + part), base + 2 * part, base + 3 * part,
+                           base + 4 * part, base + 5 * part};
+            double acc = c->fn(W + (size_t)o * part, L->w_e8m0 + (size_t)o * nb, &a, nb);
             c->y[(size_t)r * L->out + o] = (float)(acc * (double)c->xs[r]);
         }
-    }
 }
 
 static int task_split(int out, double work, int *per) {
@@ -124,14 +129,19 @@ static int task_split(int out, double work, int *per) {
 void ds_mx_forward_q_with(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y, ds_mx_row_fn fn) {
     tables_init();
     const int in = L->in, nb = in / 32;
-    int8_t *buf = malloc((size_t)2 * n * nb * 16 + 1), *xe = buf, *xo = buf + (size_t)n * nb * 16;
-    for (int r = 0; r < n; r++)
-        for (int i = 0; i < in; i += 2) {
-            size_t k = (size_t)r * nb * 16 + (size_t)(i / 32) * 16 + (i % 32) / 2;
-            xe[k] = xq[(size_t)r * in + i];
-            xo[k] = xq[(size_t)r * in + i + 1];
+    const size_t part = (size_t)nb * 16;
+    uint8_t *buf = malloc((size_t)n * 6 * part + 1);
+    for (int r = 0; r < n; r++) {
+        uint8_t *d = buf + (size_t)r * 6 * part;
+        for (int i = 0; i < in; i++) {
+            int8_t v = xq[(size_t)r * in + i];
+            size_t k = (size_t)(i / 32) * 16 + (size_t)(i % 32) / 2 + (i % 2 ? part : 0);
+            d[k] = (uint8_t)v;
+            d[2 * part + k] = (uint8_t)(v < 0 ? -v : v);   /* |q| <= 127 */
+            d[4 * part + k] = v < 0 ? 8 : 0;
         }
-    mxrun c = {.L = L, .xe = xe, .xo = xo, .xs = xs, .n = n, .nb = nb, .y = y, .fn = fn};
+    }
+    mxrun c = {.L = L, .act = buf, .xs = xs, .n = n, .nb = nb, .y = y, .fn = fn};
     int tasks = task_split(L->out, (double)L->out * in * n, &c.per);
     ds_pool_run(tasks, mx_task, &c);
     free(buf);

@@ -76,16 +76,26 @@ TEST(mxfp4_paths_equal_scalar_and_the_decoded_weights) {
     CHECK(runs >= 40, "only %d runs", runs);
 }
 
+/* Codes of the largest magnitude (12 as 2·e2m1), positive or negative by case. */
+static int o_sign_codes(size_t k) { return k % 3 ? 0x77 : 0xFF; }
+
 TEST(mxfp4_exponent_spread_boundary) {
     /* spread 37: the exact sum rounded once (checked with a 128-bit integer sum written here);
      * spread 38: the ascending float64 order; every path equal to the scalar one in both */
-    for (int spread = 36; spread <= 39; spread++) {
+    /* spreads 14-18: the SIMD paths' int32 lanes at their overflow limit (largest codes, |q| = 127,
+     * every block but one at the top exponent: the int32 route up to 16 (AVX-512) / 15 (AVX2),
+     * the int64 one above) */
+    static const int spreads[] = {14, 15, 16, 17, 18, 36, 37, 38, 39};
+    for (size_t k = 0; k < DS_ARRAY_LEN(spreads); k++) {
+        const int spread = spreads[k], extreme = spread < 30;
         mx_lin m = mx_make(8, 256, 0, 0);
         for (int o = 0; o < 8; o++)
-            for (int b = 0; b < 8; b++) m.sc[o * 8 + b] = (uint8_t)(90 + (b == 3 ? spread : b % 3));
+            for (int b = 0; b < 8; b++)
+                m.sc[o * 8 + b] = (uint8_t)(90 + (extreme ? (b == o % 8 ? 0 : spread) : b == 3 ? spread : b % 3));
+        if (extreme) memset(m.codes, o_sign_codes(k), (size_t)8 * 128);
         int8_t q[256];
         float s = 0.37f, y0[8], y1[8];
-        for (int i = 0; i < 256; i++) q[i] = (int8_t)tk_range(-127, 127);
+        for (int i = 0; i < 256; i++) q[i] = (int8_t)(extreme ? (k % 2 ? -127 : 127) : tk_range(-127, 127));
         ds_mx_forward_q_with(&m.L, q, &s, 1, y0, ds_mx_row_ref);
         if (spread <= DS_MX_EXACT_SPREAD)
             for (int o = 0; o < 8; o++) {

@@ -50,7 +50,7 @@ void ds_mx_bsum_avx2(const uint8_t *codes, const int8_t *xe, const int8_t *xo, i
  * weight (code ^ 8), the signed |2·e2m1| by vpshufb, vpmaddubsw of |x| (unsigned) against it
  * (|pair| <= 3048), the two nibble sets added (<= 6096) and paired by vpmaddwd — lane 4k+m holds
  * partial m of block k, 8 products. */
-static inline __m256i pair_lanes(const uint8_t *codes, const ds_mx_act *a, int b) {
+static inline __attribute__((always_inline)) __m256i pair_lanes(const uint8_t *codes, const ds_mx_act *a, int b) {
     const __m256i lut = _mm256_setr_epi8(DS_MX_SIGNED_LUT, DS_MX_SIGNED_LUT), low4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
     __m256i c = _mm256_loadu_si256((const __m256i *)(codes + 16 * b));
     __m256i l4 = _mm256_xor_si256(_mm256_and_si256(c, low4), _mm256_loadu_si256((const __m256i *)(a->se + 16 * b)));
@@ -72,6 +72,7 @@ static double row_int32(const uint8_t *codes, const uint8_t *sc, const ds_mx_act
         long long s8;
         memcpy(&s8, sc + b, 8);
         __m256i sh = _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(s8)), vlo);
+#pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
             const __m256i idx = _mm256_setr_epi32(2 * g, 2 * g, 2 * g, 2 * g, 2 * g + 1, 2 * g + 1, 2 * g + 1, 2 * g + 1);
             acc = _mm256_add_epi32(acc, _mm256_sllv_epi32(pair_lanes(codes, a, b + 2 * g), _mm256_permutevar8x32_epi32(sh, idx)));

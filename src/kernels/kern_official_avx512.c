@@ -24,6 +24,7 @@ static inline __m512i mx_emu_cvtepu8_epi32(__m128i a) {   /* missing from this S
     return _mm512_loadu_si512(t);
 }
 #define MX_CVTEPU8_EPI32 mx_emu_cvtepu8_epi32
+#define MX_UNROLL4
 #else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
@@ -31,6 +32,7 @@ static inline __m512i mx_emu_cvtepu8_epi32(__m128i a) {   /* missing from this S
 #define DS_MX_BSUM_AVX512 ds_mx_bsum_avx512
 #define DS_MX_ROW_AVX512 ds_mx_row_avx512
 #define MX_CVTEPU8_EPI32 _mm512_cvtepu8_epi32
+#define MX_UNROLL4 _Pragma("GCC unroll 4")
 #endif
 
 static inline __m512i group_sums(const uint8_t *codes, const int8_t *xe, const int8_t *xo) {
@@ -77,11 +79,14 @@ void DS_MX_BSUM_AVX512(const uint8_t *codes, const int8_t *xe, const int8_t *xo,
     }
 }
 
+#ifndef MX_PREFETCH
+#define MX_PREFETCH 1024
+#endif
 /* The 16 int32 partials of one group of four blocks on the int32 route: each activation's sign
  * moved onto its weight (code ^ 8, one ternary-logic op per nibble set), the signed |2·e2m1|
  * looked up by vpshufb, and VPDPBUSD of |x| (unsigned) against it — lane 4k+m holds partial m of
  * block k, 8 products (|.| <= DS_MX_LANE_MAX). */
-static inline __m512i group_lanes(const uint8_t *codes, const uint8_t *ae, const uint8_t *ao, const uint8_t *se,
+static inline __attribute__((always_inline)) __m512i group_lanes(const uint8_t *codes, const uint8_t *ae, const uint8_t *ao, const uint8_t *se,
                                   const uint8_t *so) {
     const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(DS_MX_SIGNED_LUT)), low4 = _mm512_set1_epi8(15);
     __m512i c = _mm512_loadu_si512(codes);
@@ -98,16 +103,18 @@ static inline __m512i group_lanes(const uint8_t *codes, const uint8_t *ae, const
  * blocks goes through zero-padded copies (padding scale = the smallest: shift 0 of zero lanes). */
 static double row_int32(const uint8_t *codes, const uint8_t *sc, const ds_mx_act *a, int nb, int lo) {
     const __m512i vlo = _mm512_set1_epi32(lo);
+    __m512i idx[4];   /* group g's lanes 4k..4k+3 take the shift of its block k: element 4g + k */
+    for (int g = 0; g < 4; g++) idx[g] = _mm512_add_epi32(_mm512_set1_epi32(4 * g), _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
     __m512i acc = _mm512_setzero_si512();
     int b = 0;
     for (; b + 16 <= nb; b += 16) {
         __m512i sh = _mm512_sub_epi32(MX_CVTEPU8_EPI32(_mm_loadu_si128((const __m128i *)(sc + b))), vlo);
+        MX_UNROLL4
         for (int g = 0; g < 4; g++) {
             const int k = b + 4 * g;
-            const __m512i idx = _mm512_set_epi32(4 * g + 3, 4 * g + 3, 4 * g + 3, 4 * g + 3, 4 * g + 2, 4 * g + 2, 4 * g + 2,
-                                                 4 * g + 2, 4 * g + 1, 4 * g + 1, 4 * g + 1, 4 * g + 1, 4 * g, 4 * g, 4 * g, 4 * g);
+            _mm_prefetch((const char *)(codes + 16 * k + MX_PREFETCH), _MM_HINT_T0);
             __m512i t = group_lanes(codes + 16 * k, a->ae + 16 * k, a->ao + 16 * k, a->se + 16 * k, a->so + 16 * k);
-            acc = _mm512_add_epi32(acc, _mm512_sllv_epi32(t, _mm512_permutexvar_epi32(idx, sh)));
+            acc = _mm512_add_epi32(acc, _mm512_sllv_epi32(t, _mm512_permutexvar_epi32(idx[g], sh)));
         }
     }
     if (b < nb) {   /* up to 15 blocks left: padded copies, four blocks at a time */
@@ -122,10 +129,8 @@ static double row_int32(const uint8_t *codes, const uint8_t *sc, const ds_mx_act
         memcpy(so, a->so + 16 * b, bytes);
         __m512i sh = _mm512_sub_epi32(MX_CVTEPU8_EPI32(_mm_loadu_si128((const __m128i *)s16)), vlo);
         for (int g = 0; 16 * b + 64 * g < 16 * nb; g++) {
-            const __m512i idx = _mm512_set_epi32(4 * g + 3, 4 * g + 3, 4 * g + 3, 4 * g + 3, 4 * g + 2, 4 * g + 2, 4 * g + 2,
-                                                 4 * g + 2, 4 * g + 1, 4 * g + 1, 4 * g + 1, 4 * g + 1, 4 * g, 4 * g, 4 * g, 4 * g);
             __m512i t = group_lanes(cb + 64 * g, ae + 64 * g, ao + 64 * g, se + 64 * g, so + 64 * g);
-            acc = _mm512_add_epi32(acc, _mm512_sllv_epi32(t, _mm512_permutexvar_epi32(idx, sh)));
+            acc = _mm512_add_epi32(acc, _mm512_sllv_epi32(t, _mm512_permutexvar_epi32(idx[g], sh)));
         }
     }
     int32_t v[16];

@@ -106,14 +106,14 @@ static void mx_task(void *vctx, int t, int thread) {
     mxrun *c = vctx;
     const ds_linear *L = c->L;
     const int nb = c->nb, o0 = t * c->per, o1 = DS_MIN(L->out, o0 + c->per);
-    const size_t part = (size_t)nb * 16;
+    const size_t part = ((size_t)nb * 16 + 63) & ~(size_t)63, wrow = (size_t)nb * 16;
     const uint8_t *W = L->w;
     for (int o = o0; o < o1; o++)
         for (int r = 0; r < c->n; r++) {
             const uint8_t *base = c->act + (size_t)r * 6 * part;
             ds_mx_act a = {(const int8_t *)base, (const int8_t *)(base + part), base + 2 * part, base + 3 * part,
                            base + 4 * part, base + 5 * part};
-            double acc = c->fn(W + (size_t)o * part, L->w_e8m0 + (size_t)o * nb, &a, nb);
+            double acc = c->fn(W + (size_t)o * wrow, L->w_e8m0 + (size_t)o * nb, &a, nb);
             c->y[(size_t)r * L->out + o] = (float)(acc * (double)c->xs[r]);
         }
 }
@@ -129,8 +129,8 @@ static int task_split(int out, double work, int *per) {
 void ds_mx_forward_q_with(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y, ds_mx_row_fn fn) {
     tables_init();
     const int in = L->in, nb = in / 32;
-    const size_t part = (size_t)nb * 16;
-    uint8_t *buf = malloc((size_t)n * 6 * part + 1);
+    const size_t part = ((size_t)nb * 16 + 63) & ~(size_t)63;   /* 64-byte aligned rows: no split loads */
+    uint8_t *buf = ds_amalloc((size_t)n * 6 * part + 64);
     for (int r = 0; r < n; r++) {
         uint8_t *d = buf + (size_t)r * 6 * part;
         for (int i = 0; i < in; i++) {
@@ -144,7 +144,7 @@ void ds_mx_forward_q_with(const ds_linear *L, const int8_t *xq, const float *xs,
     mxrun c = {.L = L, .act = buf, .xs = xs, .n = n, .nb = nb, .y = y, .fn = fn};
     int tasks = task_split(L->out, (double)L->out * in * n, &c.per);
     ds_pool_run(tasks, mx_task, &c);
-    free(buf);
+    ds_afree(buf);
 }
 
 /* ---- FP8 ---- */

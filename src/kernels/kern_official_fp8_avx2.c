@@ -50,7 +50,7 @@ AI void fp8_half_words(const uint8_t *row0, size_t in, int b, int h, uint8_t s, 
         fp8_sreg2 sr = fp8_scale_regs2(s, t0);
         UNROLL4
         for (int j = 0; j < RO; j++) {
-            if (h == 0) _mm_prefetch((const char *)(row0 + (size_t)j * in + b + 512), _MM_HINT_T0);
+            if (h == 0) _mm_prefetch((const char *)(row0 + (size_t)(j + 8) * in + b), _MM_HINT_T0);   /* two 4-row groups ahead */
             w[j] = fp8_decode16(row0 + (size_t)j * in + b + 16 * h, sr);
         }
         return;

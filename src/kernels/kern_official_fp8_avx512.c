@@ -81,6 +81,9 @@ typedef simde__mmask32 __mmask32;
 #define UNROLL4 _Pragma("GCC unroll 4")
 #endif
 
+#ifndef FP8_PF_ROWS
+#define FP8_PF_ROWS 8   /* software prefetch two 4-row groups ahead: the hardware streamer restarts at every group */
+#endif
 /* The two registers of one block scale: K (normal codes) and the subnormal table T. */
 typedef struct { __m512i k, t; } fp8_sreg;
 
@@ -114,7 +117,7 @@ AI void fp8_block_words(const uint8_t *row0, size_t in, int b, uint8_t s, int fu
         fp8_sreg sr = fp8_scale_regs(s, t0);
         UNROLL4
         for (int j = 0; j < RO; j++) {
-            _mm_prefetch((const char *)(row0 + (size_t)j * in + b + 512), _MM_HINT_T0);
+            _mm_prefetch((const char *)(row0 + (size_t)(j + FP8_PF_ROWS) * in + b), _MM_HINT_T0);   /* the next row group, same block */
             w[j] = fp8_decode32(row0 + (size_t)j * in + b, sr);
         }
         return;

@@ -11,9 +11,11 @@
  * to bf16 / float64:
  *   exact tier: y = fp32(Σ_i f64(W[o][i])·f64(x[i])), i ascending — NUMERICS rule 2 as for BF16
  *               linears, one scalar routine on every path;
- *   fast tier:  16 output rows at a time are converted to bf16 into a per-task buffer (16·in·2
- *               bytes, cache resident) and fed to the active path's fast BF16 kernel (vdpbf16ps or
- *               FMA), so results equal the fast BF16 linear of the dequantized matrix bit for bit.
+ *   fast tier:  up to FP8_INREG_MAX_ROWS activation rows the codes are decoded to bf16 in
+ *               registers and fed straight to vdpbf16ps / FMA (kern_official_fp8_*.c); beyond, 16
+ *               output rows at a time are converted to bf16 into a per-task buffer (16·in·2 bytes,
+ *               cache resident) and fed to the active path's fast BF16 kernel.  Both equal the
+ *               fast BF16 linear of the dequantized matrix bit for bit.
  * Weights below 2^-50 are flushed as the fast BF16 rule says; no copy of the matrix is kept. */
 #include "kernels/kern_official.h"
 #include "base/threadpool.h"

@@ -19,8 +19,8 @@ typedef struct { __m256i k, t; } fp8_sreg2;
 AI fp8_sreg2 fp8_scale_regs2(uint8_t s, __m256i t0) {
     const __m256i not_zero_entry = _mm256_setr_epi16(0, -1, -1, -1, -1, -1, -1, -1, 0, -1, -1, -1, -1, -1, -1, -1);
     fp8_sreg2 r;
-    r.k = _mm256_set1_epi16((short)((s - 7) << 7));
-    r.t = _mm256_add_epi16(t0, _mm256_and_si256(_mm256_set1_epi16((short)((s - 127) << 7)), not_zero_entry));
+    r.k = _mm256_set1_epi16((short)((s - 7) * 128));
+    r.t = _mm256_add_epi16(t0, _mm256_and_si256(_mm256_set1_epi16((short)((s - 127) * 128)), not_zero_entry));
     return r;
 }
 

@@ -64,7 +64,15 @@ static inline __m512 fp8_emu_fmadd(__m512 a, __m512 b, __m512 c) {
 /* intrinsics this SIMDe release lacks, from their documented per-lane meaning */
 typedef simde__mmask32 __mmask32;
 #define FP8_CVTEPU8_EPI16(v) _mm512_and_si512(_mm512_cvtepi8_epi16(v), _mm512_set1_epi16(0xff))
-#define FP8_TESTN_EPI16_MASK(a, b) ((__mmask32)~_mm512_test_epi16_mask((a), (b)))
+static inline __mmask32 fp8_emu_testn_epi16(__m512i a, __m512i b) {   /* SIMDe's test_epi16_mask shifts 1 << 31 in int */
+    uint16_t x[32], y[32];
+    uint32_t m = 0;
+    _mm512_storeu_si512(x, a);
+    _mm512_storeu_si512(y, b);
+    for (int i = 0; i < 32; i++) m |= (uint32_t)!(x[i] & y[i]) << i;
+    return (__mmask32)m;
+}
+#define FP8_TESTN_EPI16_MASK(a, b) fp8_emu_testn_epi16((a), (b))
 #define AI static inline
 #define UNROLL4
 #else
@@ -89,8 +97,8 @@ typedef struct { __m512i k, t; } fp8_sreg;
 
 AI fp8_sreg fp8_scale_regs(uint8_t s, __m512i t0) {
     fp8_sreg r;
-    r.k = _mm512_set1_epi16((short)((s - 7) << 7));
-    r.t = _mm512_mask_add_epi16(t0, (__mmask32)0xfe, t0, _mm512_set1_epi16((short)((s - 127) << 7)));
+    r.k = _mm512_set1_epi16((short)((s - 7) * 128));
+    r.t = _mm512_mask_add_epi16(t0, (__mmask32)0xfe, t0, _mm512_set1_epi16((short)((s - 127) * 128)));
     return r;
 }
 

@@ -186,7 +186,7 @@ static void time_linear(bench_lin *c, int nc, int n, double min_secs, ds_bwprobe
         best = DS_MIN(best, ds_now() - t0);
         double l = probe                  ? ds_bwprobe_pass(probe)
                    : L->fmt <= DS_LIN_W4A8 || L->fmt == DS_LIN_MXFP4 ? ds_bench_int8_peak_once(NULL)
-                                          : ds_bench_float_peak_once(L->fmt == DS_LIN_BF16, NULL);
+                                          : ds_bench_float_peak_once(L->fmt == DS_LIN_BF16 || L->fmt == DS_LIN_FP8, NULL);
         lim = DS_MAX(lim, l);
     }
     /* at least 32 samples of the limit, however few calls a slow row made (a 512-row call can
@@ -194,7 +194,7 @@ static void time_linear(bench_lin *c, int nc, int n, double min_secs, ds_bwprobe
     for (int extra = 0; extra < 32; extra++) {
         double l = probe                  ? ds_bwprobe_pass(probe)
                    : L->fmt <= DS_LIN_W4A8 || L->fmt == DS_LIN_MXFP4 ? ds_bench_int8_peak_once(NULL)
-                                          : ds_bench_float_peak_once(L->fmt == DS_LIN_BF16, NULL);
+                                          : ds_bench_float_peak_once(L->fmt == DS_LIN_BF16 || L->fmt == DS_LIN_FP8, NULL);
         lim = DS_MAX(lim, l);
     }
     ds_afree(x); ds_afree(y); ds_afree(q); ds_afree(s);
@@ -223,6 +223,10 @@ static void note_pct(double pct, const char *row) {
 /* x 1 rows: % of the read bandwidth sampled beside them; x n rows: % of the compute peak sampled
  * beside them (int8 for quantized formats; vdpbf16ps / FMA fp32 for fast float), and the weight
  * stream against the read bandwidth of the limits line. */
+/* FP8-ft rows: the same FP8 fast-tier call with the in-register decode forbidden (16-row bf16
+ * tiles decoded per call), for an A/B of the two routes in one run. */
+static int g_fp8_tiles;
+
 static void bench_row(const limits *lim, ds_lin_fmt f, ds_numerics tier, int out, int in, int n, double min_secs) {
     bench_lin c[MAX_COPIES];
     size_t one = fmt_bytes(f, out, in);
@@ -237,6 +241,7 @@ static void bench_row(const limits *lim, ds_lin_fmt f, ds_numerics tier, int out
     char shape[48], name[16];
     snprintf(shape, sizeof shape, "[%d,%d] x %d", out, in, n);
     snprintf(name, sizeof name, "%s%s", fmt_name(f), f > DS_LIN_W4A8 && f != DS_LIN_MXFP4 ? (tier == DS_NUMERICS_FAST ? "-f" : "-x") : "");
+    if (f == DS_LIN_FP8 && g_fp8_tiles) snprintf(name, sizeof name, "FP8-ft");
     char row[64];
     snprintf(row, sizeof row, "%s %s", name, shape);
     const double bw = DS_MAX(lim->read_bw, g_best_bw);
@@ -274,7 +279,13 @@ static int bench_kernels(const bench_opts *o) {
     bench_row(&lim, DS_LIN_W4A8, DS_NUMERICS_EXACT, 8 * 2304, 5120, 1, ms); /* 8 routed w1 stacked */
     bench_row(&lim, DS_LIN_MXFP4, DS_NUMERICS_EXACT, 8 * 2304, 5120, 1, ms); /* the same in the official format */
     bench_row(&lim, DS_LIN_W8A8, DS_NUMERICS_EXACT, 32768, 1280, 1, ms);    /* wq_b-like */
-    bench_row(&lim, DS_LIN_FP8, DS_NUMERICS_FAST, 32768, 1280, 1, ms);      /* the same in FP8 (official), fast tier */
+    for (g_fp8_tiles = 0; g_fp8_tiles < 2; g_fp8_tiles++) {                  /* the same in FP8 (official), fast tier: */
+        int prev = ds_fp8_inreg_allow(!g_fp8_tiles);                         /* in-register decode, then per-call tiles */
+        bench_row(&lim, DS_LIN_FP8, DS_NUMERICS_FAST, 32768, 1280, 1, ms);
+        bench_row(&lim, DS_LIN_FP8, DS_NUMERICS_FAST, 4608, 5120, 16, ms);
+        ds_fp8_inreg_allow(prev);
+    }
+    g_fp8_tiles = 0;
     bench_row(&lim, DS_LIN_BF16, DS_NUMERICS_EXACT, 5120, 8192, 1, ms);     /* wo_b, exact tier */
     bench_row(&lim, DS_LIN_F32, DS_NUMERICS_EXACT, 4096, 5120, 1, ms);      /* head slice, exact tier */
     /* rows 1, 6 (speculative verify), 16 / 32 (batched decode), 512 (prefill chunk) */
@@ -290,7 +301,7 @@ static int bench_kernels(const bench_opts *o) {
            " x 1 rows: weight GB/s vs read-only passes of the same size over 512 MiB; x n rows: 2*out*in*rows ops"
            " vs int8-peak runs (W4A8/W8A8) or fp32 peak runs (-f: fast tier, vdpbf16ps or FMA), and weight GB/s vs"
            " the best read bandwidth measured so far in this run; -x: exact tier, float64 accumulation, no peak of its"
-           " kind)\n");
+           " kind; FP8-ft: the FP8-f call with its in-register decode forbidden, 16-row bf16 tiles decoded per call)\n");
     printf("highest ratio to a limit: %.0f%% (%s)%s\n", g_worst_pct, g_worst_row,
            g_worst_pct > 100.0 ? " -- ABOVE 100%: a limit probe is too weak" : "");
     return 0;

@@ -26,11 +26,24 @@ typedef void (*ds_mx_bsum_fn)(const uint8_t *codes, const int8_t *xe, const int8
 void ds_mx_bsum_ref(const uint8_t *codes, const int8_t *xe, const int8_t *xo, int nb, int32_t *bsum);
 void ds_mx_bsum_avx2(const uint8_t *codes, const int8_t *xe, const int8_t *xo, int nb, int32_t *bsum);
 void ds_mx_bsum_avx512(const uint8_t *codes, const int8_t *xe, const int8_t *xo, int nb, int32_t *bsum);
+/* One activation row as the row functions read it, each [nb·16] in the even/odd split: the signed
+ * codes (xe, xo), their magnitudes (ae, ao) and sign bytes (se, so: 8 where the code is negative,
+ * else 0).  The SIMD paths move each activation's sign onto the weight (code ^ 8 flips an E2M1
+ * sign), so an unsigned |x| meets a signed weight in one dot-product instruction. */
+typedef struct ds_mx_act { const int8_t *xe, *xo; const uint8_t *ae, *ao, *se, *so; } ds_mx_act;
 /* acc of one output row (contract above); sc = the row's nb scale bytes. */
-typedef double (*ds_mx_row_fn)(const uint8_t *codes, const uint8_t *sc, const int8_t *xe, const int8_t *xo, int nb);
-double ds_mx_row_ref(const uint8_t *codes, const uint8_t *sc, const int8_t *xe, const int8_t *xo, int nb);
-double ds_mx_row_avx2(const uint8_t *codes, const uint8_t *sc, const int8_t *xe, const int8_t *xo, int nb);
-double ds_mx_row_avx512(const uint8_t *codes, const uint8_t *sc, const int8_t *xe, const int8_t *xo, int nb);
+typedef double (*ds_mx_row_fn)(const uint8_t *codes, const uint8_t *sc, const ds_mx_act *a, int nb);
+double ds_mx_row_ref(const uint8_t *codes, const uint8_t *sc, const ds_mx_act *a, int nb);
+double ds_mx_row_avx2(const uint8_t *codes, const uint8_t *sc, const ds_mx_act *a, int nb);
+double ds_mx_row_avx512(const uint8_t *codes, const uint8_t *sc, const ds_mx_act *a, int nb);
+/* The int32 route of the SIMD paths: one int32 lane sums 8 products per block (|.| <= 8·12·127)
+ * for each of `terms` blocks, shifted by <= spread; it is taken only when that cannot overflow. */
+#define DS_MX_LANE_MAX 12192
+static inline int ds_mx_int32_ok(int terms, int spread) {
+    return spread <= 31 && ((int64_t)DS_MX_LANE_MAX * terms << spread) <= INT32_MAX;
+}
+/* |2·e2m1(c)| with the sign: c = 0..15, code ^ 8 negates. */
+#define DS_MX_SIGNED_LUT 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12
 
 #define DS_MX_EXACT_SPREAD 37
 /* The wide-spread branch: block sums (computed by fn) summed in float64, b ascending. */
@@ -84,6 +97,17 @@ static inline float ds_fp8_scale_f(uint8_t s) {   /* 2^(s-127) as fp32 bits (s =
     memcpy(&f, &u, 4);
     return f;
 }
+
+/* FP8 fast tier with the weights decoded in registers (kern_official_fp8_*.c): outputs [o0,o1) of
+ * every row of X (kind DS_FF_BF16_DOT: vdpbf16ps, AVX-512 only; DS_FF_BF16_FMA: FMA), o0 a multiple
+ * of 4; the same bits as the decoded tile fed to the fast BF16 kernel.  Block scales in
+ * [DS_FP8_SAFE_SMIN, DS_FP8_SAFE_SMAX] decode in registers (every value a normal bf16 >= 2^-50,
+ * below infinity); other blocks through ds_fp8_bf16_one. */
+#define DS_FP8_SAFE_SMIN 86
+#define DS_FP8_SAFE_SMAX 246
+typedef void (*ds_fp8_ff_fn)(const ds_linear *L, const ds_ffact *X, int o0, int o1, float *y, int ystride);
+void ds_fp8_ff_avx2(const ds_linear *L, const ds_ffact *X, int o0, int o1, float *y, int ystride);
+void ds_fp8_ff_avx512(const ds_linear *L, const ds_ffact *X, int o0, int o1, float *y, int ystride);
 
 /* Tests: the MXFP4 forward on already quantized rows with an explicit block-sum function. */
 void ds_mx_forward_q_with(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y, ds_mx_row_fn fn);

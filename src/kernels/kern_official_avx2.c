@@ -46,12 +46,64 @@ void ds_mx_bsum_avx2(const uint8_t *codes, const int8_t *xe, const int8_t *xo, i
         bsum[b] = t[0] + t[1] + t[2] + t[3];
     }
 }
-/* One row (contract in kern_official.h): two blocks' totals per step, shifted by their exponent
- * above the row's smallest and added in two int64 lanes (exact, so order-free). */
-double ds_mx_row_avx2(const uint8_t *codes, const uint8_t *sc, const int8_t *xe, const int8_t *xo, int nb) {
+/* The 8 int32 partials of two blocks on the int32 route: the activation's sign moved onto the
+ * weight (code ^ 8), the signed |2·e2m1| by vpshufb, vpmaddubsw of |x| (unsigned) against it
+ * (|pair| <= 3048), the two nibble sets added (<= 6096) and paired by vpmaddwd — lane 4k+m holds
+ * partial m of block k, 8 products. */
+static inline __attribute__((always_inline)) __m256i pair_lanes(const uint8_t *codes, const ds_mx_act *a, int b) {
+    const __m256i lut = _mm256_setr_epi8(DS_MX_SIGNED_LUT, DS_MX_SIGNED_LUT), low4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    __m256i c = _mm256_loadu_si256((const __m256i *)(codes + 16 * b));
+    __m256i l4 = _mm256_xor_si256(_mm256_and_si256(c, low4), _mm256_loadu_si256((const __m256i *)(a->se + 16 * b)));
+    __m256i h4 = _mm256_xor_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), low4), _mm256_loadu_si256((const __m256i *)(a->so + 16 * b)));
+    __m256i pe = _mm256_maddubs_epi16(_mm256_loadu_si256((const __m256i *)(a->ae + 16 * b)), _mm256_shuffle_epi8(lut, l4));
+    __m256i po = _mm256_maddubs_epi16(_mm256_loadu_si256((const __m256i *)(a->ao + 16 * b)), _mm256_shuffle_epi8(lut, h4));
+    return _mm256_madd_epi16(_mm256_add_epi16(pe, po), ones);
+}
+
+/* int32 route (ds_mx_int32_ok; every trained row): lanes shifted by their block's exponent above
+ * the row's smallest (the shifts of 8 blocks from one widening of 8 scale bytes and a lane permute
+ * per pair) and added in int32 without overflow, then summed in int64: the exact total.  An odd
+ * last block goes through the scalar block sum. */
+static double row_int32(const uint8_t *codes, const uint8_t *sc, const ds_mx_act *a, int nb, int lo) {
+    const __m256i vlo = _mm256_set1_epi32(lo);
+    __m256i acc = _mm256_setzero_si256();
+    int b = 0;
+    for (; b + 8 <= nb; b += 8) {
+        long long s8;
+        memcpy(&s8, sc + b, 8);
+        __m256i sh = _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(s8)), vlo);
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            const __m256i idx = _mm256_setr_epi32(2 * g, 2 * g, 2 * g, 2 * g, 2 * g + 1, 2 * g + 1, 2 * g + 1, 2 * g + 1);
+            acc = _mm256_add_epi32(acc, _mm256_sllv_epi32(pair_lanes(codes, a, b + 2 * g), _mm256_permutevar8x32_epi32(sh, idx)));
+        }
+    }
+    for (; b + 2 <= nb; b += 2) {
+        __m256i sh = _mm256_setr_epi32(sc[b] - lo, sc[b] - lo, sc[b] - lo, sc[b] - lo, sc[b + 1] - lo, sc[b + 1] - lo, sc[b + 1] - lo,
+                                       sc[b + 1] - lo);
+        acc = _mm256_add_epi32(acc, _mm256_sllv_epi32(pair_lanes(codes, a, b), sh));
+    }
+    int32_t v[8];
+    _mm256_storeu_si256((__m256i *)v, acc);
+    int64_t total = 0;
+    for (int i = 0; i < 8; i++) total += v[i];
+    if (b < nb) {
+        int32_t last;
+        ds_mx_bsum_avx2(codes + 16 * b, a->xe + 16 * b, a->xo + 16 * b, 1, &last);
+        total += (int64_t)last * ((int64_t)1 << (sc[b] - lo));
+    }
+    return ldexp((double)total, lo - 128);
+}
+
+/* One row (contract in kern_official.h): the int32 route where its lanes cannot overflow, else two
+ * blocks' totals per step, shifted by their exponent above the row's smallest and added in two
+ * int64 lanes (exact, so order-free). */
+double ds_mx_row_avx2(const uint8_t *codes, const uint8_t *sc, const ds_mx_act *a, int nb) {
+    const int8_t *xe = a->xe, *xo = a->xo;
     int lo, hi;
     ds_mx_exp_range(sc, nb, &lo, &hi);
     if (hi - lo > DS_MX_EXACT_SPREAD) return ds_mx_row_sequential(ds_mx_bsum_avx2, codes, sc, xe, xo, nb);
+    if (ds_mx_int32_ok((nb + 1) / 2, hi - lo)) return row_int32(codes, sc, a, nb, lo);
     const __m256i lut = _mm256_setr_epi8(DS_MX_MAG_LUT, DS_MX_MAG_LUT), low4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
     const __m128i vlo = _mm_set1_epi64x(lo);
     __m128i acc = _mm_setzero_si128();

@@ -16,12 +16,23 @@
 #include <simde/x86/avx512.h>
 #define DS_MX_BSUM_AVX512 ds_mx_bsum_avx512_emu
 #define DS_MX_ROW_AVX512 ds_mx_row_avx512_emu
+static inline __m512i mx_emu_cvtepu8_epi32(__m128i a) {   /* missing from this SIMDe release */
+    uint8_t b[16];
+    int32_t t[16];
+    _mm_storeu_si128((__m128i *)b, a);
+    for (int i = 0; i < 16; i++) t[i] = b[i];
+    return _mm512_loadu_si512(t);
+}
+#define MX_CVTEPU8_EPI32 mx_emu_cvtepu8_epi32
+#define MX_UNROLL4
 #else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
 #include <immintrin.h>
 #define DS_MX_BSUM_AVX512 ds_mx_bsum_avx512
 #define DS_MX_ROW_AVX512 ds_mx_row_avx512
+#define MX_CVTEPU8_EPI32 _mm512_cvtepu8_epi32
+#define MX_UNROLL4 _Pragma("GCC unroll 4")
 #endif
 
 static inline __m512i group_sums(const uint8_t *codes, const int8_t *xe, const int8_t *xo) {
@@ -68,13 +79,78 @@ void DS_MX_BSUM_AVX512(const uint8_t *codes, const int8_t *xe, const int8_t *xo,
     }
 }
 
-/* One row (contract in kern_official.h): four blocks' totals per step, shifted by their exponent
- * above the row's smallest and added in four int64 lanes (exact, so order-free); a last partial
- * group through the zero-padded copy (padding scales = the smallest: shift 0 of a zero total). */
-double DS_MX_ROW_AVX512(const uint8_t *codes, const uint8_t *sc, const int8_t *xe, const int8_t *xo, int nb) {
+#ifndef MX_PREFETCH
+#define MX_PREFETCH 1024
+#endif
+/* The 16 int32 partials of one group of four blocks on the int32 route: each activation's sign
+ * moved onto its weight (code ^ 8, one ternary-logic op per nibble set), the signed |2·e2m1|
+ * looked up by vpshufb, and VPDPBUSD of |x| (unsigned) against it — lane 4k+m holds partial m of
+ * block k, 8 products (|.| <= DS_MX_LANE_MAX). */
+static inline __attribute__((always_inline)) __m512i group_lanes(const uint8_t *codes, const uint8_t *ae, const uint8_t *ao, const uint8_t *se,
+                                  const uint8_t *so) {
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(DS_MX_SIGNED_LUT)), low4 = _mm512_set1_epi8(15);
+    __m512i c = _mm512_loadu_si512(codes);
+    __m512i lo = _mm512_ternarylogic_epi32(c, low4, _mm512_loadu_si512(se), 0x6A);   /* (c & 15) ^ se */
+    __m512i hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(c, 4), low4, _mm512_loadu_si512(so), 0x6A);
+    __m512i acc = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(ae), _mm512_shuffle_epi8(lut, lo));
+    return _mm512_dpbusd_epi32(acc, _mm512_loadu_si512(ao), _mm512_shuffle_epi8(lut, hi));
+}
+
+/* int32 route (ds_mx_int32_ok): each group's lanes shifted by their block's exponent above the
+ * row's smallest (vpsllvd; the shifts of 16 blocks come from one widening of 16 scale bytes and a
+ * lane permute per group) and added in int32 lanes without overflow; the lanes are then summed
+ * in int64 — the exact total, so the same bits as every other route.  A last partial stretch of
+ * blocks goes through zero-padded copies (padding scale = the smallest: shift 0 of zero lanes). */
+static double row_int32(const uint8_t *codes, const uint8_t *sc, const ds_mx_act *a, int nb, int lo) {
+    const __m512i vlo = _mm512_set1_epi32(lo);
+    __m512i idx[4];   /* group g's lanes 4k..4k+3 take the shift of its block k: element 4g + k */
+    for (int g = 0; g < 4; g++) idx[g] = _mm512_add_epi32(_mm512_set1_epi32(4 * g), _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+    __m512i acc = _mm512_setzero_si512();
+    int b = 0;
+    for (; b + 16 <= nb; b += 16) {
+        __m512i sh = _mm512_sub_epi32(MX_CVTEPU8_EPI32(_mm_loadu_si128((const __m128i *)(sc + b))), vlo);
+        MX_UNROLL4
+        for (int g = 0; g < 4; g++) {
+            const int k = b + 4 * g;
+            _mm_prefetch((const char *)(codes + 16 * k + MX_PREFETCH), _MM_HINT_T0);
+            __m512i t = group_lanes(codes + 16 * k, a->ae + 16 * k, a->ao + 16 * k, a->se + 16 * k, a->so + 16 * k);
+            acc = _mm512_add_epi32(acc, _mm512_sllv_epi32(t, _mm512_permutexvar_epi32(idx[g], sh)));
+        }
+    }
+    if (b < nb) {   /* up to 15 blocks left: padded copies, four blocks at a time */
+        uint8_t s16[16], cb[256] = {0}, ae[256] = {0}, ao[256] = {0}, se[256] = {0}, so[256] = {0};
+        const size_t bytes = (size_t)(nb - b) * 16;
+        memset(s16, lo, sizeof s16);
+        memcpy(s16, sc + b, (size_t)(nb - b));
+        memcpy(cb, codes + 16 * b, bytes);
+        memcpy(ae, a->ae + 16 * b, bytes);
+        memcpy(ao, a->ao + 16 * b, bytes);
+        memcpy(se, a->se + 16 * b, bytes);
+        memcpy(so, a->so + 16 * b, bytes);
+        __m512i sh = _mm512_sub_epi32(MX_CVTEPU8_EPI32(_mm_loadu_si128((const __m128i *)s16)), vlo);
+        for (int g = 0; 16 * b + 64 * g < 16 * nb; g++) {
+            __m512i t = group_lanes(cb + 64 * g, ae + 64 * g, ao + 64 * g, se + 64 * g, so + 64 * g);
+            acc = _mm512_add_epi32(acc, _mm512_sllv_epi32(t, _mm512_permutexvar_epi32(idx[g], sh)));
+        }
+    }
+    int32_t v[16];
+    _mm512_storeu_si512(v, acc);
+    int64_t total = 0;
+    for (int i = 0; i < 16; i++) total += v[i];
+    return ldexp((double)total, lo - 128);
+}
+
+/* One row (contract in kern_official.h).  The int32 route where its lanes cannot overflow (every
+ * trained row: a scale spread of up to ~10 binades); otherwise four blocks' totals per step,
+ * shifted by their exponent above the row's smallest and added in four int64 lanes (exact, so
+ * order-free); a last partial group through the zero-padded copy (padding scales = the smallest:
+ * shift 0 of a zero total). */
+double DS_MX_ROW_AVX512(const uint8_t *codes, const uint8_t *sc, const ds_mx_act *a, int nb) {
+    const int8_t *xe = a->xe, *xo = a->xo;
     int lo, hi;
     ds_mx_exp_range(sc, nb, &lo, &hi);
     if (hi - lo > DS_MX_EXACT_SPREAD) return ds_mx_row_sequential(DS_MX_BSUM_AVX512, codes, sc, xe, xo, nb);
+    if (ds_mx_int32_ok((nb + 3) / 4, hi - lo)) return row_int32(codes, sc, a, nb, lo);
     const __m256i vlo = _mm256_set1_epi64x(lo);
     __m256i acc = _mm256_setzero_si256();
     int b = 0;

@@ -160,6 +160,9 @@ void ds_official_forward_q(const ds_linear *L, const int8_t *xq, const float *xs
 /* Self-check of the official-format families ("mxfp4", "fp8", "fp8-fast"; selfcheck_official.c),
  * the active path bit for bit against the scalar one.  Fills out[0..2]. */
 int ds_official_selfcheck(ds_kernel_check out[3], int *n_out, ds_error *err);
+/* Tests and `perf kernels`: allow (1) or forbid (0) the fast-tier FP8 in-register decode (forbidden:
+ * every call decodes 16-row bf16 tiles; same bits either way); returns the previous setting. */
+int ds_fp8_inreg_allow(int allow);
 
 /* Unpack one int4 code from the W4A8 layout: row o, column i. */
 static inline int ds_w4_code(const int8_t *w, int in, int o, int i) {

@@ -11,13 +11,16 @@
  * to bf16 / float64:
  *   exact tier: y = fp32(Σ_i f64(W[o][i])·f64(x[i])), i ascending — NUMERICS rule 2 as for BF16
  *               linears, one scalar routine on every path;
- *   fast tier:  16 output rows at a time are converted to bf16 into a per-task buffer (16·in·2
- *               bytes, cache resident) and fed to the active path's fast BF16 kernel (vdpbf16ps or
- *               FMA), so results equal the fast BF16 linear of the dequantized matrix bit for bit.
+ *   fast tier:  up to FP8_INREG_MAX_ROWS activation rows the codes are decoded to bf16 in
+ *               registers and fed straight to vdpbf16ps / FMA (kern_official_fp8_*.c); beyond, 16
+ *               output rows at a time are converted to bf16 into a per-task buffer (16·in·2 bytes,
+ *               cache resident) and fed to the active path's fast BF16 kernel.  Both equal the
+ *               fast BF16 linear of the dequantized matrix bit for bit.
  * Weights below 2^-50 are flushed as the fast BF16 rule says; no copy of the matrix is kept. */
 #include "kernels/kern_official.h"
 #include "base/threadpool.h"
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,7 +62,8 @@ double ds_mx_row_sequential(ds_mx_bsum_fn fn, const uint8_t *codes, const uint8_
     return acc;
 }
 
-double ds_mx_row_ref(const uint8_t *codes, const uint8_t *sc, const int8_t *xe, const int8_t *xo, int nb) {
+double ds_mx_row_ref(const uint8_t *codes, const uint8_t *sc, const ds_mx_act *a, int nb) {
+    const int8_t *xe = a->xe, *xo = a->xo;
     int lo, hi;
     ds_mx_exp_range(sc, nb, &lo, &hi);
     if (hi - lo > DS_MX_EXACT_SPREAD) return ds_mx_row_sequential(ds_mx_bsum_ref, codes, sc, xe, xo, nb);
@@ -90,26 +94,30 @@ static const ds_kern_ops *active_ops(void) {
 
 typedef struct mxrun {
     const ds_linear *L;
-    const int8_t *xe, *xo;   /* [n][nb·16] */
+    const uint8_t *act;      /* [n][6][nb·16]: xe, xo, ae, ao, se, so */
     const float *xs;
     int n, nb, per;
     float *y;
     ds_mx_row_fn fn;
 } mxrun;
 
+/* Output rows outer, activation rows inner: a weight row (in/2 bytes) is read from memory once
+ * per call and reused from L1 for every activation row. */
 static void mx_task(void *vctx, int t, int thread) {
     (void)thread;
     mxrun *c = vctx;
     const ds_linear *L = c->L;
     const int nb = c->nb, o0 = t * c->per, o1 = DS_MIN(L->out, o0 + c->per);
+    const size_t part = ((size_t)nb * 16 + 63) & ~(size_t)63, wrow = (size_t)nb * 16;
     const uint8_t *W = L->w;
-    for (int r = 0; r < c->n; r++) {
-        const int8_t *xe = c->xe + (size_t)r * nb * 16, *xo = c->xo + (size_t)r * nb * 16;
-        for (int o = o0; o < o1; o++) {
-            double acc = c->fn(W + (size_t)o * nb * 16, L->w_e8m0 + (size_t)o * nb, xe, xo, nb);
+    for (int o = o0; o < o1; o++)
+        for (int r = 0; r < c->n; r++) {
+            const uint8_t *base = c->act + (size_t)r * 6 * part;
+            ds_mx_act a = {(const int8_t *)base, (const int8_t *)(base + part), base + 2 * part, base + 3 * part,
+                           base + 4 * part, base + 5 * part};
+            double acc = c->fn(W + (size_t)o * wrow, L->w_e8m0 + (size_t)o * nb, &a, nb);
             c->y[(size_t)r * L->out + o] = (float)(acc * (double)c->xs[r]);
         }
-    }
 }
 
 static int task_split(int out, double work, int *per) {
@@ -123,17 +131,22 @@ static int task_split(int out, double work, int *per) {
 void ds_mx_forward_q_with(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y, ds_mx_row_fn fn) {
     tables_init();
     const int in = L->in, nb = in / 32;
-    int8_t *buf = malloc((size_t)2 * n * nb * 16 + 1), *xe = buf, *xo = buf + (size_t)n * nb * 16;
-    for (int r = 0; r < n; r++)
-        for (int i = 0; i < in; i += 2) {
-            size_t k = (size_t)r * nb * 16 + (size_t)(i / 32) * 16 + (i % 32) / 2;
-            xe[k] = xq[(size_t)r * in + i];
-            xo[k] = xq[(size_t)r * in + i + 1];
+    const size_t part = ((size_t)nb * 16 + 63) & ~(size_t)63;   /* 64-byte aligned rows: no split loads */
+    uint8_t *buf = ds_amalloc((size_t)n * 6 * part + 64);
+    for (int r = 0; r < n; r++) {
+        uint8_t *d = buf + (size_t)r * 6 * part;
+        for (int i = 0; i < in; i++) {
+            int8_t v = xq[(size_t)r * in + i];
+            size_t k = (size_t)(i / 32) * 16 + (size_t)(i % 32) / 2 + (i % 2 ? part : 0);
+            d[k] = (uint8_t)v;
+            d[2 * part + k] = (uint8_t)(v < 0 ? -v : v);   /* |q| <= 127 */
+            d[4 * part + k] = v < 0 ? 8 : 0;
         }
-    mxrun c = {.L = L, .xe = xe, .xo = xo, .xs = xs, .n = n, .nb = nb, .y = y, .fn = fn};
+    }
+    mxrun c = {.L = L, .act = buf, .xs = xs, .n = n, .nb = nb, .y = y, .fn = fn};
     int tasks = task_split(L->out, (double)L->out * in * n, &c.per);
     ds_pool_run(tasks, mx_task, &c);
-    free(buf);
+    ds_afree(buf);
 }
 
 /* ---- FP8 ---- */
@@ -194,8 +207,41 @@ static void fp8_fast_task(void *vctx, int t, int thread) {
     }
 }
 
+/* In-register decode (kern_official_fp8_*.c) up to this many activation rows: it decodes every
+ * weight once per 4 (AVX-512) or 2 (AVX2) rows, the tile path once per call, so past a few rows
+ * the tile's one decode is cheaper (measured with `perf kernels`, FP8-f rows). */
+enum { FP8_INREG_MAX_ROWS = 16 };
+static _Atomic int g_fp8_inreg_allowed = 1;
+
+int ds_fp8_inreg_allow(int allow) { return atomic_exchange(&g_fp8_inreg_allowed, allow); }
+
+typedef struct firun { const ds_linear *L; const ds_ffact *X; ds_fp8_ff_fn fn; int per; float *y; } firun;
+
+static void fp8_inreg_task(void *vctx, int t, int thread) {
+    (void)thread;
+    firun *c = vctx;
+    const int o0 = t * c->per, o1 = DS_MIN(c->L->out, o0 + c->per);
+    c->fn(c->L, c->X, o0, o1, c->y, c->L->out);
+}
+
+static ds_fp8_ff_fn fp8_inreg_fn(const ds_kern_ops *o, int n) {
+    if (!o || n > FP8_INREG_MAX_ROWS || !atomic_load(&g_fp8_inreg_allowed)) return NULL;
+    return o == &ds_kern_avx512 ? ds_fp8_ff_avx512 : o == &ds_kern_avx2 ? ds_fp8_ff_avx2 : NULL;
+}
+
 void ds_fp8_forward_fast_with(const ds_linear *L, const ds_kern_ops *o, int use_dot, const ds_bf16 *x, int n, float *y) {
     tables_init();
+    ds_fp8_ff_fn inreg = fp8_inreg_fn(o, n);
+    if (inreg) {
+        ds_ffact X;
+        void *xbuf = ds_amalloc(sizeof(float) * (size_t)n * (size_t)(((L->in + 31) & ~31) + 32));
+        ds_ff_prepare_act(use_dot && o->ff_dot ? DS_FF_BF16_DOT : DS_FF_BF16_FMA, x, n, L->in, xbuf, &X);
+        firun c = {.L = L, .X = &X, .fn = inreg, .y = y};
+        int tasks = task_split(L->out, (double)L->out * L->in * n, &c.per);
+        ds_pool_run(tasks, fp8_inreg_task, &c);
+        ds_afree(xbuf);
+        return;
+    }
     fprun c = {.L = L, .ops = o, .x = x, .n = n, .y = y, .dot = o && use_dot && o->ff_dot,
                .decode = o == &ds_kern_avx512 ? ds_fp8_decode_avx512 : o == &ds_kern_avx2 ? ds_fp8_decode_avx2 : ds_fp8_decode_ref};
     int tasks = task_split(L->out, (double)L->out * L->in * n, &c.per);

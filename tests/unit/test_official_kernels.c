@@ -14,6 +14,7 @@
 #include "tools/quant_fp8.h"
 #define DS_AVX512_EMULATE 1
 #include "kernels/kern_official_avx512.c"
+#include "kernels/kern_official_fp8_avx512.c"
 #include <stdio.h>
 
 /* A random MXFP4 linear: codes [out][in/2], scales [out][in/32] in a realistic exponent range. */
@@ -75,16 +76,26 @@ TEST(mxfp4_paths_equal_scalar_and_the_decoded_weights) {
     CHECK(runs >= 40, "only %d runs", runs);
 }
 
+/* Codes of the largest magnitude (12 as 2·e2m1), positive or negative by case. */
+static int o_sign_codes(size_t k) { return k % 3 ? 0x77 : 0xFF; }
+
 TEST(mxfp4_exponent_spread_boundary) {
     /* spread 37: the exact sum rounded once (checked with a 128-bit integer sum written here);
      * spread 38: the ascending float64 order; every path equal to the scalar one in both */
-    for (int spread = 36; spread <= 39; spread++) {
+    /* spreads 14-18: the SIMD paths' int32 lanes at their overflow limit (largest codes, |q| = 127,
+     * every block but one at the top exponent: the int32 route up to 16 (AVX-512) / 15 (AVX2),
+     * the int64 one above) */
+    static const int spreads[] = {14, 15, 16, 17, 18, 36, 37, 38, 39};
+    for (size_t k = 0; k < DS_ARRAY_LEN(spreads); k++) {
+        const int spread = spreads[k], extreme = spread < 30;
         mx_lin m = mx_make(8, 256, 0, 0);
         for (int o = 0; o < 8; o++)
-            for (int b = 0; b < 8; b++) m.sc[o * 8 + b] = (uint8_t)(90 + (b == 3 ? spread : b % 3));
+            for (int b = 0; b < 8; b++)
+                m.sc[o * 8 + b] = (uint8_t)(90 + (extreme ? (b == o % 8 ? 0 : spread) : b == 3 ? spread : b % 3));
+        if (extreme) memset(m.codes, o_sign_codes(k), (size_t)8 * 128);
         int8_t q[256];
         float s = 0.37f, y0[8], y1[8];
-        for (int i = 0; i < 256; i++) q[i] = (int8_t)tk_range(-127, 127);
+        for (int i = 0; i < 256; i++) q[i] = (int8_t)(extreme ? (k % 2 ? -127 : 127) : tk_range(-127, 127));
         ds_mx_forward_q_with(&m.L, q, &s, 1, y0, ds_mx_row_ref);
         if (spread <= DS_MX_EXACT_SPREAD)
             for (int o = 0; o < 8; o++) {
@@ -188,6 +199,80 @@ TEST(fp8_linears_equal_the_bf16_linear_of_the_decoded_matrix) {
     }
     printf("  %d FP8 runs compared\n", runs);
     CHECK(runs >= 24, "only %d runs", runs);
+}
+
+/* Block scales of an FP8 linear across the in-register decode's safe range and both sides of it;
+ * blocks above it keep the code exponent <= 4 so that no value or sum overflows. */
+static void fp8_rescale(fp8_lin *f, int out, int in, int trial) {
+    static const uint8_t edge[] = {0, 40, 76, 85, 86, 87, 246, 247, 250, 254};
+    const int sc_cols = (in + 31) / 32;
+    for (int t = 0; t < (out + 31) / 32; t++)
+        for (int b = 0; b < sc_cols; b++) {
+            uint8_t s = trial % 2 ? edge[tk_range(0, (int)DS_ARRAY_LEN(edge) - 1)] : (uint8_t)tk_range(110, 130);
+            f->sc[t * sc_cols + b] = s;
+            for (int o = 32 * t; o < DS_MIN(out, 32 * t + 32); o++)
+                for (int i = 32 * b; i < DS_MIN(in, 32 * b + 32); i++) {
+                    uint8_t *c = &f->codes[(size_t)o * in + i];
+                    if (s > 200 && ((*c >> 3) & 15) > 4) *c &= 0xa7;   /* exponent field <= 4 */
+                    float v = ldexpf(ds_e4m3_to_f32(*c), s - 127);
+                    f->dec[(size_t)o * in + i] = ds_f32_to_bf16(v);
+                }
+        }
+}
+
+TEST(fp8_inreg_decode_equals_the_fast_bf16_order_on_every_path) {
+    /* the in-register kernels (AVX2, AVX-512 natively, the AVX-512 source under SIMDe) against the
+     * scalar fast order on the decoded matrix; shapes with tails, several rows, scales at the
+     * edges of the in-register range (blocks outside it take the scalar rule) */
+    static const int outs[] = {1, 4, 33, 64, 70};
+    static const int ins[] = {32, 64, 96, 100, 256, 288};
+    int runs = 0;
+    for (int trial = 0; trial < 16; trial++) {
+        int out = outs[tk_range(0, 4)], in = ins[tk_range(0, 5)], n = tk_range(1, 6);
+        fp8_lin f = fp8_make(out, in, DS_NUMERICS_FAST, -12);
+        fp8_rescale(&f, out, in, trial);
+        ds_bf16 *x = malloc(sizeof(ds_bf16) * n * in);
+        tk_fill_bf16(x, (size_t)n * in, 1.0f);
+        float *want = malloc(sizeof(float) * n * out), *got = malloc(sizeof(float) * n * out);
+        void *buf = malloc(sizeof(float) * (size_t)n * (size_t)(((in + 31) & ~31) + 32));
+        ds_ref_linear_f(&f.B, x, n, want);
+        static const char *names[4] = {"avx512 emulated", "avx2", "avx512-vnni", "avx512-vnni"};
+        ds_fp8_ff_fn fns[4] = {ds_fp8_ff_avx512_emu, ds_kernels_available("avx2") ? ds_fp8_ff_avx2 : NULL,
+                               ds_kernels_available("avx512-vnni") ? ds_fp8_ff_avx512 : NULL, NULL};
+        for (int p = 0; p < 4; p++)
+            for (int kind = DS_FF_BF16_FMA; kind <= DS_FF_BF16_DOT; kind++) {
+                if (!fns[p] || (kind == DS_FF_BF16_DOT && (p == 1 || (p == 2 && !ds_avx512_bf16dot_matches())))) continue;
+                ds_ffact X;
+                ds_ff_prepare_act(kind, x, n, in, buf, &X);
+                tk_poison(got, (size_t)n * out);
+                fns[p](&f.L, &X, 0, out, got, out);
+                CHECK(!memcmp(want, got, sizeof(float) * n * out), "%s %s out=%d in=%d n=%d differs", names[p],
+                      kind == DS_FF_BF16_DOT ? "vdpbf16ps" : "fma", out, in, n);
+                runs++;
+            }
+        free(x); free(want); free(got); free(buf); free(f.codes); free(f.sc); free(f.dec);
+    }
+    printf("  %d in-register FP8 runs compared\n", runs);
+    CHECK(runs >= 32, "only %d runs", runs);
+}
+
+TEST(fp8_forward_same_bits_with_and_without_the_inreg_path) {
+    /* the dispatcher's two fast routes (in-register decode, 16-row tiles) on the active path */
+    fp8_lin f = fp8_make(96, 320, DS_NUMERICS_FAST, -12);
+    fp8_rescale(&f, 96, 320, 1);
+    for (int n = 1; n <= 20; n += 19) {
+        ds_bf16 *x = malloc(sizeof(ds_bf16) * n * 320);
+        tk_fill_bf16(x, (size_t)n * 320, 1.0f);
+        float *a = malloc(sizeof(float) * n * 96), *b = malloc(sizeof(float) * n * 96);
+        int prev = ds_fp8_inreg_allow(1);
+        ds_linear_forward(&f.L, x, n, a);
+        ds_fp8_inreg_allow(0);
+        ds_linear_forward(&f.L, x, n, b);
+        ds_fp8_inreg_allow(prev);
+        CHECK(!memcmp(a, b, sizeof(float) * n * 96), "n=%d: in-register and tile routes differ", n);
+        free(x); free(a); free(b);
+    }
+    free(f.codes); free(f.sc); free(f.dec);
 }
 
 TEST(fp8_decode_paths_equal_scalar_on_every_code) {

@@ -1,0 +1,212 @@
+/* FP8 E4M3 fast-tier linears on AVX-512 with the weights decoded in registers (kern_official.h).
+ *
+ * Why: converting 16 rows to a bf16 tile in memory and then running the BF16 kernel over it costs
+ * about one cycle per weight (32-bit lanes, a store and a reload) — at one activation row that is
+ * far slower than reading the FP8 bytes, so the matrix-vector case ran at a few percent of the read
+ * bandwidth.  Here 32 codes become 32 bf16 words in one register in ~8 operations and feed
+ * vdpbf16ps (or the FMA pair) directly; nothing is written back and no copy of the matrix exists.
+ *
+ * The decode (16-bit lanes, block scale s = E8M0 byte of the 32x32 tile):
+ *   normal code (exponent field e > 0):  bf16 = ((c & 0x7f) << 4) + ((s - 7) << 7)
+ *       (the code's exponent/mantissa bits moved into bf16 position, the bias 120 of
+ *        ds_fp8_bf16_one and the scale 2^(s-127) added to the exponent field in one integer add);
+ *   subnormal code (e = 0, m = c & 7):   bf16 = T[m], a 32-word vpermw table of m·2^(s-136), T[0] = 0;
+ *   sign: bit 15 set for codes 0x81..0xff (so 0x80 gives +0, like the flushed scalar rule).
+ * For s in [DS_FP8_SAFE_SMIN, DS_FP8_SAFE_SMAX] every result is a normal bf16 >= 2^-50 and below
+ * infinity, so this equals ds_fp8_bf16_one bit for bit (codes 0x7f/0xff included: both give
+ * 480·2^(s-127), the loader refuses them anyway).  A block whose scale lies outside that range
+ * goes through ds_fp8_bf16_one on the stack, lane for lane the same words.
+ *
+ * Order: per output row and activation row, 16 fp32 lanes accumulate over 32-input blocks
+ * ascending (vdpbf16ps: odd product then even; FMA: the same two fmas), then the fixed reduction
+ * tree of kernels.h — the fast BF16 order, so results equal the fast BF16 linear of the decoded
+ * matrix.  Compiled twice like kern_official_avx512.c: natively, and by the unit tests with
+ * DS_AVX512_EMULATE (SIMDe) so that hosts without AVX-512 check the same source. */
+#include "kernels/kern_official.h"
+#include <math.h>
+#include <string.h>
+
+#ifdef DS_AVX512_EMULATE
+#pragma GCC diagnostic ignored "-Wpsabi"
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+#define DS_FP8_FF_AVX512 ds_fp8_ff_avx512_emu
+/* vdpbf16ps as documented, lane by lane: odd product first, one rounding each, inputs DAZ, results
+ * FTZ (this SIMDe release takes the pair in the other order and keeps subnormals). */
+static inline float fp8_emu_daz(float v) { return fabsf(v) < 0x1p-126f ? 0.f * v : v; }
+static inline __m512 fp8_emu_dpbf16(__m512 acc, __m512i w, __m512i x) {
+    float a[16];
+    uint16_t wh[32], xh[32];
+    _mm512_storeu_ps(a, acc);
+    _mm512_storeu_si512(wh, w);
+    _mm512_storeu_si512(xh, x);
+    for (int j = 0; j < 16; j++)
+        for (int e = 1; e >= 0; e--) {
+            uint32_t wb = (uint32_t)wh[2 * j + e] << 16, xb = (uint32_t)xh[2 * j + e] << 16;
+            float wf, xf;
+            memcpy(&wf, &wb, 4);
+            memcpy(&xf, &xb, 4);
+            a[j] = fp8_emu_daz(fmaf(fp8_emu_daz(wf), fp8_emu_daz(xf), fp8_emu_daz(a[j])));
+        }
+    return _mm512_loadu_ps(a);
+}
+#define FP8_DPBF16(acc, w, x) fp8_emu_dpbf16((acc), (w), (x))
+/* SIMDe's portable fmadd rounds the product first; VFMADD rounds once (the order depends on it) */
+static inline __m512 fp8_emu_fmadd(__m512 a, __m512 b, __m512 c) {
+    float fa[16], fb[16], fc[16];
+    _mm512_storeu_ps(fa, a);
+    _mm512_storeu_ps(fb, b);
+    _mm512_storeu_ps(fc, c);
+    for (int i = 0; i < 16; i++) fc[i] = fmaf(fa[i], fb[i], fc[i]);
+    return _mm512_loadu_ps(fc);
+}
+#define FP8_FMADD fp8_emu_fmadd
+/* intrinsics this SIMDe release lacks, from their documented per-lane meaning */
+typedef simde__mmask32 __mmask32;
+#define FP8_CVTEPU8_EPI16(v) _mm512_and_si512(_mm512_cvtepi8_epi16(v), _mm512_set1_epi16(0xff))
+static inline __mmask32 fp8_emu_testn_epi16(__m512i a, __m512i b) {   /* SIMDe's test_epi16_mask shifts 1 << 31 in int */
+    uint16_t x[32], y[32];
+    uint32_t m = 0;
+    _mm512_storeu_si512(x, a);
+    _mm512_storeu_si512(y, b);
+    for (int i = 0; i < 32; i++) m |= (uint32_t)!(x[i] & y[i]) << i;
+    return (__mmask32)m;
+}
+#define FP8_TESTN_EPI16_MASK(a, b) fp8_emu_testn_epi16((a), (b))
+#define AI static inline
+#define UNROLL4
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")
+#include <immintrin.h>
+#define DS_FP8_FF_AVX512 ds_fp8_ff_avx512
+/* reached only for X->kind == DS_FF_BF16_DOT, which official.c picks only where CPUID has avx512-bf16 */
+#define FP8_DPBF16(acc, w, x) _mm512_dpbf16_ps((acc), (__m512bh)(w), (__m512bh)(x))
+#define FP8_FMADD _mm512_fmadd_ps
+#define FP8_CVTEPU8_EPI16(v) _mm512_cvtepu8_epi16(v)
+#define FP8_TESTN_EPI16_MASK(a, b) _mm512_testn_epi16_mask((a), (b))
+#define AI static inline __attribute__((always_inline))
+#define UNROLL4 _Pragma("GCC unroll 4")
+#endif
+
+#ifndef FP8_PF_ROWS
+#define FP8_PF_ROWS 8   /* software prefetch two 4-row groups ahead: the hardware streamer restarts at every group */
+#endif
+/* The two registers of one block scale: K (normal codes) and the subnormal table T. */
+typedef struct { __m512i k, t; } fp8_sreg;
+
+AI fp8_sreg fp8_scale_regs(uint8_t s, __m512i t0) {
+    fp8_sreg r;
+    r.k = _mm512_set1_epi16((short)((s - 7) * 128));
+    r.t = _mm512_mask_add_epi16(t0, (__mmask32)0xfe, t0, _mm512_set1_epi16((short)((s - 127) * 128)));
+    return r;
+}
+
+/* 32 codes -> 32 bf16 words (pair j of the block in 32-bit word j, as vdpbf16ps reads it). */
+AI __m512i fp8_decode32(const uint8_t *codes, fp8_sreg sr) {
+    __m512i c = FP8_CVTEPU8_EPI16(_mm256_loadu_si256((const __m256i *)codes));
+    __m512i v = _mm512_add_epi16(_mm512_and_si512(_mm512_slli_epi16(c, 4), _mm512_set1_epi16(0x7f0)), sr.k);
+    v = _mm512_mask_permutexvar_epi16(v, FP8_TESTN_EPI16_MASK(c, _mm512_set1_epi16(0x78)), c, sr.t);
+    __m512i sgn = _mm512_slli_epi16(_mm512_add_epi16(c, _mm512_set1_epi16(0x7f)), 7);   /* bit 15: c >= 0x81 */
+    return _mm512_ternarylogic_epi32(v, sgn, _mm512_set1_epi16((short)0x8000), 0xF8);   /* v | (sgn & 0x8000) */
+}
+
+AI float fp8_reduce(__m512 a) {   /* the lane tree of kernels.h */
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    __m128 d = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    return _mm_cvtss_f32(_mm_add_ss(d, _mm_movehdup_ps(d)));
+}
+
+/* The RO rows' words of block b: in registers when the scale is in the safe range and the block
+ * is whole, else through ds_fp8_bf16_one on a zero-padded stack copy (same words). */
+AI void fp8_block_words(const uint8_t *row0, size_t in, int b, uint8_t s, int full, __m512i t0, const int RO, __m512i w[4]) {
+    if (full && s >= DS_FP8_SAFE_SMIN && s <= DS_FP8_SAFE_SMAX) {
+        fp8_sreg sr = fp8_scale_regs(s, t0);
+        UNROLL4
+        for (int j = 0; j < RO; j++) {
+            _mm_prefetch((const char *)(row0 + (size_t)(j + FP8_PF_ROWS) * in + b), _MM_HINT_T0);   /* the next row group, same block */
+            w[j] = fp8_decode32(row0 + (size_t)j * in + b, sr);
+        }
+        return;
+    }
+    const float f = ds_fp8_scale_f(s);
+    const int cnt = (int)DS_MIN((size_t)32, in - (size_t)b);
+    UNROLL4
+    for (int j = 0; j < RO; j++) {
+        ds_bf16 tmp[32] = {0};
+        for (int i = 0; i < cnt; i++) tmp[i] = ds_fp8_bf16_one(row0[(size_t)j * in + b + i], f);
+        w[j] = _mm512_loadu_si512(tmp);
+    }
+}
+
+/* RO output rows (one 32-row scale tile) x RR activation rows over every input block. */
+AI void fp8_tile(const ds_linear *L, const ds_ffact *X, int o, int r, const int RO, const int RR, const int DOT, __m512i t0,
+                 float *y, int ystride) {
+    __m512 acc[4][4];
+    UNROLL4
+    for (int j = 0; j < RO; j++)
+        UNROLL4
+        for (int i = 0; i < RR; i++) acc[j][i] = _mm512_setzero_ps();
+    const size_t in = (size_t)L->in;
+    const int scc = (L->in + 31) / 32, whole = L->in & ~31;
+    const uint8_t *row0 = (const uint8_t *)L->w + (size_t)o * in, *srow = L->w_e8m0 + (size_t)(o / 32) * scc;
+    const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+    for (int b = 0; b < X->kpad; b += 32) {
+        __m512i w[4];
+        fp8_block_words(row0, in, b, srow[b / 32], b < whole, t0, RO, w);
+        if (DOT) {
+            UNROLL4
+            for (int i = 0; i < RR; i++) {
+                __m512i xv = _mm512_loadu_si512((const ds_bf16 *)X->x + (size_t)(r + i) * X->stride + b);
+                UNROLL4
+                for (int j = 0; j < RO; j++) acc[j][i] = FP8_DPBF16(acc[j][i], w[j], xv);
+            }
+        } else {
+            __m512 wo[4], we[4];
+            UNROLL4
+            for (int j = 0; j < RO; j++) {
+                wo[j] = _mm512_castsi512_ps(_mm512_and_si512(w[j], hi));
+                we[j] = _mm512_castsi512_ps(_mm512_slli_epi32(w[j], 16));
+            }
+            UNROLL4
+            for (int i = 0; i < RR; i++) {
+                const float *xf = (const float *)X->x + (size_t)(r + i) * X->stride + b;
+                __m512 xo = _mm512_loadu_ps(xf), xe = _mm512_loadu_ps(xf + 16);
+                UNROLL4
+                for (int j = 0; j < RO; j++) acc[j][i] = FP8_FMADD(we[j], xe, FP8_FMADD(wo[j], xo, acc[j][i]));
+            }
+        }
+    }
+    UNROLL4
+    for (int i = 0; i < RR; i++)
+        UNROLL4
+        for (int j = 0; j < RO; j++) y[(size_t)(r + i) * ystride + o + j] = fp8_reduce(acc[j][i]);
+}
+
+#define FP8_TILE(RO, RR) fp8_tile(L, X, o, r, RO, RR, DOT, t0, y, ystride)
+#define FP8_ROWS(RO)                                    \
+    for (int r = 0; r < X->n; r += 4) switch (DS_MIN(4, X->n - r)) { \
+        case 4: FP8_TILE(RO, 4); break;                 \
+        case 3: FP8_TILE(RO, 3); break;                 \
+        case 2: FP8_TILE(RO, 2); break;                 \
+        default: FP8_TILE(RO, 1); break;                \
+        }
+
+AI void fp8_rows_kind(const ds_linear *L, const ds_ffact *X, int o0, int o1, float *y, int ystride, const int DOT) {
+    _Alignas(64) uint16_t tab[32] = {0};
+    for (int m = 1; m < 8; m++) tab[m] = ds_fp8_bf16_one((uint32_t)m, 1.0f);   /* m·2^-9 */
+    const __m512i t0 = _mm512_loadu_si512(tab);
+    int o = o0;
+    for (; o + 4 <= o1 && o / 32 == (o + 3) / 32; o += 4) FP8_ROWS(4)
+    for (; o < o1; o++) FP8_ROWS(1)
+}
+
+void DS_FP8_FF_AVX512(const ds_linear *L, const ds_ffact *X, int o0, int o1, float *y, int ystride) {
+    if (X->kind == DS_FF_BF16_DOT) fp8_rows_kind(L, X, o0, o1, y, ystride, 1);
+    else fp8_rows_kind(L, X, o0, o1, y, ystride, 0);
+}
+
+#ifndef DS_AVX512_EMULATE
+#pragma GCC pop_options
+#endif

@@ -31,6 +31,7 @@
 #pragma GCC diagnostic ignored "-Wpsabi" /* SIMDe passes 64-byte vectors by value */
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/x86/avx512.h>
+#include "kernels/avx512_emu.h"
 #define DS_AVX512_OPS ds_kern_avx512_emu
 #define DS_QUANTIZE_ROW ds_ref_quantize_row_emu
 static void ds_ref_quantize_row_emu(const ds_bf16 *x, int k, int8_t *q, float *s) { ds_ref_quantize_rows(x, 1, k, q, s); }
@@ -59,18 +60,8 @@ static inline simde__m512d emu_cvtps_pd(simde__m256 a) {
     for (int i = 0; i < 8; i++) d[i] = f[i]; /* exact widening */
     return simde_mm512_loadu_pd(d);
 }
-/* SIMDe's portable fmadd rounds the product first; VFMADD rounds once, which the fast tier's
- * bit-exact contract depends on. */
-static inline simde__m512 emu_fmadd_ps(simde__m512 a, simde__m512 b, simde__m512 c) {
-    float fa[16], fb[16], fc[16];
-    simde_mm512_storeu_ps(fa, a);
-    simde_mm512_storeu_ps(fb, b);
-    simde_mm512_storeu_ps(fc, c);
-    for (int i = 0; i < 16; i++) fc[i] = fmaf(fa[i], fb[i], fc[i]);
-    return simde_mm512_loadu_ps(fc);
-}
 #undef _mm512_fmadd_ps
-#define _mm512_fmadd_ps emu_fmadd_ps
+#define _mm512_fmadd_ps ds_emu_fmadd_ps
 #define _mm512_cvtps_pd emu_cvtps_pd
 #define _mm512_cvtepi32_ps emu_cvtepi32_ps
 #define _mm512_mask_storeu_ps emu_mask_storeu_ps
@@ -403,26 +394,7 @@ static void f_rows(const ds_linear *L, const double *xd, int xstride, int n, int
 #ifndef DS_AVX512_EMULATE
 #define DPBF16(acc, w, x) _mm512_dpbf16_ps((acc), (__m512bh)(w), (__m512bh)(x))
 #else
-/* SIMDe's dpbf16 takes the pair in the other order and keeps subnormals; this is the instruction
- * as documented: per lane, odd product then even, one rounding each, inputs DAZ, results FTZ. */
-static inline float emu_daz(float v) { return fabsf(v) < 0x1p-126f ? 0.f * v : v; }
-static inline simde__m512 emu_dpbf16(simde__m512 acc, simde__m512i w, simde__m512i x) {
-    float a[16];
-    uint16_t wh[32], xh[32];
-    simde_mm512_storeu_ps(a, acc);
-    simde_mm512_storeu_si512(wh, w);
-    simde_mm512_storeu_si512(xh, x);
-    for (int j = 0; j < 16; j++)
-        for (int e = 1; e >= 0; e--) {
-            uint32_t wb = (uint32_t)wh[2 * j + e] << 16, xb = (uint32_t)xh[2 * j + e] << 16;
-            float wf, xf;
-            memcpy(&wf, &wb, 4);
-            memcpy(&xf, &xb, 4);
-            a[j] = emu_daz(fmaf(emu_daz(wf), emu_daz(xf), emu_daz(a[j])));
-        }
-    return simde_mm512_loadu_ps(a);
-}
-#define DPBF16(acc, w, x) emu_dpbf16((acc), (w), (x))
+#define DPBF16(acc, w, x) ds_emu_dpbf16((acc), (w), (x))
 #endif
 
 AI float ff_reduce(__m512 a) {

@@ -31,36 +31,9 @@
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/x86/avx512.h>
 #define DS_FP8_FF_AVX512 ds_fp8_ff_avx512_emu
-/* vdpbf16ps as documented, lane by lane: odd product first, one rounding each, inputs DAZ, results
- * FTZ (this SIMDe release takes the pair in the other order and keeps subnormals). */
-static inline float fp8_emu_daz(float v) { return fabsf(v) < 0x1p-126f ? 0.f * v : v; }
-static inline __m512 fp8_emu_dpbf16(__m512 acc, __m512i w, __m512i x) {
-    float a[16];
-    uint16_t wh[32], xh[32];
-    _mm512_storeu_ps(a, acc);
-    _mm512_storeu_si512(wh, w);
-    _mm512_storeu_si512(xh, x);
-    for (int j = 0; j < 16; j++)
-        for (int e = 1; e >= 0; e--) {
-            uint32_t wb = (uint32_t)wh[2 * j + e] << 16, xb = (uint32_t)xh[2 * j + e] << 16;
-            float wf, xf;
-            memcpy(&wf, &wb, 4);
-            memcpy(&xf, &xb, 4);
-            a[j] = fp8_emu_daz(fmaf(fp8_emu_daz(wf), fp8_emu_daz(xf), fp8_emu_daz(a[j])));
-        }
-    return _mm512_loadu_ps(a);
-}
-#define FP8_DPBF16(acc, w, x) fp8_emu_dpbf16((acc), (w), (x))
-/* SIMDe's portable fmadd rounds the product first; VFMADD rounds once (the order depends on it) */
-static inline __m512 fp8_emu_fmadd(__m512 a, __m512 b, __m512 c) {
-    float fa[16], fb[16], fc[16];
-    _mm512_storeu_ps(fa, a);
-    _mm512_storeu_ps(fb, b);
-    _mm512_storeu_ps(fc, c);
-    for (int i = 0; i < 16; i++) fc[i] = fmaf(fa[i], fb[i], fc[i]);
-    return _mm512_loadu_ps(fc);
-}
-#define FP8_FMADD fp8_emu_fmadd
+#include "kernels/avx512_emu.h"
+#define FP8_DPBF16(acc, w, x) ds_emu_dpbf16((acc), (w), (x))
+#define FP8_FMADD ds_emu_fmadd_ps
 /* intrinsics this SIMDe release lacks, from their documented per-lane meaning */
 typedef simde__mmask32 __mmask32;
 #define FP8_CVTEPU8_EPI16(v) _mm512_and_si512(_mm512_cvtepi8_epi16(v), _mm512_set1_epi16(0xff))

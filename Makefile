@@ -11,8 +11,8 @@ PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CFLAGS_release := -O2 -g -DNDEBUG
 CFLAGS_debug   := -O0 -g
-CFLAGS_asan    := -O2 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
-LDFLAGS_asan   := -fsanitize=address,undefined
+CFLAGS_asan    := -O2 -g -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS_asan   := -fsanitize=address,undefined,float-cast-overflow
 CFLAGS   := $(CSTD) $(WARN) $(CFLAGS_$(BUILD)) -pthread -fopenmp-simd -Iinclude -Isrc $(PKG_CFLAGS) $(EXTRA_CFLAGS)
 LDLIBS   := $(PKG_LIBS) -lm -pthread
 LDFLAGS  := $(LDFLAGS_$(BUILD))

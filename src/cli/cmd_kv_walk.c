@@ -10,6 +10,7 @@
  *
  * Exit status: 0 no run deviates; 1 a run deviates, a request failed or the server restarted;
  * 2 usage; 3 the server cannot be reached or a result cannot be written. */
+#include "io/io_util.h"
 #include "base/flags.h"
 #include "cli/commands.h"
 #include "cli/probe_cli.h"
@@ -145,9 +146,9 @@ static void measure(ds_probe *p, const char *prompt, const int32_t *ids, int64_t
     const cJSON *pt = cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens");
     const cJSON *ct = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens_details"),
                                                        "cached_tokens");
-    w->cached = cJSON_IsNumber(ct) ? (int64_t)ct->valuedouble : 0;
+    w->cached = ds_io_json_int_or(ct, 0, INT64_MAX, 0);
     w->lp = ds_xmalloc(sizeof(double) * (size_t)n);
-    if (!cJSON_IsNumber(pt) || (int64_t)pt->valuedouble != n)
+    if (ds_io_json_int_or(pt, 0, INT64_MAX, -1) != n)
         snprintf(w->error, sizeof w->error, "usage.prompt_tokens %g differs from the /tokenize count %lld",
                  cJSON_IsNumber(pt) ? pt->valuedouble : -1.0, (long long)n);
     else parse_prompt_logprobs(resp, ids, n, w->lp, w->error, sizeof w->error);

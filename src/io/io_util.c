@@ -41,6 +41,11 @@ int ds_io_json_int(const cJSON *it, int64_t lo, int64_t hi, int64_t *out) {
     return 1;
 }
 
+int64_t ds_io_json_int_or(const cJSON *it, int64_t lo, int64_t hi, int64_t def) {
+    int64_t x;
+    return ds_io_json_int(it, lo, hi, &x) ? x : def;
+}
+
 const char *ds_io_shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
     size_t k = 0;
     k += (size_t)snprintf(buf + k, n - k, "[");

@@ -22,6 +22,11 @@ int ds_io_safe_relpath(const char *p);
  * success.  Larger integers (Engram multipliers) never go through here. */
 int ds_io_json_int(const cJSON *it, int64_t lo, int64_t hi, int64_t *out);
 
+/* The value of an exact integer in [lo, hi], else `def` (absent, not a number, fractional, out of
+ * range).  For numbers read from a peer (a server's usage block, a prompt file) where a casting
+ * `(int)valuedouble` would be undefined behaviour on 1e30. */
+int64_t ds_io_json_int_or(const cJSON *it, int64_t lo, int64_t hi, int64_t def);
+
 /* Format a shape as "[a, b, c]" into buf. */
 const char *ds_io_shape_str(char *buf, size_t n, int ndim, const int64_t *shape);
 

@@ -111,8 +111,10 @@ static int parse_effort(rctx *c, const cJSON *e, bool *present, bool *none, int 
     }
     if (cJSON_IsNumber(e)) {
         double v = e->valuedouble;
-        bool integral = v == (double)(int)v && !(e->valuestring && strpbrk(e->valuestring, ".eE"));
-        if (integral && v >= 1 && v <= 100) { *n = (int)v; return 0; }
+        /* range first: casting an out-of-range double to int is undefined behaviour */
+        bool in_range = v >= 1 && v <= 100;
+        bool integral = in_range && v == (double)(int)v && !(e->valuestring && strpbrk(e->valuestring, ".eE"));
+        if (integral) { *n = (int)v; return 0; }
         return rfail(c, "invalid_value", "reasoning_effort", "reasoning_effort %g is not an integer in 1-100", v);
     }
     return rfail(c, "invalid_value", "reasoning_effort", "reasoning_effort must be a string or an integer 1-100");

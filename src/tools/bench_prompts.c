@@ -11,6 +11,7 @@
  * needs; the overlap between neighbouring slices is reported.  Calibration issues many /tokenize
  * calls, so prompts are calibrated on a few threads at once. */
 #define _GNU_SOURCE
+#include "io/io_util.h"
 #include "tools/bench_client.h"
 #include "base/common.h"
 #include <cjson/cJSON.h>
@@ -192,14 +193,14 @@ int bench_tokenize(const bench_run *r, const char *text, bool add_special, int *
     const cJSON *toks = cJSON_GetObjectItemCaseSensitive(j, "tokens");
     if (rc) snprintf(why, why_len, "%s", resp.error);
     else if (resp.status != 200) snprintf(why, why_len, "/tokenize answered HTTP %ld: %.200s", resp.status, resp.body);
-    else if (cJSON_IsNumber(cnt)) count = (int)cnt->valuedouble;
+    else if (cJSON_IsNumber(cnt)) count = (int)ds_io_json_int_or(cnt, 0, INT32_MAX, -1);
     else if (cJSON_IsArray(toks)) count = cJSON_GetArraySize(toks);
     else snprintf(why, why_len, "/tokenize answer has neither 'count' nor 'tokens': %.200s", resp.body);
     if (count >= 0 && ids && cJSON_IsArray(toks)) {
         *n_ids = cJSON_GetArraySize(toks);
         *ids = ds_xmalloc(sizeof(int) * (size_t)(*n_ids + 1));
         int k = 0;
-        for (const cJSON *t = toks->child; t; t = t->next) (*ids)[k++] = cJSON_IsNumber(t) ? (int)t->valuedouble : -1;
+        for (const cJSON *t = toks->child; t; t = t->next) (*ids)[k++] = (int)ds_io_json_int_or(t, 0, INT32_MAX, -1);
     }
     cJSON_Delete(j);
     ds_http_response_free(&resp);

@@ -10,6 +10,7 @@
  * (dsflash_… and vllm:… alike) and summed over their label sets; a server without /metrics simply
  * has no counters, and the derived figures fall back as §4.3 says (A = 1.0). */
 #define _GNU_SOURCE
+#include "io/io_util.h"
 #include "tools/bench_client.h"
 #include "base/common.h"
 #include <cjson/cJSON.h>
@@ -124,8 +125,8 @@ static int on_event(void *user, const char *data, size_t len, double t) {
     const cJSON *u = cJSON_GetObjectItemCaseSensitive(j, "usage");
     const cJSON *ct = cJSON_GetObjectItemCaseSensitive(u, "completion_tokens");
     const cJSON *pt = cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens");
-    if (cJSON_IsNumber(ct)) x->n_out = (int)ct->valuedouble;
-    if (cJSON_IsNumber(pt)) x->usage_prompt = (int)pt->valuedouble;
+    if (cJSON_IsNumber(ct)) x->n_out = (int)ds_io_json_int_or(ct, 0, INT32_MAX, -1);
+    if (cJSON_IsNumber(pt)) x->usage_prompt = (int)ds_io_json_int_or(pt, 0, INT32_MAX, -1);
     cJSON_Delete(j);
     return 0;
 }

@@ -7,6 +7,7 @@
  * counters are scraped around it so acceptance and cache hits are deltas of exactly that level.
  * Every reported field is the median over repeats, never the best. */
 #define _GNU_SOURCE
+#include "io/io_util.h"
 #include "tools/bench_client.h"
 #include "tools/bench_plot.h"
 #include "tools/progress.h"
@@ -38,7 +39,7 @@ static cJSON *get_json(const ds_http_client *c, const char *path, long *status, 
 
 static int json_int(const cJSON *o, const char *key, int def) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(v) ? (int)v->valuedouble : def;
+    return (int)ds_io_json_int_or(v, INT32_MIN, INT32_MAX, def);
 }
 
 /* /health, /v1/models, /server_info (TOOLS.md §0).  0 ok, else the exit status. */

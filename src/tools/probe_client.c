@@ -1,4 +1,5 @@
 /* Probe session over tools/http_client (see probe_client.h for why the probes share it). */
+#include "io/io_util.h"
 #include "tools/probe_client.h"
 #include "base/fsutil.h"
 #include <stdio.h>
@@ -141,9 +142,9 @@ static int64_t tokenize(ds_probe *p, cJSON *body, int32_t **ids, char **text, ch
     const cJSON *mml = cJSON_GetObjectItemCaseSensitive(r, "max_model_len");
     const cJSON *toks = cJSON_GetObjectItemCaseSensitive(r, "tokens");
     const cJSON *tx = cJSON_GetObjectItemCaseSensitive(r, "text");
-    int64_t count = cJSON_IsNumber(c) ? (int64_t)c->valuedouble : -1;
+    int64_t count = ds_io_json_int_or(c, 0, INT32_MAX, -1);
     if (count < 0) snprintf(err, n, "POST /tokenize: the answer has no count");
-    if (cJSON_IsNumber(mml)) p->max_model_len = (int64_t)mml->valuedouble;
+    if (cJSON_IsNumber(mml)) p->max_model_len = ds_io_json_int_or(mml, 0, INT64_MAX, 0);
     if (ids && count >= 0) {
         if (cJSON_GetArraySize(toks) != count) {
             snprintf(err, n, "POST /tokenize: %d tokens listed for count %lld", cJSON_GetArraySize(toks), (long long)count);
@@ -152,7 +153,7 @@ static int64_t tokenize(ds_probe *p, cJSON *body, int32_t **ids, char **text, ch
             *ids = ds_xmalloc(sizeof(int32_t) * (size_t)(count ? count : 1));
             int64_t i = 0;
             const cJSON *t;
-            cJSON_ArrayForEach(t, toks)(*ids)[i++] = (int32_t)t->valuedouble;
+            cJSON_ArrayForEach(t, toks)(*ids)[i++] = (int32_t)ds_io_json_int_or(t, 0, INT32_MAX, -1);
         }
     }
     if (text && count >= 0) *text = ds_xstrdup(cJSON_IsString(tx) ? tx->valuestring : "");
@@ -331,7 +332,7 @@ void ds_probe_chat_answer(const cJSON *resp, ds_chat_answer *a) {
     a->reasoning = cJSON_IsString(r) ? r->valuestring : NULL;
     a->finish_reason = cJSON_IsString(f) ? f->valuestring : NULL;
     a->tool_calls = cJSON_IsArray(tc) ? tc : NULL;
-    a->completion_tokens = cJSON_IsNumber(u) ? (int64_t)u->valuedouble : -1;
+    a->completion_tokens = ds_io_json_int_or(u, 0, INT64_MAX, -1);
 }
 
 void ds_probe_add_message(cJSON *messages, const char *role, const char *content) {

@@ -176,6 +176,9 @@ TEST(request_errors_are_400_class) {
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":101}", "invalid_value", "reasoning_effort", "1-100"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":true}", "invalid_value", "reasoning_effort", "string"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":50.5}", "invalid_value", "reasoning_effort", "50.5"},
+        /* once undefined behaviour (a double far outside int cast to int; found by fuzz_http) */
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":6666666666666666666666666661}", "invalid_value", "reasoning_effort", "1-100"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":-1e300}", "invalid_value", "reasoning_effort", "1-100"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"extreme\"}", "invalid_value", "reasoning_effort", "extreme"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"high\",\"chat_template_kwargs\":{\"enable_thinking\":false}}",
          "invalid_value", "reasoning_effort", "enable_thinking is false"},

@@ -9,6 +9,7 @@
  * reference, and says why.  An explicit path the CPU cannot run is an error (PITFALLS §A.1).
  * The first forward of each family after a selection logs "kernel <family>: <path> ENGAGED". */
 #include "kernels/kern_internal.h"
+#include "base/hugemem.h"
 #include "base/threadpool.h"
 #include <pthread.h>
 #include <stdatomic.h>
@@ -193,7 +194,7 @@ static ds_packed *ensure_packed(const ds_linear *L) {
         atomic_fetch_add(&g_packed_bytes, bytes);
         return mine;
     }
-    ds_afree(mine);
+    ds_huge_free(mine);
     return expected;
 }
 
@@ -211,14 +212,14 @@ static const ds_ffw *ensure_ffw(const ds_linear *L) {
         atomic_fetch_add(&g_packed_bytes, bytes);
         return mine;
     }
-    ds_afree(mine);
+    ds_huge_free(mine);
     return expected;
 }
 
 size_t ds_linear_prepare(ds_linear *L) {
     if (!ops()) return 0; /* the reference path reads the published layout */
     if (L->packed) return L->packed_bytes;
-    if (L->fmt == DS_LIN_BF16 && L->numerics == DS_NUMERICS_FAST) ensure_ffw(L);
+    if ((L->fmt == DS_LIN_BF16 || L->fmt == DS_LIN_F32) && L->numerics == DS_NUMERICS_FAST) ensure_ffw(L);
     else if (L->fmt == DS_LIN_W8A8 || L->fmt == DS_LIN_W4A8) ensure_packed(L);
     return L->packed_bytes;
 }
@@ -226,7 +227,7 @@ size_t ds_linear_prepare(ds_linear *L) {
 void ds_linear_release(ds_linear *L) {
     if (L->packed) {
         atomic_fetch_sub(&g_packed_bytes, L->packed_bytes);
-        ds_afree(L->packed);
+        ds_huge_free(L->packed);
     }
     L->packed = NULL;
     L->packed_bytes = 0;
@@ -483,12 +484,8 @@ static void ff_task(void *vctx, int t, int thread) {
 
 static void ff_forward(const ds_linear *L, const ds_kern_ops *o, const ds_bf16 *x, int n, float *y) {
     ffrun c = {.ops = o, .y = y};
-    if (L->fmt == DS_LIN_BF16) {
-        c.W = *ensure_ffw(L);
-        c.dot = ds_kernels_bf16dot_active();
-    } else {
-        c.W = (ds_ffw){.fmt = L->fmt, .out = L->out, .in = L->in, .w = L->w};
-    }
+    c.W = *ensure_ffw(L);
+    c.dot = L->fmt == DS_LIN_BF16 && ds_kernels_bf16dot_active();
     int kind = L->fmt == DS_LIN_F32 ? DS_FF_F32 : c.dot ? DS_FF_BF16_DOT : DS_FF_BF16_FMA;
     void *buf = scratch(SLOT_XD, sizeof(float) * (size_t)n * (size_t)(((L->in + 31) & ~31) + 32));
     ds_ff_prepare_act(kind, x, n, L->in, buf, &c.X);

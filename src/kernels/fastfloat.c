@@ -6,14 +6,10 @@
  * activation at least 2^-50 in magnitude, each product is a multiple of 2^-114, so is every
  * rounded partial sum, and no value can ever be subnormal: the two instruction families then
  * compute the same IEEE operations.  Activations are flushed when they are laid out per call
- * (cheap: n x in); weights are scanned once at load and copied (flushed) only if the scan finds a
- * value to flush — a trained checkpoint has none, so the cost is one read of the matrix. */
+ * (cheap: n x in); weights are flushed once, in the load-time copy (ds_ff_pack). */
 #include "kernels/kern_internal.h"
+#include "base/hugemem.h"
 #include <string.h>
-
-static int bf16_is_tiny_nonzero(ds_bf16 v) {
-    return (v & 0x7fff) != 0 && ((v >> 7) & 0xff) < DS_FF_MIN_EXP_FIELD;
-}
 
 static ds_bf16 bf16_flushed(ds_bf16 v) { return ((v >> 7) & 0xff) < DS_FF_MIN_EXP_FIELD ? 0 : v; }
 
@@ -49,24 +45,24 @@ void ds_ff_prepare_act(int kind, const ds_bf16 *x, int n, int in, void *buf, ds_
     }
 }
 
-/* Load-time form of a fast-tier float linear: a header naming the matrix the kernels read, plus
- * the flushed copy when the scan needs one.  One aligned block, freed by ds_linear_release. */
+/* Load-time form of a fast-tier float linear: a header naming the matrix the kernels read and a
+ * copy of the matrix on 2 MiB pages (base/hugemem.h: the published matrix sits in 4 KiB file
+ * pages, and the head alone is a gigabyte streamed every token).  BF16 values below the flush
+ * threshold are copied as zero (the rule above); F32 is copied as is.  One block, freed by
+ * ds_linear_release. */
 ds_ffw *ds_ff_pack(const ds_linear *L, size_t *bytes) {
     const size_t count = (size_t)L->out * (size_t)L->in, head = 64;
-    int copy = 0;
-    if (L->fmt == DS_LIN_BF16) {
-        const ds_bf16 *w = L->w;
-        for (size_t i = 0; i < count && !copy; i++) copy = bf16_is_tiny_nonzero(w[i]);
-    }
-    *bytes = head + (copy ? count * sizeof(ds_bf16) : 0);
-    uint8_t *base = ds_amalloc(*bytes);
+    const size_t esz = L->fmt == DS_LIN_BF16 ? sizeof(ds_bf16) : sizeof(float);
+    *bytes = head + count * esz;
+    uint8_t *base = ds_huge_alloc(*bytes);
     ds_ffw *W = (ds_ffw *)base;
-    *W = (ds_ffw){.fmt = L->fmt, .out = L->out, .in = L->in, .w = L->w};
-    if (copy) {
+    *W = (ds_ffw){.fmt = L->fmt, .out = L->out, .in = L->in, .w = base + head};
+    if (L->fmt == DS_LIN_BF16) {
         ds_bf16 *d = (ds_bf16 *)(base + head);
         const ds_bf16 *w = L->w;
         for (size_t i = 0; i < count; i++) d[i] = bf16_flushed(w[i]);
-        W->w = d;
+    } else {
+        memcpy(base + head, L->w, count * esz);
     }
     return W;
 }

@@ -5,6 +5,7 @@
  * loops use target attributes and are only called when CPUID allows them. */
 #include "kernels/membench.h"
 #include "kernels/kernels.h"
+#include "base/hugemem.h"
 #include "base/threadpool.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -172,7 +173,7 @@ ds_bwprobe *ds_bwprobe_new(size_t bytes, size_t pass_bytes) {
     b->p = probe_new();
     b->bytes = ds_bench_read_buffer_bytes(bytes);
     b->pass = DS_MIN(b->bytes, DS_MAX(pass_bytes, (size_t)1 << 20)) & ~(size_t)4095;
-    b->p->a = ds_amalloc(b->bytes);
+    b->p->a = ds_huge_alloc(b->bytes);   /* 2 MiB pages, as the weights it judges */
     b->p->n = b->bytes;
     ds_pool_run(b->p->tasks, fill_task, b->p);
     b->p->n = b->pass;
@@ -212,7 +213,7 @@ const char *ds_bwprobe_best_kernel(const ds_bwprobe *b) {
 
 void ds_bwprobe_free(ds_bwprobe *b) {
     if (!b) return;
-    ds_afree(b->p->a);
+    ds_huge_free(b->p->a);
     free(b->p);
     free(b);
 }
@@ -267,9 +268,9 @@ static void stream_task(void *vctx, int t, int thread) {
 void ds_bench_stream(size_t elems, int reps, double *copy_gbs, double *triad_gbs) {
     probe *p = probe_new();
     p->n = elems;
-    p->a = ds_amalloc(elems * 8);
-    p->b = ds_amalloc(elems * 8);
-    p->c = ds_amalloc(elems * 8);
+    p->a = ds_huge_alloc(elems * 8);
+    p->b = ds_huge_alloc(elems * 8);
+    p->c = ds_huge_alloc(elems * 8);
     for (size_t i = 0; i < elems; i++) { ((double *)p->a)[i] = 1; ((double *)p->b)[i] = 2; ((double *)p->c)[i] = 0.5; }
     size_t used = elems / (size_t)p->tasks * (size_t)p->tasks;
     for (int kind = 0; kind < 2; kind++) {
@@ -283,7 +284,7 @@ void ds_bench_stream(size_t elems, int reps, double *copy_gbs, double *triad_gbs
         if (kind == 0) *copy_gbs = best;
         else *triad_gbs = best;
     }
-    ds_afree(p->a); ds_afree(p->b); ds_afree(p->c);
+    ds_huge_free(p->a); ds_huge_free(p->b); ds_huge_free(p->c);
     free(p);
 }
 

@@ -4,29 +4,14 @@
  * exactly what ds_linear_prepare reports.  Each panel is written independently, so the repack is
  * split over the thread pool by panels (a mini checkpoint repacks several GiB at load). */
 #include "kernels/kern_internal.h"
+#include "base/hugemem.h"
 #include "base/threadpool.h"
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 typedef struct { const ds_linear *L; ds_packed *P; int per_task; } pack_ctx;
-
-/* Tiles of a big linear on 2 MiB pages where the kernel allows it (transparent huge pages on
- * request): a many-row product walks panels far apart, and with 4 KiB pages the page walks of a
- * virtualised host show in the profile; fewer page faults at load too.  Freed with ds_afree. */
-static void *alloc_tiles(size_t total) {
-    const size_t huge = (size_t)2 << 20;
-    if (total < 2 * huge) return ds_amalloc(total);
-    void *p = NULL;
-    size_t len = (total + huge - 1) & ~(huge - 1);
-    if (posix_memalign(&p, huge, len) != 0) return ds_amalloc(total);
-#ifdef MADV_HUGEPAGE
-    (void)madvise(p, len, MADV_HUGEPAGE); /* advice only: 4 KiB pages still work */
-#endif
-    return p;
-}
 
 /* W8A8: tile byte 4*r + j of step s is W[o0+r][4s+j]; row sums remove the x+128 bias later. */
 static void pack_w8_panel(const ds_linear *L, ds_packed *P, int p) {
@@ -112,7 +97,7 @@ ds_packed *ds_pack_linear(const ds_linear *L, size_t *bytes) {
     size_t off_tiles = off_wsum + align64(rows * sizeof(int32_t));
     size_t panel_bytes = (size_t)ksteps * DS_TILE_BYTES;
     size_t total = off_tiles + (size_t)npanels * panel_bytes;
-    uint8_t *base = alloc_tiles(total);
+    uint8_t *base = ds_huge_alloc(total);   /* 2 MiB pages: see base/hugemem.h */
     ds_packed *P = (ds_packed *)base;
     memset(P, 0, sizeof *P);
     P->fmt = L->fmt;

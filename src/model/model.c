@@ -108,9 +108,10 @@ ds_model *ds_model_load(const char *dir, const ds_load_options *opts, char *errb
     if (ds_model_bind_weights(m, &err) < 0) goto fail;
     if (o.draft > 0 && ds_draft_load(m, o.draft == 2, &err) < 0) goto fail;
     /* every quantized linear was repacked while binding (ds_linear_prepare), so no forward pays
-     * for it later; say how much memory the tiles take beside the mapped checkpoint */
+     * for it later (fast-tier float linears were copied the same way); say how much memory that
+     * takes beside the mapped checkpoint */
     ds_model_init_step_scratch(m, DS_STEP_ROWS_AT_LOAD);
-    ds_log(DS_LOG_INFO, "kernels: %d linears prepared at load, %.1f MiB of %s tiles", m->n_lins,
+    ds_log(DS_LOG_INFO, "kernels: %d linears prepared at load, %.1f MiB (%s tiles and fast-tier float copies)", m->n_lins,
            (double)m->packed_bytes / 1048576.0, ds_kernels_active());
     return m;
 fail:

@@ -4,6 +4,7 @@
  * including CI machines without AVX-512.  On a CPU with AVX-512 VNNI, test_kernels additionally
  * runs the real instructions. */
 #include "check.h"
+#include "base/hugemem.h"
 #include "test_kernels_util.h"
 #define DS_AVX512_EMULATE 1
 #include "kernels/kern_avx512.c"
@@ -56,7 +57,7 @@ TEST(emulated_avx512_integer_kernels_equal_reference) {
         ds_ref_linear_q(&t.L, q, s, n, yr);
         CHECK(!memcmp(y, yr, sizeof(float) * n * out), "fmt %d out=%d in=%d n=%d differs", fmt, out, in, n);
         runs++;
-        ds_afree(P);
+        ds_huge_free(P);
         free(q); free(s); free(y); free(yr); free(qp); free(qu); free(xsum);
         tk_free(&t);
     }
@@ -86,7 +87,7 @@ TEST(emulated_avx512_blocked_products_equal_reference) {
             ds_ref_linear_q(&t.L, q, s, n, yr);
             CHECK(!memcmp(y, yr, sizeof(float) * n * out), "fmt %d out=%d in=%d n=%d differs", f, out, in, n);
             runs++;
-            ds_afree(P);
+            ds_huge_free(P);
             free(q); free(s); free(y); free(yr); free(qp); free(qu); free(xsum);
             tk_free(&t);
         }
@@ -162,7 +163,7 @@ TEST(emulated_avx512_fast_float_kernels_equal_reference) {
         CHECK(!memcmp(y, yr, sizeof(float) * n * out), "kind %d out=%d in=%d n=%d differs", kind, out, in, n);
         runs++;
         free(x); free(buf); free(y); free(yr);
-        ds_afree(W);
+        ds_huge_free(W);
         tk_free(&t);
     }
     printf("  %d emulated fast-tier float linears compared\n", runs);

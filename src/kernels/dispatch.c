@@ -148,23 +148,22 @@ static uint64_t weight_bytes(const ds_linear *L) {
 }
 
 /* ---- per-thread scratch: slots that grow and are reused (no page faults per call) ---- */
-enum { SLOT_Q, SLOT_QU, SLOT_S, SLOT_XSUM, SLOT_XD, SLOT_TASKS, SLOT_ACT, SLOT_ACTS, SLOT_N };
 typedef struct { void *p; size_t cap; } scratch_slot;
-static _Thread_local scratch_slot tl_scratch[SLOT_N];
+static _Thread_local scratch_slot tl_scratch[DS_SLOT_N];
 /* Threads come and go (HTTP and engine threads, tests): a key destructor frees a thread's slots
  * when it exits, so scratch never outlives its thread. */
 static pthread_key_t g_scratch_key;
 static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
 static void scratch_free_thread(void *slots) {
     scratch_slot *s = slots;
-    for (int i = 0; i < SLOT_N; i++) {
+    for (int i = 0; i < DS_SLOT_N; i++) {
         ds_afree(s[i].p);
         s[i].p = NULL;
         s[i].cap = 0;
     }
 }
 static void scratch_key_init(void) { pthread_key_create(&g_scratch_key, scratch_free_thread); }
-static void *scratch(int slot, size_t bytes) {
+void *ds_kern_scratch(int slot, size_t bytes) {
     if (bytes > tl_scratch[slot].cap) {
         pthread_once(&g_scratch_once, scratch_key_init);
         if (!pthread_getspecific(g_scratch_key)) pthread_setspecific(g_scratch_key, tl_scratch);
@@ -368,11 +367,11 @@ void ds_linear_forward_q_many(const ds_linear_job *jobs, int n_jobs) {
             xsums += (size_t)jobs[j].n;
         }
     }
-    qjob *qj = scratch(SLOT_ACTS, sizeof(qjob) * (size_t)n_jobs);
-    qtask *tasks = scratch(SLOT_TASKS, sizeof(qtask) * (size_t)n_jobs * (size_t)max_tasks(threads));
-    int8_t *qbuf = o ? scratch(SLOT_Q, qbytes) : NULL;
-    uint8_t *qubuf = o ? scratch(SLOT_QU, qubytes) : NULL;
-    int32_t *xsbuf = o ? scratch(SLOT_XSUM, sizeof(int32_t) * xsums) : NULL;
+    qjob *qj = ds_kern_scratch(DS_SLOT_ACTS, sizeof(qjob) * (size_t)n_jobs);
+    qtask *tasks = ds_kern_scratch(DS_SLOT_TASKS, sizeof(qtask) * (size_t)n_jobs * (size_t)max_tasks(threads));
+    int8_t *qbuf = o ? ds_kern_scratch(DS_SLOT_Q, qbytes) : NULL;
+    uint8_t *qubuf = o ? ds_kern_scratch(DS_SLOT_QU, qubytes) : NULL;
+    int32_t *xsbuf = o ? ds_kern_scratch(DS_SLOT_XSUM, sizeof(int32_t) * xsums) : NULL;
     int ntask = 0, nprep = 0;
     size_t prep_bytes = 0;
     for (int j = 0; j < n_jobs; j++) {
@@ -487,7 +486,7 @@ static void ff_forward(const ds_linear *L, const ds_kern_ops *o, const ds_bf16 *
     c.W = *ensure_ffw(L);
     c.dot = L->fmt == DS_LIN_BF16 && ds_kernels_bf16dot_active();
     int kind = L->fmt == DS_LIN_F32 ? DS_FF_F32 : c.dot ? DS_FF_BF16_DOT : DS_FF_BF16_FMA;
-    void *buf = scratch(SLOT_XD, sizeof(float) * (size_t)n * (size_t)(((L->in + 31) & ~31) + 32));
+    void *buf = ds_kern_scratch(DS_SLOT_XD, sizeof(float) * (size_t)n * (size_t)(((L->in + 31) & ~31) + 32));
     ds_ff_prepare_act(kind, x, n, L->in, buf, &c.X);
     int threads = ds_pool_threads();
     double work = (double)L->out * L->in * n;
@@ -507,8 +506,8 @@ void ds_linear_forward(const ds_linear *L, const ds_bf16 *x, int n, float *y) {
         return;
     }
     if (L->fmt == DS_LIN_W8A8 || L->fmt == DS_LIN_W4A8) {
-        int8_t *q = scratch(SLOT_ACT, (size_t)n * L->in);
-        float *s = scratch(SLOT_S, sizeof(float) * (size_t)n);
+        int8_t *q = ds_kern_scratch(DS_SLOT_ACT, (size_t)n * L->in);
+        float *s = ds_kern_scratch(DS_SLOT_S, sizeof(float) * (size_t)n);
         ds_quantize_rows(x, n, L->in, q, s);
         ds_linear_forward_q(L, q, s, n, y);
         return;
@@ -525,7 +524,7 @@ void ds_linear_forward(const ds_linear *L, const ds_bf16 *x, int n, float *y) {
     frun c = {L, o, x, NULL, 0, n, 1, y};
     if (o) { /* exact float64 copy of the activations, shared by every output row */
         c.xstride = (L->in + 15) & ~15;
-        double *xd = scratch(SLOT_XD, sizeof(double) * (size_t)c.xstride * n);
+        double *xd = ds_kern_scratch(DS_SLOT_XD, sizeof(double) * (size_t)c.xstride * n);
         for (int r = 0; r < n; r++) {
             for (int i = 0; i < L->in; i++) xd[(size_t)r * c.xstride + i] = ds_bf16_to_f32(x[(size_t)r * L->in + i]);
             for (int i = L->in; i < c.xstride; i++) xd[(size_t)r * c.xstride + i] = 0.0;

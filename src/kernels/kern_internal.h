@@ -111,4 +111,15 @@ void ds_ref_linear_f_rows(const ds_linear *L, const ds_bf16 *x, int n, int o0, i
 /* Build the tile layout of a quantized linear (repack.c).  Returns NULL for float formats. */
 ds_packed *ds_pack_linear(const ds_linear *L, size_t *bytes);
 
+/* Per-thread scratch of the calling thread (dispatch.c): one slot per use, grown on demand and
+ * reused by later calls, so a warm forward allocates nothing and takes no page fault; freed when
+ * the thread exits.  A slot is its caller's until the call returns: two buffers alive at once in
+ * one call take two slots. */
+enum {
+    DS_SLOT_Q, DS_SLOT_QU, DS_SLOT_S, DS_SLOT_XSUM, DS_SLOT_XD, DS_SLOT_TASKS, DS_SLOT_ACT, DS_SLOT_ACTS,
+    DS_SLOT_OFF_ACT, DS_SLOT_OFF_TILES, DS_SLOT_OFF_Q, DS_SLOT_OFF_S,   /* official.c */
+    DS_SLOT_N
+};
+void *ds_kern_scratch(int slot, size_t bytes);
+
 #endif

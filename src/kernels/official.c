@@ -132,7 +132,7 @@ void ds_mx_forward_q_with(const ds_linear *L, const int8_t *xq, const float *xs,
     tables_init();
     const int in = L->in, nb = in / 32;
     const size_t part = ((size_t)nb * 16 + 63) & ~(size_t)63;   /* 64-byte aligned rows: no split loads */
-    uint8_t *buf = ds_amalloc((size_t)n * 6 * part + 64);
+    uint8_t *buf = ds_kern_scratch(DS_SLOT_OFF_ACT, (size_t)n * 6 * part + 64);
     for (int r = 0; r < n; r++) {
         uint8_t *d = buf + (size_t)r * 6 * part;
         for (int i = 0; i < in; i++) {
@@ -146,7 +146,6 @@ void ds_mx_forward_q_with(const ds_linear *L, const int8_t *xq, const float *xs,
     mxrun c = {.L = L, .act = buf, .xs = xs, .n = n, .nb = nb, .y = y, .fn = fn};
     int tasks = task_split(L->out, (double)L->out * in * n, &c.per);
     ds_pool_run(tasks, mx_task, &c);
-    ds_afree(buf);
 }
 
 /* ---- FP8 ---- */
@@ -234,26 +233,22 @@ void ds_fp8_forward_fast_with(const ds_linear *L, const ds_kern_ops *o, int use_
     ds_fp8_ff_fn inreg = fp8_inreg_fn(o, n);
     if (inreg) {
         ds_ffact X;
-        void *xbuf = ds_amalloc(sizeof(float) * (size_t)n * (size_t)(((L->in + 31) & ~31) + 32));
+        void *xbuf = ds_kern_scratch(DS_SLOT_OFF_ACT, sizeof(float) * (size_t)n * (size_t)(((L->in + 31) & ~31) + 32));
         ds_ff_prepare_act(use_dot && o->ff_dot ? DS_FF_BF16_DOT : DS_FF_BF16_FMA, x, n, L->in, xbuf, &X);
         firun c = {.L = L, .X = &X, .fn = inreg, .y = y};
         int tasks = task_split(L->out, (double)L->out * L->in * n, &c.per);
         ds_pool_run(tasks, fp8_inreg_task, &c);
-        ds_afree(xbuf);
         return;
     }
     fprun c = {.L = L, .ops = o, .x = x, .n = n, .y = y, .dot = o && use_dot && o->ff_dot,
                .decode = o == &ds_kern_avx512 ? ds_fp8_decode_avx512 : o == &ds_kern_avx2 ? ds_fp8_decode_avx2 : ds_fp8_decode_ref};
     int tasks = task_split(L->out, (double)L->out * L->in * n, &c.per);
-    c.tiles = malloc(sizeof(ds_bf16) * (size_t)tasks * 16 * (size_t)L->in);
-    void *xbuf = NULL;
+    c.tiles = ds_kern_scratch(DS_SLOT_OFF_TILES, sizeof(ds_bf16) * (size_t)tasks * 16 * (size_t)L->in);
     if (o) {
-        xbuf = ds_amalloc(sizeof(float) * (size_t)n * (size_t)(((L->in + 31) & ~31) + 32));
+        void *xbuf = ds_kern_scratch(DS_SLOT_OFF_ACT, sizeof(float) * (size_t)n * (size_t)(((L->in + 31) & ~31) + 32));
         ds_ff_prepare_act(c.dot ? DS_FF_BF16_DOT : DS_FF_BF16_FMA, x, n, L->in, xbuf, &c.X);
     }
     ds_pool_run(tasks, fp8_fast_task, &c);
-    ds_afree(xbuf);
-    free(c.tiles);
 }
 
 typedef struct fxrun { const ds_linear *L; const ds_bf16 *x; int n, per; float *y; } fxrun;
@@ -282,12 +277,10 @@ void ds_official_forward_q(const ds_linear *L, const int8_t *xq, const float *xs
 void ds_official_forward(const ds_linear *L, const ds_bf16 *x, int n, float *y) {
     tables_init();
     if (L->fmt == DS_LIN_MXFP4) {
-        int8_t *q = malloc((size_t)n * L->in + 1);
-        float *s = malloc(sizeof(float) * (size_t)n);
+        int8_t *q = ds_kern_scratch(DS_SLOT_OFF_Q, (size_t)n * L->in + 1);
+        float *s = ds_kern_scratch(DS_SLOT_OFF_S, sizeof(float) * (size_t)n);
         ds_quantize_rows(x, n, L->in, q, s);
         ds_official_forward_q(L, q, s, n, y);
-        free(q);
-        free(s);
         return;
     }
     if (L->numerics == DS_NUMERICS_FAST) {

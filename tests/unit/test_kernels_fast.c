@@ -219,11 +219,20 @@ TEST(tiny_values_are_flushed_identically) {
         CHECK(y0[0] == 77 * 0x1p-90f, "tiny products kept exactly: %a", y0[0]);
         free(x);
         tk_free(&t);
-        /* a trained-like matrix (no tiny values) gets no copy */
-        tk_lin u = fast_lin(DS_LIN_BF16, out, in);
+        /* every fast-tier float linear is copied at load (2 MiB pages, DECISIONS 110): exactly the
+         * matrix plus a 64-byte header, BF16 and F32 alike, and the copy computes what the
+         * published matrix does */
+        tk_lin u = fast_lin(DS_LIN_BF16, out, in), f = fast_lin(DS_LIN_F32, out, in);
         for (int i = 0; i < out * in; i++) if (!(((ds_bf16 *)u.w)[i] & 0x7fff)) ((ds_bf16 *)u.w)[i] = bf(0.5f);
-        CHECK(ds_linear_prepare(&u.L) < 1024, "no copy without tiny values");
+        CHECK(ds_linear_prepare(&u.L) == 64 + sizeof(ds_bf16) * (size_t)out * in, "BF16 copy: matrix + header");
+        CHECK(ds_linear_prepare(&f.L) == 64 + sizeof(float) * (size_t)out * in, "F32 copy: matrix + header");
+        ds_bf16 *x2 = malloc(sizeof(ds_bf16) * n * in);
+        tk_fill_bf16(x2, (size_t)n * in, 1.f);
+        CHECK(forward_equals_reference(&u, x2, n, 0) == 0, "%s: BF16 copy", k_var[v].path);
+        CHECK(forward_equals_reference(&f, x2, n, 0) == 0, "%s: F32 copy", k_var[v].path);
+        free(x2);
         tk_free(&u);
+        tk_free(&f);
         ran++;
     }
     CHECK(ran >= 1, "no SIMD path ran");

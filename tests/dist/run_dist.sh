@@ -13,7 +13,8 @@
 #    dsflash process of the job is left.  Rank 1 hung inside a step (DSFLASH_DEBUG_HANG): rank 0's
 #    collective watchdog stops the job within --dist-timeout (+ launcher teardown), naming the cause.
 # 5. serve: R = 2 and 4 (prefix caching on) against one process (off): identical greedy completions
-#    and logprobs, cached prompt tokens counted; a rank killed mid-stream.
+#    and logprobs, cached prompt tokens counted; a rank killed mid-stream; SIGTERM to rank 0 stops the
+#    whole job with exit 0.
 # Env: DSFLASH_BIN, DS_TEST_TMP, BUILD.  Ends with "N passed, N failed".
 set -u
 cd "$(dirname "$0")/../.."
@@ -210,6 +211,25 @@ sys.exit(0 if a['text']==b['text'] and a['logprobs']==b['logprobs'] and len(a['l
     if [ -n "$victim" ] && [ $rc != 0 ] && [ $chunks -gt 0 ] && ! grep -q 'DONE' "$TMP/stream.txt" && [ -z "$left" ]; then
         ok "serve: a rank killed mid-stream ends the job (non-zero), the client's stream ends without [DONE], no rank left"
     else ko "serve kill: victim=${victim:-none} rc=$rc chunks=$chunks left=$left"; fi
+fi
+# graceful stop of a multi-rank server: SIGTERM to rank 0 (the pid its READY line prints) drains,
+# tells the other ranks to stop, and the whole job exits 0 (a SIGTERM to mpirun itself is OpenMPI's
+# job abort: it forwards the signal and exits 1 whatever the ranks do, so the README says to signal
+# rank 0)
+if [ $up = 1 ]; then
+    r0=$(sed -n 's/^READY .* pid=\([0-9]*\).*/\1/p' "$TMP/s4.log" | head -1)
+    ranks=$(pgrep -P $s4 | tr '\n' ' ')
+    t0=$(date +%s.%N)
+    [ -n "$r0" ] && kill -TERM "$r0"
+    for _ in $(seq 1 400); do kill -0 $s4 2>/dev/null || break; sleep 0.1; done
+    wait $s4; rc=$?
+    dt=$(echo "$(date +%s.%N) - $t0" | bc)
+    left=""
+    for _ in $(seq 1 50); do left=""; for p in $ranks; do [ -d /proc/$p ] && left="$left $p"; done; [ -z "$left" ] && break; sleep 0.1; done
+    echo "  serve R=4, SIGTERM to rank 0 (pid ${r0:-none}): mpirun rc $rc after ${dt} s, ranks left:${left:- none}"
+    if [ -n "$r0" ] && [ "$rc" = 0 ] && grep -q 'drained' "$TMP/s4.log" && [ -z "$left" ]; then
+        ok "serve R=4: SIGTERM to rank 0 drains and the whole job exits 0, no rank left"
+    else ko "serve R=4 SIGTERM to rank 0: pid=${r0:-none} rc=$rc left=$left $(tail -2 "$TMP/s4.log")"; fi
 fi
 kill -TERM $s1 $s4 2>/dev/null
 for x in $s1 $s4; do wait $x 2>/dev/null; done

@@ -23,9 +23,13 @@ for t in "$@"; do
     mkdir -p "$work" "$crashes"
     if [ ! -x "$bin" ]; then rows+=("$(printf '%-14s %12s %9s %8s  %s' "$t" - - - "not built (make fuzz-build)")"); status=1; continue; fi
     echo "fuzz: $t for ${SECS}s"
-    "$bin" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 -max_len="$(max_len "$t")" \
+    # the harness's scratch (fuzz_tmpdir) lives under a folder removed here: libFuzzer's exit on a
+    # finding or a timeout skips the harness's own atexit clean-up
+    scratch=build/fuzz/tmp.$t; rm -rf "$scratch"; mkdir -p "$scratch"
+    TMPDIR=$PWD/$scratch "$bin" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 -max_len="$(max_len "$t")" \
         -print_final_stats=1 -artifact_prefix="$crashes/" "$work" "fuzz/corpus/$t" >"$log" 2>&1
     rc=$?
+    rm -rf "$scratch"
     execs=$(grep -E -o 'stat::number_of_executed_units:[[:space:]]*[0-9]+' "$log" | tail -1 | grep -E -o '[0-9]+$')
     rate=$(grep -E -o 'stat::average_exec_per_sec:[[:space:]]*[0-9]+' "$log" | tail -1 | grep -E -o '[0-9]+$')
     units=$(ls "$work" | wc -l)

@@ -7,12 +7,27 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD:-release}
 export BUILD
 export DSFLASH_BIN="$PWD/build/$BUILD/dsflash"
-export DS_TEST_TMP=${DS_TEST_TMP:-$(mktemp -d)}
+# Scratch for every suite (models, releases, server logs: about 2 GiB at peak).  A directory this
+# script made is removed when it exits, pass or fail: CI runs the suite twice on one disk, and a
+# run that left its 2 GiB behind made the second run fail for want of space.  Set DS_TEST_TMP to
+# keep the scratch for a post-mortem.
+if [ -z "${DS_TEST_TMP:-}" ]; then
+    DS_TEST_TMP=$(mktemp -d)
+    trap 'chmod -R u+rwX "$DS_TEST_TMP" 2>/dev/null; rm -rf "$DS_TEST_TMP"' EXIT
+fi
+export DS_TEST_TMP
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 if [ ! -x /usr/bin/time ]; then   # only timing, but a missing dependency is an error, not a silent change
     echo "tests: /usr/bin/time is missing (Debian package 'time'): run scripts/install-deps.sh"
     echo "0 passed, 1 failed"; exit 1
+fi
+# The checkpoint-tool suites need free space >= file + 1 GiB (the reassemble contract, TOOLS.md
+# §1.2 step 4): say so up front, so a full disk reads as that and not as a defect.
+free_kib=$(df -Pk "$DS_TEST_TMP" | awk 'NR == 2 {print $4}')
+if [ -n "$free_kib" ] && [ "$free_kib" -lt $((3 * 1024 * 1024)) ]; then
+    echo "tests: only $((free_kib / 1024)) MiB free under $DS_TEST_TMP; the suites need about 3 GiB" \
+         "(scratch models plus the 1 GiB margin reassemble keeps): expect space failures"
 fi
 # The checkout's test data (npm references, tokenizer corpora): fetched once per clone, a no-op after.
 if ! scripts/fetch-test-data.sh; then

@@ -12,11 +12,15 @@ int ds_ntests, ds_case_failed;
 ds_test_fn ds_cleanups[16];
 int ds_ncleanups;
 
+static char g_tmpdir[512];
+
+static const char *ds_test_tmpdir_if_made(void) { return g_tmpdir[0] ? g_tmpdir : NULL; }
+
 const char *ds_test_tmpdir(void) {
-    static char dir[512];
+    char *dir = g_tmpdir;
     if (!dir[0]) {
         const char *base = getenv("DS_TEST_TMP");
-        snprintf(dir, sizeof dir, "%s/dsflash-test-XXXXXX", base ? base : "/tmp");
+        snprintf(dir, sizeof g_tmpdir, "%s/dsflash-test-XXXXXX", base ? base : "/tmp");
         if (!mkdtemp(dir)) { perror("mkdtemp"); exit(2); }
     }
     return dir;
@@ -43,6 +47,16 @@ int ds_test_sh(char *out, size_t outlen, const char *fmt, ...) {
     if (out && outlen) out[n] = 0;
     int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The scratch directory goes when the program ends, pass or fail: left behind, the scratch of one
+ * `make test` (fixtures, releases) is enough to fill a small CI disk before the next build's run.
+ * DS_KEEP_TEST_TMP=1 keeps it for a post-mortem.  Some cases make files unreadable on purpose, so
+ * permissions are restored first. */
+static void remove_tmpdir(void) {
+    const char *dir = ds_test_tmpdir_if_made();
+    if (!dir || getenv("DS_KEEP_TEST_TMP")) return;
+    ds_test_sh(NULL, 0, "chmod -R u+rwX '%s' 2>/dev/null; rm -rf '%s'", dir, dir);
 }
 
 const char *ds_test_bin(void) {
@@ -85,6 +99,7 @@ int ds_test_main(int argc, char **argv) {
         fflush(stdout);
     }
     for (int i = 0; i < ds_ncleanups; i++) ds_cleanups[i]();
+    remove_tmpdir();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -230,7 +230,11 @@ static int g_fp8_tiles;
 static void bench_row(const limits *lim, ds_lin_fmt f, ds_numerics tier, int out, int in, int n, double min_secs) {
     bench_lin c[MAX_COPIES];
     size_t one = fmt_bytes(f, out, in);
-    int nc = n == 1 ? (int)DS_MIN((size_t)MAX_COPIES, DS_MAX((size_t)2, (ROTATE_BYTES + one - 1) / one)) : 2;
+    /* copies spanning 512 MiB for x 1 rows, 256 MiB up to 32 rows (their weight-stream column is
+     * judged against the read bandwidth too: with two copies of a 24 MB matrix, part of it came
+     * from the last-level cache and a 6-row W8A8 call showed 114% of it), two for prefill rows */
+    const size_t span = n == 1 ? ROTATE_BYTES : n <= 32 ? ROTATE_BYTES / 2 : 0;
+    int nc = (int)DS_MIN((size_t)MAX_COPIES, DS_MAX((size_t)2, (span + one - 1) / one));
     for (int i = 0; i < nc; i++) make_lin(&c[i], f, tier, out, in);
     ds_bwprobe *probe = n == 1 ? ds_bwprobe_new(ROTATE_BYTES, one) : NULL;
     double t, limit;
@@ -246,7 +250,11 @@ static void bench_row(const limits *lim, ds_lin_fmt f, ds_numerics tier, int out
     snprintf(row, sizeof row, "%s %s", name, shape);
     const double bw = DS_MAX(lim->read_bw, g_best_bw);
     if (n == 1) {
+        /* judged against the best read bandwidth of the whole run when the row's own passes came out
+         * lower: on this VM one allocation can land on slower host memory than another, and a
+         * weak probe must not make a kernel look faster than the machine */
         g_best_bw = DS_MAX(g_best_bw, limit);
+        limit = DS_MAX(limit, bw);
         printf("| %-6s | %-19s | %8.3f | %6.1f | %7.1f | %5.0f%% | %7.1f |         |        |\n", name, shape, t * 1e3,
                gbs, limit, 100.0 * gbs / limit, gops);
         note_pct(100.0 * gbs / limit, row);
@@ -260,6 +268,48 @@ static void bench_row(const limits *lim, ds_lin_fmt f, ds_numerics tier, int out
     }
     fflush(stdout);
     for (int i = 0; i < nc; i++) free_lin(&c[i]);
+}
+
+/* One MoE expert step as batched decode makes it: w1 and w3 of E experts [inter, dim], `per` rows
+ * each, in one ds_linear_forward_q_many call (model/moe.c's dispatch), rotating through copies of
+ * the expert set that span ROTATE_BYTES, beside read-only passes of the same bytes.  Many short
+ * matrices are what the experts are: a kernel that streams one big matrix well can still lose
+ * half its bandwidth here to per-matrix ramp-up. */
+static void bench_moe_row(const limits *L, int E, int inter, int dim, int per, double min_secs) {
+    const size_t one = 2 * (size_t)E * (fmt_bytes(DS_LIN_W4A8, inter, dim) + 4 * (size_t)inter);
+    const int sets = (int)DS_MIN((size_t)8, DS_MAX((size_t)2, (ROTATE_BYTES + one - 1) / one));
+    bench_lin *lin = ds_xcalloc((size_t)sets * 2 * E, sizeof(bench_lin));
+    for (int i = 0; i < sets * 2 * E; i++) make_lin(&lin[i], DS_LIN_W4A8, DS_NUMERICS_EXACT, inter, dim);
+    ds_bf16 *x = ds_amalloc(sizeof(ds_bf16) * (size_t)per * dim);
+    for (size_t i = 0; i < (size_t)per * dim; i++) x[i] = ds_f32_to_bf16((float)((int)(i * 7919 % 2001) - 1000) / 500.f);
+    int8_t *q = ds_amalloc((size_t)per * dim);
+    float *s = ds_amalloc(sizeof(float) * (size_t)per), *y = ds_amalloc(sizeof(float) * (size_t)per * inter * 2 * E);
+    ds_quantize_rows(x, per, dim, q, s);
+    ds_linear_job *jobs = ds_xcalloc((size_t)2 * E, sizeof(ds_linear_job));
+    ds_bwprobe *probe = ds_bwprobe_new(ROTATE_BYTES, one);
+    double best = 1e30, lim = 0, t_start = ds_now();
+    for (int reps = 0; reps < 4096 && (reps < 2 * sets || ds_now() - t_start < min_secs); reps++) {
+        const bench_lin *set = lin + (size_t)(reps % sets) * 2 * E;
+        for (int j = 0; j < 2 * E; j++) jobs[j] = (ds_linear_job){&set[j].L, q, s, per, y + (size_t)j * per * inter};
+        double t0 = ds_now();
+        ds_linear_forward_q_many(jobs, 2 * E);
+        best = DS_MIN(best, ds_now() - t0);
+        lim = DS_MAX(lim, ds_bwprobe_pass(probe));
+    }
+    for (int extra = 0; extra < 32; extra++) lim = DS_MAX(lim, ds_bwprobe_pass(probe));   /* as time_linear */
+    ds_bwprobe_free(probe);
+    g_best_bw = DS_MAX(g_best_bw, lim);
+    lim = DS_MAX(lim, DS_MAX(L->read_bw, g_best_bw));   /* as bench_row's x 1 rows */
+    const double gbs = (double)one / best / 1e9;
+    char shape[48];
+    snprintf(shape, sizeof shape, "%dx2x[%d,%d] x %d", E, inter, dim, per);
+    printf("| MoE    | %-19s | %8.3f | %6.1f | %7.1f | %5.0f%% | %7.1f |         |        |\n", shape, best * 1e3, gbs,
+           lim, 100.0 * gbs / lim, 2.0 * E * 2 * inter * dim * per / best / 1e9);
+    note_pct(100.0 * gbs / lim, "MoE");
+    fflush(stdout);
+    for (int i = 0; i < sets * 2 * E; i++) free_lin(&lin[i]);
+    free(lin); free(jobs);
+    ds_afree(x); ds_afree(q); ds_afree(s); ds_afree(y);
 }
 
 static int bench_kernels(const bench_opts *o) {
@@ -288,6 +338,9 @@ static int bench_kernels(const bench_opts *o) {
     g_fp8_tiles = 0;
     bench_row(&lim, DS_LIN_BF16, DS_NUMERICS_EXACT, 5120, 8192, 1, ms);     /* wo_b, exact tier */
     bench_row(&lim, DS_LIN_F32, DS_NUMERICS_EXACT, 4096, 5120, 1, ms);      /* head slice, exact tier */
+    /* the routed experts of a batched decode step, 2 rows each: DeepSeek-like and mini shapes */
+    bench_moe_row(&lim, 16, 2304, 5120, 2, ms);
+    bench_moe_row(&lim, 48, 768, 2048, 2, ms);
     /* rows 1, 6 (speculative verify), 16 / 32 (batched decode), 512 (prefill chunk) */
     static const int ns[] = {1, 6, 16, 32, 512};
     static const struct { ds_lin_fmt f; ds_numerics t; int out, in; } rows[] = {

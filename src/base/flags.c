@@ -44,14 +44,18 @@ int ds_parse_bytes(const char *s, uint64_t *out, char *why, size_t n) {
     return -1;
 }
 
-int ds_parse_ids(const char *s, int64_t lo, int64_t hi, int32_t **ids, size_t *n, size_t *cap, char *why, size_t why_len) {
+/* The item loop behind ds_parse_ids and ds_parse_int_list: items separated by spaces, commas or
+ * newlines (optionally inside [ ]), each an integer in [lo, hi] (with kilo, an optional k/K suffix
+ * multiplies it by 1000), handed to put(); put returns -1 when it can take no more. */
+static int parse_items(const char *s, int64_t lo, int64_t hi, const char *what, int kilo,
+                       int (*put)(void *ctx, int64_t v), void *ctx, char *why, size_t why_len) {
     static const char *sep = " \t\r\n,[]";
     const char *p = s;
     int comma_pending = 1;   /* a comma before any item, or two commas in a row, leave an empty item */
     while (*p) {
         if (*p == ',') {
             if (comma_pending) {
-                snprintf(why, why_len, "empty item at offset %td: expected an integer token id in [%lld, %lld]", p - s,
+                snprintf(why, why_len, "empty item at offset %td: expected %s in [%lld, %lld]", p - s, what,
                          (long long)lo, (long long)hi);
                 return -1;
             }
@@ -65,20 +69,63 @@ int ds_parse_ids(const char *s, int64_t lo, int64_t hi, int32_t **ids, size_t *n
         while (p[w] && !strchr(sep, p[w]) && w < 40) w++;
         char item[48];
         snprintf(item, sizeof item, "%.*s", w, p);
-        int64_t v;
-        if (ds_parse_int_range(item, lo, hi, &v) || (p[w] && !strchr(sep, p[w]))) {
-            snprintf(why, why_len, "'%s' at offset %td: expected an integer token id in [%lld, %lld]", item, p - s,
-                     (long long)lo, (long long)hi);
+        int64_t v, mul = 1;
+        size_t len = strlen(item);
+        if (kilo && len > 1 && (item[len - 1] == 'k' || item[len - 1] == 'K')) item[--len] = 0, mul = 1000;
+        int bad = ds_parse_int_range(item, INT64_MIN / mul, INT64_MAX / mul, &v) || (p[w] && !strchr(sep, p[w]));
+        if (!bad) v *= mul;
+        if (bad || v < lo || v > hi) {
+            snprintf(why, why_len, "'%.*s' at offset %td: expected %s in [%lld, %lld]", w, p, p - s, what, (long long)lo,
+                     (long long)hi);
             return -1;
         }
-        if (*n == *cap) {
-            *cap = *cap ? 2 * *cap : 64;
-            *ids = ds_xrealloc(*ids, sizeof(int32_t) * *cap);
+        if (put(ctx, v)) {
+            snprintf(why, why_len, "'%.*s' at offset %td: too many items", w, p, p - s);
+            return -1;
         }
-        (*ids)[(*n)++] = (int32_t)v;
         p += w;
     }
     return 0;
+}
+
+typedef struct { int32_t **ids; size_t *n, *cap; } ids_sink;
+
+static int put_id(void *vctx, int64_t v) {
+    ids_sink *k = vctx;
+    if (*k->n == *k->cap) {
+        *k->cap = *k->cap ? 2 * *k->cap : 64;
+        *k->ids = ds_xrealloc(*k->ids, sizeof(int32_t) * *k->cap);
+    }
+    (*k->ids)[(*k->n)++] = (int32_t)v;
+    return 0;
+}
+
+int ds_parse_ids(const char *s, int64_t lo, int64_t hi, const char *what, int32_t **ids, size_t *n, size_t *cap,
+                 char *why, size_t why_len) {
+    ids_sink k = {ids, n, cap};
+    return parse_items(s, DS_MAX(lo, INT32_MIN), DS_MIN(hi, INT32_MAX), what ? what : "an integer token id", 0, put_id,
+                       &k, why, why_len);
+}
+
+typedef struct { int64_t *out; int max, n; } list_sink;
+
+static int put_list(void *vctx, int64_t v) {
+    list_sink *k = vctx;
+    if (k->n == k->max) return -1;
+    k->out[k->n++] = v;
+    return 0;
+}
+
+int ds_parse_int_list(const char *s, int64_t lo, int64_t hi, const char *what, int kilo, int64_t *out, int max,
+                      char *why, size_t why_len) {
+    list_sink k = {out, max, 0};
+    if (parse_items(s, lo, hi, what, kilo, put_list, &k, why, why_len)) return -1;
+    if (!k.n) {
+        snprintf(why, why_len, "expected at least one item (%s in [%lld, %lld]), got '%s'", what, (long long)lo,
+                 (long long)hi, s);
+        return -1;
+    }
+    return k.n;
 }
 
 static ds_flag *find(ds_flagset *fs, const char *name, size_t len) {

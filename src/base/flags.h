@@ -78,8 +78,13 @@ int ds_parse_int_range(const char *s, int64_t lo, int64_t hi, int64_t *out);
 /* Bytes with an optional suffix; 0 ok, -1 with `why` ("expected …"). */
 int ds_parse_bytes(const char *s, uint64_t *out, char *why, size_t n);
 /* Token ids separated by spaces, commas or newlines, optionally in a JSON array ("1,2,3", "[1, 2]"),
- * each in [lo, hi].  Appends to *ids (realloc'd, count in *n).  -1 with `why` naming the bad item
- * and its offset. */
-int ds_parse_ids(const char *s, int64_t lo, int64_t hi, int32_t **ids, size_t *n, size_t *cap, char *why, size_t why_len);
+ * each in [lo, hi].  Appends to *ids (realloc'd, count in *n).  -1 with `why` naming the bad item,
+ * its offset and `what` an item is (NULL: "an integer token id"). */
+int ds_parse_ids(const char *s, int64_t lo, int64_t hi, const char *what, int32_t **ids, size_t *n, size_t *cap,
+                 char *why, size_t why_len);
+/* The same items into out[0..max) as 64-bit values; kilo: an item may end in k/K (x 1000, "8k").
+ * Returns the count (>= 1), or -1 with `why` (a bad item, more than max, or none at all). */
+int ds_parse_int_list(const char *s, int64_t lo, int64_t hi, const char *what, int kilo, int64_t *out, int max,
+                      char *why, size_t why_len);
 
 #endif

@@ -38,7 +38,7 @@ static ds_flag k_flags[] = {
  * outside the vocabulary. */
 static int parse_ids(const char *s, ds_tokens *ids) {
     char why[160];
-    if (ds_parse_ids(s, INT32_MIN, INT32_MAX, &ids->ids, &ids->n, &ids->cap, why, sizeof why) == 0) return 0;
+    if (ds_parse_ids(s, INT32_MIN, INT32_MAX, NULL, &ids->ids, &ids->n, &ids->cap, why, sizeof why) == 0) return 0;
     fprintf(stderr, "dsflash detokenize: %s\n", why);
     return -1;
 }

@@ -95,7 +95,7 @@ static int parse_args(int argc, char **argv, bool acceptance, eval_opts *o) {
     if (!acceptance) return 0;
     char why[160];
     size_t cap = 0;
-    if (ds_parse_ids(o->starts, 1, INT32_MAX, &o->start_ids, &o->n_starts, &cap, why, sizeof why))
+    if (ds_parse_ids(o->starts, 1, INT32_MAX, "a prompt length in tokens", &o->start_ids, &o->n_starts, &cap, why, sizeof why))
         return ds_flags_fail(&fs, "--starts", "%s", why);
     if (!o->n_starts) return ds_flags_fail(&fs, "--starts", "expected at least one prompt length >= 1");
     if (o->trace && o->n_starts != 1)

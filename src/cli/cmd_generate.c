@@ -117,7 +117,7 @@ int cmd_generate(int argc, char **argv) {
     ds_tokens prompt = {0};
     if (ids_arg) {
         char why[160];
-        if (ds_parse_ids(ids_arg, 0, INT32_MAX, &prompt.ids, &prompt.n, &prompt.cap, why, sizeof why) || prompt.n == 0) {
+        if (ds_parse_ids(ids_arg, 0, INT32_MAX, NULL, &prompt.ids, &prompt.n, &prompt.cap, why, sizeof why) || prompt.n == 0) {
             fprintf(stderr, "dsflash generate: --prompt-ids: %s, got '%s'\n",
                     prompt.n || strpbrk(ids_arg, "0123456789") ? why : "expected at least one token id", ids_arg);
             ds_flags_usage(&fs, stderr);

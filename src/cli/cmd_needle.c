@@ -19,7 +19,7 @@
 
 static ds_flag k_flags[] = {
     DS_PROBE_CLIENT_FLAGS("needle.json"),
-    {.name = "--doses", .type = DS_FLAG_STRING, .def = "10000,20000,40000,60000,80000", .help = "target prompt tokens"},
+    {.name = "--doses", .type = DS_FLAG_STRING, .def = "10000,20000,40000,60000,80000", .help = "target prompt tokens, comma-separated, up to 32 (k = 1000: 8k)"},
     {.name = "--reps", .type = DS_FLAG_INT, .def = "10", .lo = 1, .hi = 100000},
     {.name = "--extended", .type = DS_FLAG_SWITCH, .help = "also 150000 and 260000 tokens, 6 reps each"},
     {.name = "--needles", .type = DS_FLAG_ENUM, .def = "1", .choices = "1|4"},
@@ -215,8 +215,10 @@ int cmd_needle(int argc, char **argv) {
     int prc = ds_flags_parse(&fs, argc, argv, 1, stderr);
     if (prc) return prc == 1 ? 0 : 2;
     int64_t doses[34];
-    int nd = ds_probe_cli_int_list(fs.cmd, "--doses", ds_flag_str(&fs, "--doses"), doses, 32);
-    if (nd < 0) return 2;
+    char why[200];
+    int nd = ds_parse_int_list(ds_flag_str(&fs, "--doses"), 1, 100000000, "a dose in tokens (k = 1000)", 1, doses, 32,
+                               why, sizeof why);
+    if (nd < 0) return ds_flags_fail(&fs, "--doses", "%s", why);
     int reps[34];
     for (int i = 0; i < nd; i++) reps[i] = (int)ds_flag_int(&fs, "--reps");
     if (ds_flag_on(&fs, "--extended")) doses[nd] = 150000, reps[nd++] = 6, doses[nd] = 260000, reps[nd++] = 6;

@@ -24,8 +24,4 @@ static inline int ds_probe_cli_open(ds_probe *p, ds_flagset *fs, const char *too
                          ds_flag_double(fs, "--timeout"), argc, argv);
 }
 
-/* Comma-separated positive integers ("10000,20000"); a "k" suffix multiplies by 1000.
- * Returns the count, or -1 after printing which item is bad. */
-int ds_probe_cli_int_list(const char *cmd, const char *flag, const char *text, int64_t *out, int max);
-
 #endif

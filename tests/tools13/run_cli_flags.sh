@@ -71,11 +71,17 @@ refused "eval acceptance --window" "--window: applies to eval perplexity only" e
 refused "eval --window 1" "--window: expected an integer in [2, 1048576], got '1'" eval perplexity --model "$T" --tokens "$T/t" --window 1
 refused "eval --num-speculative-tokens 9" "--num-speculative-tokens: expected an integer in [1, 8], got '9'" eval acceptance --model "$T" --tokens "$T/t" --num-speculative-tokens 9
 refused "eval --starts 48,x" "--starts: 'x' at offset 3" eval acceptance --model "$T" --tokens "$T/t" --starts 48,x
-refused "eval --starts 0" "--starts: '0' at offset 0" eval acceptance --model "$T" --tokens "$T/t" --starts 0
+refused "eval --starts 0" "--starts: '0' at offset 0: expected a prompt length in tokens in [1, 2147483647]" eval acceptance --model "$T" --tokens "$T/t" --starts 0
 refused "eval --trace with two starts" "--trace: records one greedy run; expected one --starts value, got 2" eval acceptance --model "$T" --tokens "$T/t" --starts 48,96 --trace "$O"
 refused "eval --numerics fp16" "--numerics: expected exact or fast, got 'fp16'" eval perplexity --model "$T" --tokens "$T/t" --numerics fp16
 refused "eval without a mode" "expected the mode perplexity or acceptance, got 'ppl'" eval ppl --model "$T"
 refused "eval without --tokens" "--tokens: is required" eval perplexity --model "$T"
+
+echo "--- needle"
+refused "needle --doses 8k,x" "dsflash needle: --doses: 'x' at offset 3: expected a dose in tokens (k = 1000) in [1, 100000000]" needle --base-url http://127.0.0.1:9 --doses 8k,x
+refused "needle --doses 0" "--doses: '0' at offset 0" needle --base-url http://127.0.0.1:9 --doses 0
+refused "needle --doses ,," "--doses: empty item at offset 0" needle --base-url http://127.0.0.1:9 --doses ,,
+refused "needle --doses 33 items" "too many items" needle --base-url http://127.0.0.1:9 --doses 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33
 
 echo "--- --help is the parser's table"
 for cmd in reassemble verify mkmodel quantize; do

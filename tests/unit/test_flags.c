@@ -99,16 +99,33 @@ TEST(flags_aliases_refusals_and_help) {
     CHECK(run(&fs, "--help", err, sizeof err) == 1);
 }
 
+TEST(parse_int_list_kilo_and_limits) {
+    int64_t v[4];
+    char why[200];
+    CHECK(ds_parse_int_list("8k, 500,2K", 1, 100000, "a dose", 1, v, 4, why, sizeof why) == 3 && v[0] == 8000 &&
+          v[1] == 500 && v[2] == 2000);
+    CHECK(ds_parse_int_list("200k", 1, 100000, "a dose", 1, v, 4, why, sizeof why) == -1);
+    CHECK(!strcmp(why, "'200k' at offset 0: expected a dose in [1, 100000]"), "%s", why);
+    CHECK(ds_parse_int_list("8k", 1, 100000, "a count", 0, v, 4, why, sizeof why) == -1);   /* no suffix allowed */
+    CHECK(ds_parse_int_list("1,2,3,4,5", 1, 9, "a count", 0, v, 4, why, sizeof why) == -1);
+    CHECK(!strcmp(why, "'5' at offset 8: too many items"), "%s", why);
+    CHECK(ds_parse_int_list(" ", 1, 9, "a count", 0, v, 4, why, sizeof why) == -1 && strstr(why, "at least one item"));
+    CHECK(ds_parse_int_list("k", 1, 9, "a count", 1, v, 4, why, sizeof why) == -1);
+    CHECK(ds_parse_int_list("9223372036854775807k", 1, INT64_MAX, "a count", 1, v, 4, why, sizeof why) == -1);
+}
+
 TEST(parse_ids_forms_and_errors) {
     int32_t *ids = NULL;
     size_t n = 0, cap = 0;
     char why[160];
-    CHECK(ds_parse_ids("1,2,3", 0, 100, &ids, &n, &cap, why, sizeof why) == 0 && n == 3 && ids[2] == 3);
-    CHECK(ds_parse_ids("[4, 5]\n6", 0, 100, &ids, &n, &cap, why, sizeof why) == 0 && n == 6 && ids[3] == 4 && ids[5] == 6);
-    CHECK(ds_parse_ids("7 x9 8", 0, 100, &ids, &n, &cap, why, sizeof why) == -1);
+    CHECK(ds_parse_ids("1,2,3", 0, 100, NULL, &ids, &n, &cap, why, sizeof why) == 0 && n == 3 && ids[2] == 3);
+    CHECK(ds_parse_ids("[4, 5]\n6", 0, 100, NULL, &ids, &n, &cap, why, sizeof why) == 0 && n == 6 && ids[3] == 4 && ids[5] == 6);
+    CHECK(ds_parse_ids("7 x9 8", 0, 100, NULL, &ids, &n, &cap, why, sizeof why) == -1);
     CHECK(!strcmp(why, "'x9' at offset 2: expected an integer token id in [0, 100]"), "%s", why);
-    CHECK(ds_parse_ids("101", 0, 100, &ids, &n, &cap, why, sizeof why) == -1);
-    CHECK(ds_parse_ids("-1", -5, 5, &ids, &n, &cap, why, sizeof why) == 0 && ids[n - 1] == -1);
+    CHECK(ds_parse_ids("101", 0, 100, NULL, &ids, &n, &cap, why, sizeof why) == -1);
+    CHECK(ds_parse_ids("-1", -5, 5, NULL, &ids, &n, &cap, why, sizeof why) == 0 && ids[n - 1] == -1);
+    CHECK(ds_parse_ids("3,0", 1, 9, "a prompt length", &ids, &n, &cap, why, sizeof why) == -1);
+    CHECK(!strcmp(why, "'0' at offset 2: expected a prompt length in [1, 9]"), "%s", why);
     free(ids);
     int64_t v;
     CHECK(ds_parse_int_range("12", 0, 12, &v) == 0 && v == 12);

@@ -128,6 +128,35 @@ int ds_parse_int_list(const char *s, int64_t lo, int64_t hi, const char *what, i
     return k.n;
 }
 
+int ds_parse_int_ranges(const char *s, int64_t lo, int64_t hi, ds_int_range *out, int max, char *why, size_t why_len) {
+    if (!strcmp(s, "none")) return 0;
+    int n = 0;
+    const char *p = s;
+    for (;;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char item[64], a[64];
+        snprintf(item, sizeof item, "%.*s", (int)(len < 63 ? len : 63), p);
+        const char *dash = strchr(item, '-');
+        int64_t x, y;
+        snprintf(a, sizeof a, "%.*s", dash ? (int)(dash - item) : (int)strlen(item), item);
+        int bad = len == 0 || len > 40 || ds_parse_int_range(a, lo, hi, &x) ||
+                  (dash ? ds_parse_int_range(dash + 1, lo, hi, &y) : (y = x, 0)) || y < x;
+        if (bad) {
+            snprintf(why, why_len, "'%s' at offset %td: expected an id or a range a-b (a <= b) within [%lld, %lld], "
+                     "comma-separated, or none", item, p - s, (long long)lo, (long long)hi);
+            return -1;
+        }
+        if (n == max) {
+            snprintf(why, why_len, "'%s' at offset %td: more than %d ranges", item, p - s, max);
+            return -1;
+        }
+        out[n++] = (ds_int_range){x, y};
+        if (!end) return n;
+        p = end + 1;
+    }
+}
+
 static ds_flag *find(ds_flagset *fs, const char *name, size_t len) {
     for (size_t i = 0; i < fs->n; i++)
         if (strlen(fs->flags[i].name) == len && !strncmp(fs->flags[i].name, name, len)) return &fs->flags[i];

@@ -87,4 +87,10 @@ int ds_parse_ids(const char *s, int64_t lo, int64_t hi, const char *what, int32_
 int ds_parse_int_list(const char *s, int64_t lo, int64_t hi, const char *what, int kilo, int64_t *out, int max,
                       char *why, size_t why_len);
 
+/* An inclusive range of integers, as "a-b" or "a" in a list. */
+typedef struct ds_int_range { int64_t lo, hi; } ds_int_range;
+/* Comma-separated ranges "a-b" or single values "a", each within [lo, hi] with a <= b, into
+ * out[0..max); "none" is the empty list.  Returns the count (>= 0), or -1 with `why`. */
+int ds_parse_int_ranges(const char *s, int64_t lo, int64_t hi, ds_int_range *out, int max, char *why, size_t why_len);
+
 #endif

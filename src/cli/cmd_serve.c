@@ -90,6 +90,8 @@ static ds_flag k_flags[] = {
     {.name = "--tokenizer-mode", .type = DS_FLAG_STRING, .def = "deepseek_v41", .refuse = "deepseek_v4 mishandled tools"},
     {.name = "--reasoning-parser", .type = DS_FLAG_STRING, .def = "deepseek_v41", .refuse = "deepseek_v4 mishandled tools"},
     {.name = "--tool-call-parser", .type = DS_FLAG_STRING, .def = "deepseek_v41", .refuse = "deepseek_v4 mishandled tools"},
+    {.name = "--sampler-mask-ids", .type = DS_FLAG_STRING, .def = DS_DEFAULT_SENTINEL_IDS,
+     .help = "multimodal sentinel ids never sampled: ranges a-b or ids, comma-separated, or none (chat-control tokens stay spared)"},
     {.name = "--max-pending-requests", .type = DS_FLAG_INT, .def = "1024", .lo = 1, .hi = 1 << 20},
     {.name = "--max-request-body", .type = DS_FLAG_SIZE, .def = "128MiB"},
     DS_DIST_FLAG_ROWS,
@@ -264,6 +266,8 @@ typedef struct serve_run {
     ds_model *model;
     ds_backend *be;
     ds_token_mask mask;
+    ds_int_range sentinels[64];   /* --sampler-mask-ids */
+    int n_sentinels;
     ds_engine *eng;
     ds_mem_plan mem;
     serve_spec spec;           /* speculative decoding decisions (serve_spec.c) */
@@ -282,6 +286,10 @@ static int check_rules(serve_run *s) {
     if (fi("--max-num-batched-tokens") < bs)
         return ds_flags_fail(&g_fs, "--max-num-batched-tokens", "expected at least --block-size %lld, got '%s'", (long long)bs,
                              fv("--max-num-batched-tokens"));
+    char why[256];
+    s->n_sentinels = ds_parse_int_ranges(fv("--sampler-mask-ids"), 0, INT32_MAX, s->sentinels,
+                                         (int)DS_ARRAY_LEN(s->sentinels), why, sizeof why);
+    if (s->n_sentinels < 0) return ds_flags_fail(&g_fs, "--sampler-mask-ids", "%s", why);
     s->prefix = !on("--no-enable-prefix-caching");
     s->gate = !on("--no-admission-gate");
     cJSON *kwargs = cJSON_Parse(fv("--default-chat-template-kwargs"));
@@ -424,7 +432,7 @@ static int build_engine(serve_run *s) {
     }
     ds_mem_plan_line(&s->mem, fv("--engram-residency"), line, sizeof line);
     fprintf(stderr, "[selfcheck] memory: OK %s\n", line);
-    ds_engine_sampler_mask(s->be, tokenizer_lookup, s->tok, &s->mask, line, sizeof line);
+    ds_engine_sampler_mask(s->be, s->sentinels, s->n_sentinels, tokenizer_lookup, s->tok, &s->mask, line, sizeof line);
     fprintf(stderr, "[serve] %s\n", line);
     ds_engine_config ec;
     ds_engine_config_defaults(&ec);

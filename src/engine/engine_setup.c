@@ -95,16 +95,18 @@ const char *const ds_control_tokens[] = {"<｜begin▁of▁sentence｜>", "<｜e
                                          "<｜latest_reminder｜>"};
 const int ds_n_control_tokens = (int)DS_ARRAY_LEN(ds_control_tokens);
 
-void ds_engine_sampler_mask(const ds_backend *be, ds_token_id_fn lookup, const void *ctx, ds_token_mask *mask, char *line,
-                            size_t n) {
+void ds_engine_sampler_mask(const ds_backend *be, const ds_int_range *sentinels, int n_sentinels, ds_token_id_fn lookup,
+                            const void *ctx, ds_token_mask *mask, char *line, size_t n) {
     int32_t spare[DS_ARRAY_LEN(ds_control_tokens)];
     int n_spare = 0;
     for (int k = 0; k < ds_n_control_tokens; k++) {
         int32_t id = lookup(ctx, ds_control_tokens[k]);
         if (id >= 0 && id < be->vocab) spare[n_spare++] = id;   /* an unresolved one fails the self-check */
     }
-    ds_token_mask_init(mask, be->vocab, be->noise_id, be->bos_id, be->pad_id, be->image_id, spare, n_spare);
-    int w = snprintf(line, n, "sampler mask: %d ids (noise %d, BOS %d, PAD %d, sentinel ranges within the vocabulary); "
-                              "spared control ids:", mask->count, be->noise_id, be->bos_id, be->pad_id);
+    ds_token_mask_init(mask, be->vocab, be->noise_id, be->bos_id, be->pad_id, be->image_id, sentinels, n_sentinels, spare,
+                       n_spare);
+    int w = snprintf(line, n, "sampler mask: %d ids (noise %d, BOS %d, PAD %d, %d sentinel range%s within the vocabulary); "
+                              "spared control ids:", mask->count, be->noise_id, be->bos_id, be->pad_id, n_sentinels,
+                     n_sentinels == 1 ? "" : "s");
     for (int i = 0; i < n_spare && w > 0 && (size_t)w < n; i++) w += snprintf(line + w, n - (size_t)w, " %d", spare[i]);
 }

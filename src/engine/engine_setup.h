@@ -62,9 +62,14 @@ extern const int ds_n_control_tokens;
 
 /* id of a token literal, or -1 (e.g. ds_tokenizer_token_id). */
 typedef int32_t (*ds_token_id_fn)(const void *ctx, const char *literal);
-/* The §9 sampler mask for `be`: noise, BOS, PAD, image sentinel masked, control tokens spared.
- * `line` receives the description echoed at start-up. */
-void ds_engine_sampler_mask(const ds_backend *be, ds_token_id_fn lookup, const void *ctx, ds_token_mask *mask, char *line,
+/* The multimodal sentinel ids SERVING.md §9 masks by default (DeepSeek-V4.1's vocabulary; the
+ * ranges hold 425 ids, of which the tokenizer's chat-control tokens are spared): `serve
+ * --sampler-mask-ids` replaces the list. */
+#define DS_DEFAULT_SENTINEL_IDS "128847-129270,129279"
+/* The §9 sampler mask for `be`: noise, BOS, PAD, image sentinel and the `sentinels` ranges masked,
+ * control tokens spared.  `line` receives the description echoed at start-up. */
+void ds_engine_sampler_mask(const ds_backend *be, const ds_int_range *sentinels, int n_sentinels, ds_token_id_fn lookup,
+                            const void *ctx, ds_token_mask *mask, char *line,
                             size_t n);
 
 #endif

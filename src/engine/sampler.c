@@ -66,15 +66,15 @@ static void mask_set(ds_token_mask *m, int64_t id) {
 }
 
 void ds_token_mask_init(ds_token_mask *m, int vocab, int noise_id, int bos_id, int pad_id, int image_id,
-                        const int32_t *spare, int n_spare) {
+                        const ds_int_range *sentinels, int n_sentinels, const int32_t *spare, int n_spare) {
     m->vocab = vocab;
     m->masked = ds_xcalloc((size_t)vocab, 1);
     m->count = 0;
     mask_set(m, noise_id);
     mask_set(m, bos_id);
     mask_set(m, pad_id);
-    for (int64_t id = 128847; id <= 129270; id++) mask_set(m, id);
-    mask_set(m, 129279);
+    for (int r = 0; r < n_sentinels; r++)
+        for (int64_t id = DS_MAX(sentinels[r].lo, 0); id <= sentinels[r].hi && id < vocab; id++) mask_set(m, id);
     if (image_id >= 0) {
         mask_set(m, image_id);
         mask_set(m, (int64_t)image_id + 1);

@@ -13,6 +13,7 @@
  * scratch object so rows can be sampled in parallel without allocation in the hot loop. */
 #ifndef DS_ENGINE_SAMPLER_H
 #define DS_ENGINE_SAMPLER_H
+#include "base/flags.h"
 #include "base/common.h"
 
 #define DS_MAX_TOP_LOGPROBS 20
@@ -55,12 +56,12 @@ typedef struct ds_token_mask {
     uint8_t *masked;
     int count;
 } ds_token_mask;
-/* The default mask for a vocabulary: noise id, BOS, PAD, the multimodal sentinel ranges
- * 128847..129270 and 129279 (where they exist in this vocabulary) and the image placeholder
- * and its successor, minus every id in `spare` (chat-control tokens the encoder or parsers
- * need).  Ids outside [0, vocab) are ignored. */
+/* The sampler mask of a vocabulary: noise id, BOS, PAD, the image placeholder and its successor,
+ * and every id of the `sentinels` ranges (the multimodal sentinels; the engine's default list is
+ * DS_DEFAULT_SENTINEL_IDS in engine_setup.h), minus every id in `spare` (chat-control tokens the
+ * encoder or parsers need).  Ids outside [0, vocab) are ignored. */
 void ds_token_mask_init(ds_token_mask *m, int vocab, int noise_id, int bos_id, int pad_id, int image_id,
-                        const int32_t *spare, int n_spare);
+                        const ds_int_range *sentinels, int n_sentinels, const int32_t *spare, int n_spare);
 void ds_token_mask_free(ds_token_mask *m);
 
 typedef struct ds_logprob_entry {

@@ -30,6 +30,7 @@ expect_usage "serve --spec-tokens-per-batch-size 1-4:5 (does not cover --max-num
     "dsflash serve: --spec-tokens-per-batch-size: expected ranges covering 1..32 (--max-num-seqs), found 5 uncovered" "$B" "${S[@]}" --spec-tokens-per-batch-size 1-4:5
 expect_usage "serve --expert-parallel on (one process)" \
     "dsflash serve: --expert-parallel on: expected --tensor-parallel-size > 1, found 1" "$B" "${S[@]}" --expert-parallel on
+expect_usage "serve --sampler-mask-ids 9-3" "dsflash serve: --sampler-mask-ids: '9-3' at offset 0: expected an id or a range a-b (a <= b) within [0, 2147483647], comma-separated, or none" "$B" "${S[@]}" --sampler-mask-ids 9-3
 expect_usage "serve --expert-parallel banana" "dsflash serve: --expert-parallel: expected auto, on or off, got 'banana'" "$B" "${S[@]}" --expert-parallel banana
 expect_usage "serve --tensor-parallel-size 2 without mpirun" \
     "dsflash serve: --tensor-parallel-size 2: expected the MPI world size 1 (launch with mpirun -np 2 ... --tensor-parallel-size 2)" "$B" "${S[@]}" --tensor-parallel-size 2

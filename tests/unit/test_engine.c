@@ -65,7 +65,7 @@ typedef struct run_cfg {
 static int run_engine(const run_cfg *c, result *res, ds_metrics *m, uint64_t *corruptions) {
     ds_backend *be = mk_backend(c->window, -1);
     ds_token_mask mask;
-    ds_token_mask_init(&mask, V, 300, 0, 2, 310, NULL, 0);
+    ds_token_mask_init(&mask, V, 300, 0, 2, 310, NULL, 0, NULL, 0);
     ds_engine_config ec;
     ds_engine_config_defaults(&ec);
     ec.max_num_seqs = c->max_num_seqs;
@@ -129,7 +129,7 @@ static int run_engine(const run_cfg *c, result *res, ds_metrics *m, uint64_t *co
 static void check_against_reference(const run_cfg *c, const result *res, const char *what) {
     ds_backend *be = mk_backend(c->window, -1);
     ds_token_mask mask;
-    ds_token_mask_init(&mask, V, 300, 0, 2, 310, NULL, 0);
+    ds_token_mask_init(&mask, V, 300, 0, 2, 310, NULL, 0, NULL, 0);
     for (int i = 0; i < c->n_req; i++) {
         int32_t p[2048];
         int len = c->prompt_len + (i * 37) % 50;
@@ -233,7 +233,7 @@ TEST(engine_repeated_prompt_hits_every_full_block) {
     for (size_t gi = 0; gi < DS_ARRAY_LEN(g); gi++) {
         ds_backend *be = mk_backend(g[gi].window, -1);
         ds_token_mask mask;
-        ds_token_mask_init(&mask, V, 300, 0, 2, 310, NULL, 0);
+        ds_token_mask_init(&mask, V, 300, 0, 2, 310, NULL, 0, NULL, 0);
         ds_engine_config ec;
         ds_engine_config_defaults(&ec);
         ec.max_num_seqs = 4;
@@ -301,7 +301,7 @@ TEST(engine_preemption_under_tiny_kv_is_exact) {
 TEST(engine_gate_long_prefill_beside_decodes) {
     ds_backend *be = mk_backend(20, -1);
     ds_token_mask mask;
-    ds_token_mask_init(&mask, V, 300, 0, 2, 310, NULL, 0);
+    ds_token_mask_init(&mask, V, 300, 0, 2, 310, NULL, 0, NULL, 0);
     ds_engine_config ec;
     ds_engine_config_defaults(&ec);
     ec.max_num_seqs = 16;
@@ -352,7 +352,7 @@ TEST(engine_gate_long_prefill_beside_decodes) {
 TEST(engine_cancel_and_nan_release_pages) {
     ds_backend *be = mk_backend(20, 7);
     ds_token_mask mask;
-    ds_token_mask_init(&mask, V, 300, 0, 2, 310, NULL, 0);
+    ds_token_mask_init(&mask, V, 300, 0, 2, 310, NULL, 0, NULL, 0);
     mask.masked[7] = 1; /* token 7 triggers NaN rows: only a prompt may contain it, never a sample */
     ds_engine_config ec;
     ds_engine_config_defaults(&ec);

@@ -101,12 +101,48 @@ TEST(sampler_mask_spares_control_tokens) {
     ds_backend *be = ds_backend_synthetic_new(&o);
     ds_token_mask m;
     char line[512];
-    ds_engine_sampler_mask(be, lookup, NULL, &m, line, sizeof line);
+    ds_engine_sampler_mask(be, NULL, 0, lookup, NULL, &m, line, sizeof line);
     CHECK(m.masked[300] && m.masked[2] && m.masked[310], "noise, PAD and the image sentinel are masked");
     CHECK(!m.masked[100] && !m.masked[101] && !m.masked[103], "BOS/EOS/control ids are spared");
     CONTAINS(line, "spared control ids: 100 101 103");
     CONTAINS(line, "noise 300, BOS 100, PAD 2");
     ds_token_mask_free(&m);
+    ds_backend_free(be);
+}
+
+/* The default sentinel list on DeepSeek-V4.1's vocabulary size (SERVING.md §9): exactly the ids
+ * 128847..129270 and 129279 join the mask, minus a control token that falls inside them; "none"
+ * masks no sentinel; a list of our own replaces the default. */
+static int32_t lookup_in_range(const void *ctx, const char *lit) {
+    (void)ctx;
+    if (!strcmp(lit, ds_control_tokens[7])) return 128900;   /* a control token inside the sentinel range */
+    return lookup(ctx, lit);
+}
+
+TEST(sampler_mask_sentinel_lists) {
+    ds_synthetic_options o = {.vocab = 129280, .window = 16, .eos_id = 101, .bos_id = 100, .pad_id = 2, .noise_id = 128799,
+                              .image_id = 310, .nan_token = -1, .peak = 8};
+    ds_backend *be = ds_backend_synthetic_new(&o);
+    ds_int_range def[8], own[8];
+    char why[200], line[512];
+    CHECK(ds_parse_int_ranges(DS_DEFAULT_SENTINEL_IDS, 0, INT32_MAX, def, 8, why, sizeof why) == 2);
+    CHECK(ds_parse_int_ranges("5-7,20", 0, INT32_MAX, own, 8, why, sizeof why) == 2);
+    ds_token_mask md, mn, mo;
+    ds_engine_sampler_mask(be, def, 2, lookup_in_range, NULL, &md, line, sizeof line);
+    CONTAINS(line, "2 sentinel ranges");
+    ds_engine_sampler_mask(be, NULL, 0, lookup_in_range, NULL, &mn, line, sizeof line);
+    ds_engine_sampler_mask(be, own, 2, lookup_in_range, NULL, &mo, line, sizeof line);
+    CHECK(md.count - mn.count == 424, "default list adds 425 ids less the spared one: %d", md.count - mn.count);
+    CHECK(md.masked[128847] && md.masked[129270] && md.masked[129279] && md.masked[129000], "the ranges are masked");
+    CHECK(!md.masked[128846] && !md.masked[129271] && !md.masked[129278], "their neighbours are not");
+    CHECK(!md.masked[128900], "a control token inside a range stays spared");
+    CHECK(md.masked[128799] && mn.masked[128799], "the noise token is masked with or without sentinels");
+    CHECK(!mn.masked[129000] && !mn.masked[129279], "none: no sentinel masked");
+    CHECK(mo.count - mn.count == 4 && mo.masked[5] && mo.masked[7] && mo.masked[20] && !mo.masked[8] && !mo.masked[129279],
+          "an own list replaces the default");
+    ds_token_mask_free(&md);
+    ds_token_mask_free(&mn);
+    ds_token_mask_free(&mo);
     ds_backend_free(be);
 }
 

@@ -114,6 +114,23 @@ TEST(parse_int_list_kilo_and_limits) {
     CHECK(ds_parse_int_list("9223372036854775807k", 1, INT64_MAX, "a count", 1, v, 4, why, sizeof why) == -1);
 }
 
+TEST(parse_int_ranges) {
+    ds_int_range r[3];
+    char why[200];
+    CHECK(ds_parse_int_ranges("128847-129270,129279", 0, 200000, r, 3, why, sizeof why) == 2 && r[0].lo == 128847 &&
+          r[0].hi == 129270 && r[1].lo == 129279 && r[1].hi == 129279);
+    CHECK(ds_parse_int_ranges("none", 0, 9, r, 3, why, sizeof why) == 0);
+    CHECK(ds_parse_int_ranges("7-3", 0, 9, r, 3, why, sizeof why) == -1);
+    CHECK(!strcmp(why, "'7-3' at offset 0: expected an id or a range a-b (a <= b) within [0, 9], comma-separated, or none"),
+          "%s", why);
+    CHECK(ds_parse_int_ranges("1,,2", 0, 9, r, 3, why, sizeof why) == -1 && strstr(why, "'' at offset 2"), "%s", why);
+    CHECK(ds_parse_int_ranges("1-", 0, 9, r, 3, why, sizeof why) == -1);
+    CHECK(ds_parse_int_ranges("-1", 0, 9, r, 3, why, sizeof why) == -1);
+    CHECK(ds_parse_int_ranges("3-10", 0, 9, r, 3, why, sizeof why) == -1);
+    CHECK(ds_parse_int_ranges("", 0, 9, r, 3, why, sizeof why) == -1);
+    CHECK(ds_parse_int_ranges("1,2,3,4", 0, 9, r, 3, why, sizeof why) == -1 && strstr(why, "more than 3 ranges"), "%s", why);
+}
+
 TEST(parse_ids_forms_and_errors) {
     int32_t *ids = NULL;
     size_t n = 0, cap = 0;

@@ -20,7 +20,7 @@ TEST(sampler_greedy_ties_and_logprobs_match_oracle) {
     x[17] = 9.0f;
     x[40] = 9.0f; /* tie: the lower id wins */
     ds_token_mask mask;
-    ds_token_mask_init(&mask, N, 250, 0, 2, -1, NULL, 0);
+    ds_token_mask_init(&mask, N, 250, 0, 2, -1, NULL, 0, NULL, 0);
     ds_sampler_scratch *s = ds_sampler_scratch_new(N);
     ds_sampling_params p;
     ds_sampling_defaults(&p);
@@ -56,7 +56,7 @@ TEST(sampler_greedy_fast_path_equals_full_path) {
     enum { N = 5000 };
     float *x = malloc(sizeof(float) * N);
     ds_token_mask mask;
-    ds_token_mask_init(&mask, N, 100, 0, 2, 4000, NULL, 0);
+    ds_token_mask_init(&mask, N, 100, 0, 2, 4000, NULL, 0, NULL, 0);
     ds_sampler_scratch *s = ds_sampler_scratch_new(N);
     ds_sampling_params fast, full;
     ds_sampling_defaults(&fast);
@@ -85,7 +85,7 @@ TEST(sampler_mask_never_sampled_nor_listed) {
     fill(x, N, 3);
     ds_token_mask mask;
     int32_t spare[] = {1};
-    ds_token_mask_init(&mask, N, 40, 0, 2, 50, spare, 1);
+    ds_token_mask_init(&mask, N, 40, 0, 2, 50, NULL, 0, spare, 1);
     CHECK(mask.masked[40] && mask.masked[0] && mask.masked[2] && mask.masked[50] && mask.masked[51] && !mask.masked[1]);
     CHECK(mask.count == 5, "count %d", mask.count);
     x[40] = 50.0f; /* the noise id is the largest logit */

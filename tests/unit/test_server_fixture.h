@@ -116,7 +116,7 @@ static void stack_up_cfg(stack *st, int max_seqs, int max_pending, double row_de
     ds_synthetic_options o = {.vocab = V, .window = 24, .eos_id = EOS_ID, .bos_id = 0, .pad_id = 2, .noise_id = 399,
                               .image_id = 407, .nan_token = -1, .row_delay_us = row_delay_us, .peak = 8};
     st->be = ds_backend_synthetic_new(&o);
-    ds_token_mask_init(&st->mask, V, 399, 0, 2, 407, NULL, 0);
+    ds_token_mask_init(&st->mask, V, 399, 0, 2, 407, NULL, 0, NULL, 0);
     /* the test vocabulary's 259..399 two-byte symbols stay samplable; control tokens must not be sampled */
     for (int i = 400; i < V && i < 414; i++) st->mask.masked[i] = 1;
     st->mask.masked[3] = 1; /* byte 0x00: C strings in the test's own comparisons cannot hold it */

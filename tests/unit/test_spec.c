@@ -74,7 +74,7 @@ static void run(ds_model *m, const run_cfg *c, run_out *o) {
     memset(o, 0, sizeof *o);
     ds_backend *be = ds_backend_model_new(m);
     ds_token_mask mask;
-    ds_token_mask_init(&mask, be->vocab, be->noise_id, be->bos_id, be->pad_id, be->image_id, NULL, 0);
+    ds_token_mask_init(&mask, be->vocab, be->noise_id, be->bos_id, be->pad_id, be->image_id, NULL, 0, NULL, 0);
     ds_engine_config ec;
     ds_engine_config_defaults(&ec);
     ec.max_num_seqs = c->seqs;

@@ -3,12 +3,9 @@
  * so that a slow run on a CPU without SHA extensions is explained by the output itself. */
 #define _GNU_SOURCE
 #include "base/sha256.h"
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <openssl/evp.h>
 #include <openssl/crypto.h>
 #if defined(__x86_64__) || defined(__i386__)
@@ -74,30 +71,6 @@ void ds_sha256_hex(const void *data, size_t n, char hex[DS_SHA256_HEX_LEN + 1]) 
     ds_sha256_free(h);
 }
 
-int ds_sha256_file_hex(const char *path, char hex[DS_SHA256_HEX_LEN + 1], ds_error *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        return ds_fail(err, e == ENOENT ? "E_MISSING_FILE" : "E_IO", "%s: cannot open: %s", path, strerror(e));
-    }
-    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-    size_t cap = (size_t)4 << 20;
-    uint8_t *buf = ds_xmalloc(cap);
-    ds_sha256 *h = ds_sha256_new();
-    int rc = 0;
-    for (;;) {
-        ssize_t r = read(fd, buf, cap);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) { rc = ds_fail(err, "E_IO", "%s: read error: %s", path, strerror(errno)); break; }
-        if (r == 0) break;
-        ds_sha256_update(h, buf, (size_t)r);
-    }
-    if (rc == 0) ds_sha256_final_hex(h, hex);
-    ds_sha256_free(h);
-    free(buf);
-    close(fd);
-    return rc;
-}
 
 static int hexval(char c) {
     if (c >= '0' && c <= '9') return c - '0';

@@ -25,8 +25,6 @@ void ds_sha256_final_hex(ds_sha256 *h, char hex[DS_SHA256_HEX_LEN + 1]);
 
 /* One-shot digest of a buffer, as hex. */
 void ds_sha256_hex(const void *data, size_t n, char hex[DS_SHA256_HEX_LEN + 1]);
-/* Digest of a whole file (streamed in 4 MiB blocks).  Returns 0, or -1 with err (E_IO / E_MISSING_FILE). */
-int ds_sha256_file_hex(const char *path, char hex[DS_SHA256_HEX_LEN + 1], ds_error *err);
 
 /* Bytes <-> hex.  ds_sha256_parse_hex accepts exactly 64 lowercase hex digits (the PARTS.sha256
  * rule); returns 0 or -1. */

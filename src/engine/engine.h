@@ -155,6 +155,5 @@ int ds_engine_kv_selftest(ds_engine *e, char *report, size_t len);
 int ds_engine_wait_idle(ds_engine *e, double timeout_s);
 /* Page-accounting audit run between steps (tests); 0 = consistent. */
 int ds_engine_audit(ds_engine *e, char *msg, size_t len);
-uint64_t ds_engine_steps(const ds_engine *e);
 
 #endif

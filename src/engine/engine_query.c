@@ -74,4 +74,3 @@ int ds_engine_audit(ds_engine *e, char *msg, size_t len) {
     return rc;
 }
 
-uint64_t ds_engine_steps(const ds_engine *e) { return e->steps; }

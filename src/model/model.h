@@ -217,9 +217,6 @@ int ds_seq_adopt_prefix(ds_seq *s, int64_t k_blocks, const uint32_t *ckv_pages, 
                         int n_win, const uint32_t *win_pages, const int32_t *tokens, ds_error *err);
 
 /* Read-only views for the engine (prefix-cache bookkeeping). */
-int ds_seq_block_size(const ds_seq *s);
-const int32_t *ds_seq_tokens(const ds_seq *s);
-uint32_t ds_seq_page(const ds_seq *s, ds_kv_kind kind, int64_t block);
 
 /* Grow the per-block page tables to hold at least nblocks blocks (new entries DS_KV_NONE). */
 void ds_seq_grow_tables(ds_seq *s, int64_t nblocks);

@@ -24,7 +24,6 @@ double ds_dot_fb(const float *a, const ds_bf16 *b, int n);        /* Σ f64(a)·
 void ds_axpy_bf16(double *acc, float p, const ds_bf16 *k, int n);
 
 /* Tests: whether the AVX2 path is in use, and each path explicitly (simd = 0: scalar). */
-int ds_model_simd_active(void);
 double ds_dot_bb_path(int simd, const ds_bf16 *a, const ds_bf16 *b, int n);
 double ds_dot_fb_path(int simd, const float *a, const ds_bf16 *b, int n);
 void ds_axpy_bf16_path(int simd, double *acc, float p, const ds_bf16 *k, int n);

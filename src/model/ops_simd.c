@@ -112,7 +112,6 @@ void ds_axpy_bf16(double *acc, float p, const ds_bf16 *k, int n) {
     else axpy_scalar(acc, p, k, n);
 }
 
-int ds_model_simd_active(void) { return use_avx2; }
 double ds_dot_bb_path(int simd, const ds_bf16 *a, const ds_bf16 *b, int n) {
     return simd && __builtin_cpu_supports("avx2") ? dot_bb_avx2(a, b, n) : dot_bb_scalar(a, b, n);
 }

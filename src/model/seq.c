@@ -137,20 +137,6 @@ void ds_seq_free(ds_seq *s) {
 }
 
 int64_t ds_seq_length(const ds_seq *s) { return s ? s->len : 0; }
-int ds_seq_block_size(const ds_seq *s) { return s->pools->lay.bs; }
-const int32_t *ds_seq_tokens(const ds_seq *s) { return s->tokens; }
-
-uint32_t ds_seq_page(const ds_seq *s, ds_kv_kind kind, int64_t block) {
-    if (block < 0 || block >= s->blk_cap) return kind == DS_KV_STATE ? s->state : DS_KV_NONE;
-    switch (kind) {
-    case DS_KV_CKV: return s->ckv[block];
-    case DS_KV_IDX: return s->idx[block];
-    case DS_KV_WIN: return s->win[block];
-    case DS_KV_DRAFT: return s->drf[block];
-    case DS_KV_STATE: return s->state;
-    default: return DS_KV_NONE;
-    }
-}
 
 /* First position whose window row a sequence of length `end` keeps (block aligned). */
 int64_t ds_seq_win_persist_from(const ds_seq *s, int64_t end) {

@@ -56,11 +56,6 @@ int ds_chat_encode(const ds_tokenizer *tok, const ds_chat_request *req, ds_chat_
                    ds_tokens *ids, ds_error *err);
 void ds_chat_prompt_free(ds_chat_prompt *p);
 
-/* Resolve the mode and effort alone (§11.2 "Modes", §11.3): *thinking, *effort (0 in chat mode).
- * Same error convention as ds_chat_render. */
-int ds_chat_resolve_mode(const ds_chat_request *req, bool *thinking, int *effort, char *err_param,
-                         size_t err_param_len, ds_error *err);
-
 /* Client-text escaping (§11.2): insert U+200B after the first character of every occurrence of
  * a control-token literal (the §11.1 list plus, with a tokenizer, every added-token literal).
  * Scanning resumes right after the inserted U+200B, so overlapping literals are all broken. */

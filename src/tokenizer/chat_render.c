@@ -153,12 +153,6 @@ static int resolve_mode(rctx *c, const ds_chat_request *r, bool *thinking, int *
     return 0;
 }
 
-int ds_chat_resolve_mode(const ds_chat_request *req, bool *thinking, int *effort, char *err_param,
-                         size_t err_param_len, ds_error *err) {
-    rctx c = {err, err_param, err_param_len, NULL, 0};
-    return resolve_mode(&c, req, thinking, effort);
-}
-
 /* ---- message validation --------------------------------------------------------------------- */
 
 /* Text of a content field: a string, or parts joined by "\n\n" (images become the placeholder). */
@@ -358,8 +352,8 @@ int ds_chat_render(const ds_tokenizer *tok, const ds_chat_request *req, ds_chat_
     int ncall_ids = 0;
     ds_strbuf b = {0};
 
-    bool thinking;
-    int effort;
+    bool thinking = false;
+    int effort = 0;
     if (resolve_mode(&c, req, &thinking, &effort) < 0) goto done;
     const cJSON *msgs = req->messages;
     if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) < 1) {

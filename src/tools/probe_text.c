@@ -27,12 +27,6 @@ int64_t ds_utf8_count(const char *s, size_t n) {
     return c;
 }
 
-size_t ds_utf8_offset(const char *s, size_t n, int64_t cp) {
-    int64_t c = -1;
-    for (size_t i = 0; i < n; i++)
-        if (((unsigned char)s[i] & 0xC0) != 0x80 && ++c == cp) return i;
-    return n;
-}
 
 void ds_filler_build(ds_filler *f, const char *nonce, int64_t nchar) {
     memset(f, 0, sizeof *f);

@@ -49,7 +49,5 @@ double ds_uniq2_ids(const int32_t *ids, size_t n);
 
 /* Code points in UTF-8 text (invalid bytes count one each). */
 int64_t ds_utf8_count(const char *s, size_t n);
-/* Byte offset of code point `cp` in s (clamped to n). */
-size_t ds_utf8_offset(const char *s, size_t n, int64_t cp);
 
 #endif

@@ -21,7 +21,6 @@
  * them when CPUID reports AVX2 and FMA. */
 #include "kernels/kern_internal.h"
 #include <string.h>
-#include <stdlib.h>
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
@@ -44,10 +43,8 @@ AI void store8(__m256i acc, float sx, const float *scale, int o0, int out, float
     }
 }
 
-/* Software prefetch 2 KiB ahead in each weight panel: expert matrices are short, and the hardware
- * prefetchers start cold on every panel and page (kern_avx512.c's DS_Q_PREFETCH; on this path,
- * `perf kernels --kernels avx2`, MoE row: +33% at 1 row, +20% at 4, neutral at 2). */
-#define DS_Q_PREFETCH 2048
+/* DS_Q_PREFETCH (kern_internal.h) ahead in each weight panel; on this path, `perf kernels --kernels
+ * avx2`, MoE row: +33% at 1 row, +20% at 4, neutral at 2. */
 AI void w8_block(const ds_packed *P, const ds_qact *X, int p, int r, const int NP, const int NR,
                  float *y, int ystride) {
     __m256i acc[2][2][4];

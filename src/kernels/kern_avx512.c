@@ -97,13 +97,9 @@ AI void store16(__m512i acc, float sx, const float *scale, int o0, int out, floa
     else if (o0 < out) _mm512_mask_storeu_ps(yrow + o0, (__mmask16)((1u << (out - o0)) - 1u), v);
 }
 
-/* Software prefetch distance of the few-row product (PF = 1 below), in bytes ahead in each panel.
- * Its matrices are short (a mini expert's w2 panel is 6 KiB, a real one's 16 KiB) and a
- * batched-decode step walks a hundred of them: the hardware prefetchers ramp up again on every
- * panel and every 4 KiB page.  Measured on the MoE row of `perf kernels` (48 experts' w1+w3 of
- * [768,2048], 1-4 rows each): +15-25% at 2 KiB, less at 1 or 4 KiB.  The near end of a panel
- * prefetches the start of the next, which is what the following panel group reads first. */
-#define DS_Q_PREFETCH 2048
+/* The few-row product (PF = 1 below) prefetches DS_Q_PREFETCH (kern_internal.h) ahead in each
+ * panel; the near end of a panel prefetches the start of the next, which is what the following
+ * panel group reads first. */
 
 /* VPDPBUSD through a tied asm operand: GCC 12 keeps an array of intrinsic accumulators poorly (a
  * register copy per instruction plus stack spills inside the k loop); "+v" keeps each accumulator

@@ -515,18 +515,35 @@ UNROLL8
     default: FF_TILE(RO, 1); break;                                                              \
     }
 
+/* Up to FF_FEW_ROWS activation rows (decode, small batches) take one pass over the weights with
+ * every row in one register tile, as many weight rows per tile as the accumulators allow; more
+ * rows use input blocks (below). */
+#define FF_FEW_ROWS 6
+
+/* Weight rows per tile of a few-row call: the most streams with RO x rows <= 24 accumulators
+ * (alternated runs of the mini head [129280, 2048], F32: 2 rows 25.1 -> 22.5 ms, 3 rows 26.9 ->
+ * 24.1 ms, 4 rows 25.5 -> 22.8 ms, medians; more streams than 8, or 8 x 3 tiles in several
+ * passes, measured slower).  BF16 via FMA also holds the odd and even halves of each weight
+ * vector, so it keeps 4 except for one row. */
+static inline int ff_few_outputs(int n, int kind) {
+    if (kind == DS_FF_BF16_FMA) return n == 1 ? 8 : 4;
+    return n <= 3 ? 8 : n == 4 ? 6 : 4;
+}
+
 /* RRMAX activation rows per tile: 6 (24 accumulators + 4 weights) where a block is one vector per
  * row, 4 for BF16 via FMA (which also holds the odd and even halves of 4 weight vectors).
- * Several rows: inputs are walked in blocks of KB so that the 4 weight rows (16 KiB) and the
- * tile's activation rows of one block stay in L1 while every row tile of the chunk runs against
- * them; the partial lanes wait in `part` (the lanes' order of operations is unchanged).
- * One activation row (decode) walks 8 weight rows per tile instead of 4: eight streams in flight
- * hide more memory latency (alternated runs on mini: 1-row steps 1.07-1.48x faster), each output's
- * sum keeps its order, and with one row the whole input is one block, so `part` is never used. */
+ * More than FF_FEW_ROWS rows: inputs are walked in blocks of KB so that the 4 weight rows (16 KiB)
+ * and the tile's activation rows of one block stay in L1 while every row tile of the chunk runs
+ * against them; the partial lanes wait in `part` (the lanes' order of operations is unchanged).
+ * Few rows: the whole input is one block (`part` is never used), each weight row streams from
+ * memory once, and the tile takes every row; one activation row (decode) walks 8 weight rows per
+ * tile: eight streams in flight hide more memory latency (alternated runs on mini: 1-row steps
+ * 1.07-1.48x faster than 4).  Each output's sum keeps its order in every tile shape. */
 AI void ff_rows_kind(const ds_ffw *W, const ds_ffact *X, int o0, int o1, float *y, int ystride, const int KIND) {
     const int RRMAX = KIND == DS_FF_BF16_FMA ? 4 : 6;
     const size_t rowbytes = (size_t)X->stride * (KIND == DS_FF_BF16_DOT ? 2 : 4);
-    const int KB = X->n == 1 ? X->kpad : KIND == DS_FF_BF16_DOT ? 2048 : 1024;
+    const int few = X->n <= FF_FEW_ROWS, few_ro = ff_few_outputs(X->n, KIND);
+    const int KB = few ? X->kpad : KIND == DS_FF_BF16_DOT ? 2048 : 1024;
     enum { MAXCHUNK = 96 };
     _Alignas(64) float part[MAXCHUNK * 4 * 16];
     /* rows per chunk: their activations (<= 1 MiB) are re-read from L2 for every output tile,
@@ -536,11 +553,15 @@ AI void ff_rows_kind(const ds_ffw *W, const ds_ffact *X, int o0, int o1, float *
     for (int c0 = 0; c0 < X->n; c0 += chunk) {
         const int r1 = DS_MIN(X->n, c0 + chunk);
         for (int o = o0; o < o1;) {
-            const int ro = X->n == 1 && o + 8 <= o1 ? 8 : o + 4 <= o1 ? 4 : 1;
+            const int ro = few && o + few_ro <= o1 ? few_ro : o + 4 <= o1 ? 4 : 1;
             for (int k0 = 0; k0 < X->kpad; k0 += KB) {
                 const int k1 = DS_MIN(X->kpad, k0 + KB);
                 for (int r = c0; r < r1; r += RRMAX) {
-                    if (ro == 8) FF_TILE(8, 1);
+                    if (ro == 8) { /* n <= 3: one tile */
+                        if (r1 - r >= 3) FF_TILE(8, 3);
+                        else if (r1 - r == 2) FF_TILE(8, 2);
+                        else FF_TILE(8, 1);
+                    } else if (ro == 6) FF_TILE(6, 4); /* n == 4 */
                     else if (ro == 4) FF_ROWS_TAIL(4, RRMAX)
                     else FF_ROWS_TAIL(1, RRMAX)
                 }

@@ -140,6 +140,21 @@ TEST(every_path_equals_reference_bit_for_bit) {
                 free(x);
                 tk_free(&t);
             }
+        /* every few-row tile shape (8 x 1..3, 6 x 4, 4 x 5..6 outputs x rows) with output tails
+         * of each width and an input tail */
+        for (int n = 1; n <= 6; n++)
+            for (int f = 0; f < 2; f++)
+                for (int oi = 0; oi < 3; oi++) {
+                    static const int outs[] = {7, 29, 47};
+                    tk_lin t = fast_lin(f ? DS_LIN_F32 : DS_LIN_BF16, outs[oi], 517);
+                    ds_bf16 *x = malloc(sizeof(ds_bf16) * n * 517);
+                    tk_fill_bf16(x, (size_t)n * 517, 1.f);
+                    CHECK(forward_equals_reference(&t, x, n, oi & 1) == 0, "%s dot=%d fmt %d: few-row tile out=%d n=%d",
+                          k_var[v].path, k_var[v].dot, f, outs[oi], n);
+                    free(x);
+                    tk_free(&t);
+                    runs++;
+                }
         /* long rows (several input blocks per tile, partial lanes saved between them) and more
          * rows than one activation chunk holds */
         for (int f = 0; f < 2; f++) {

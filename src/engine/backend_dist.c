@@ -103,8 +103,9 @@ static void send_open(dback *d, const dseq *q, const ds_kv_seqtab *tab, const in
     memcpy(p, &oo, sizeof oo);
     memcpy(p + sizeof oo, tokens, sizeof(int32_t) * (size_t)start);
     uint32_t *ids = (uint32_t *)(p + sizeof oo + sizeof(int32_t) * (size_t)start);
-    memcpy(ids, tab->blk, sizeof(uint32_t) * (size_t)k);
-    memcpy(ids + k, tab->win + lo, sizeof(uint32_t) * (size_t)oo.n_win);
+    const ds_block_tab *pg = ds_kv_tab_c(tab);
+    memcpy(ids, pg->ckv, sizeof(uint32_t) * (size_t)k);
+    memcpy(ids + k, pg->win + lo, sizeof(uint32_t) * (size_t)oo.n_win);
     send_op(d, (op_head){.op = OP_OPEN, .sid = q->sid, .a = start, .payload = bytes}, p);
 }
 
@@ -119,7 +120,7 @@ static void *db_open(void *impl, ds_kvm *km, ds_kv_seqtab *tab, const int32_t *t
         d->inited = 1;
     }
     dseq *q = NULL;
-    /* on a hit the table still names the cached pages after the open (the sequence copies the ids) */
+    /* on a hit the table names the cached pages after the open (the sequence's table, which adopted them) */
     void *s = d->inner->seq_open(d->inner->impl, km, tab, tokens, start, err);
     if (s) {
         q = ds_xcalloc(1, sizeof *q);

@@ -81,11 +81,11 @@ static void open_table(wseq *q, int64_t start, const uint8_t *payload, int windo
     memcpy(q->tok, payload + sizeof oo, sizeof(int32_t) * (size_t)start);
     const uint32_t *ids = (const uint32_t *)(payload + sizeof oo + sizeof(int32_t) * (size_t)start);
     ds_kvm_seqtab_reserve(&q->tab, oo.k + 1);
-    memcpy(q->tab.blk, ids, sizeof(uint32_t) * (size_t)oo.k);
+    memcpy(q->tab.own.ckv, ids, sizeof(uint32_t) * (size_t)oo.k);
     int64_t lo = start - window;
     lo = lo < 0 ? 0 : lo / bs;
-    memcpy(q->tab.win + lo, ids + oo.k, sizeof(uint32_t) * (size_t)oo.n_win);
-    q->tab.n_blk = oo.k;
+    memcpy(q->tab.own.win + lo, ids + oo.k, sizeof(uint32_t) * (size_t)oo.n_win);
+    q->tab.own.n_blk = oo.k;
     q->tab.n_hashed = oo.k;
 }
 

@@ -4,9 +4,9 @@
  * allocator during a step (ds_seq_new_paged + ds_kv_alloc_ops), reserving all of a step's pages
  * up front so a step never fails half-way.  The engine owns the pools, so the allocator handed to
  * the model is the engine's page manager: allocation evicts prefix-cache entries when needed and
- * release drops a reference.  The engine's table for the request (ds_kv_seqtab) is then a mirror
- * of the model's tables, refreshed after every step, which is what the prefix cache registers
- * and what an audit checks.  CKV and IDX pages are handed out as pairs with the same id (the
+ * release drops a reference.  The block tables have one owner, the sequence: once it is open the
+ * engine's table for the request (ds_kv_seqtab) points at the sequence's own (a prefix hit's pages
+ * are adopted first), and the prefix cache and the audit read it in place.  CKV and IDX pages are handed out as pairs with the same id (the
  * engine sizes both pools alike): the model asks for a CKV page and then the IDX page of the same
  * block, so the IDX request returns the id of the CKV page just given. */
 #include "engine/backend_model.h"
@@ -72,17 +72,18 @@ static void adopt_draft_tails(mback *b, mseq *q, ds_kv_seqtab *tab, int64_t k) {
     int64_t keep = start - b->m->cfg.window;
     keep = keep < 0 ? 0 : keep / bs;
     int64_t lo = k;
-    while (lo > 0 && lo - 1 < tab->cap && tab->drf[lo - 1] != DS_KV_NONE) lo--;
+    ds_block_tab *own = &tab->own;   /* the hit, not yet bound to the sequence */
+    while (lo > 0 && lo - 1 < own->cap && own->drf[lo - 1] != DS_KV_NONE) lo--;
     bool use = drafting(b) && lo <= keep && keep < k;
     if (use) {
         ds_error e2 = {{0}, {0}};
-        use = ds_draft_adopt(q->s, keep, (int)(k - keep), tab->drf + keep, &e2) == 0;
+        use = ds_draft_adopt(q->s, keep, (int)(k - keep), own->drf + keep, &e2) == 0;
         if (!use) ds_log(DS_LOG_WARN, "draft rings of a cached prefix not adopted: %s", e2.msg);
     }
-    for (int64_t j = 0; j < k && j < tab->cap; j++) {
-        if (tab->drf[j] == DS_KV_NONE || (use && j >= keep)) continue;
-        ds_kvm_page_unref(q->km, DS_KV_DRAFT, tab->drf[j]);
-        tab->drf[j] = DS_KV_NONE;
+    for (int64_t j = 0; j < k && j < own->cap; j++) {
+        if (own->drf[j] == DS_KV_NONE || (use && j >= keep)) continue;
+        ds_kvm_page_unref(q->km, DS_KV_DRAFT, own->drf[j]);
+        own->drf[j] = DS_KV_NONE;
     }
 }
 
@@ -103,9 +104,9 @@ static void *mb_open(void *impl, ds_kvm *km, ds_kv_seqtab *tab, const int32_t *t
         lo = lo < 0 ? 0 : lo / km->bs;
         int n_win = (int)(k - lo);
         uint32_t *win = ds_xmalloc(sizeof(uint32_t) * (size_t)(n_win ? n_win : 1));
-        for (int i = 0; i < n_win; i++) win[i] = tab->win[lo + i];
+        for (int i = 0; i < n_win; i++) win[i] = tab->own.win[lo + i];
         /* the table's references pass to the sequence, which releases them through ops_release */
-        int rc = ds_seq_adopt_prefix(q->s, k, tab->blk, tab->blk, n_win, win, tokens, err);
+        int rc = ds_seq_adopt_prefix(q->s, k, tab->own.ckv, tab->own.ckv, n_win, win, tokens, err);
         free(win);
         if (rc) {
             ds_seq_free(q->s); /* adopted nothing: the references are still the table's */
@@ -114,6 +115,7 @@ static void *mb_open(void *impl, ds_kvm *km, ds_kv_seqtab *tab, const int32_t *t
         }
         adopt_draft_tails(b, q, tab, k);
     }
+    ds_kvm_seqtab_bind(tab, &q->s->pg);   /* the sequence's table is the request's from now on */
     return q;
 }
 
@@ -144,20 +146,13 @@ static void mb_after(void *impl, ds_kvm *km, void *seq, ds_kv_seqtab *tab, const
             ds_log(DS_LOG_WARN, "draft context not written: %s", e2.msg);
         q->aux_n = 0;
     }
-    ds_kvm_seqtab_reserve(tab, (int)(s->n_kv_blocks > s->blk_cap ? s->n_kv_blocks + 1 : s->blk_cap + 1));
-    for (int64_t i = 0; i < tab->cap; i++) {
-        tab->blk[i] = i < s->n_kv_blocks ? s->ckv[i] : DS_KV_NONE;
-        tab->win[i] = i < s->blk_cap ? s->win[i] : DS_KV_NONE;
-        tab->drf[i] = i < s->blk_cap && s->drf ? s->drf[i] : DS_KV_NONE;
-    }
     ds_draft_complete_blocks(mb->m, s, &tab->drf_from, &tab->drf_to);
-    tab->n_blk = (int)s->n_kv_blocks;
-    tab->state = s->state;
     ds_kvm_after_step(km, tab, tokens, L, salt);
 }
 
 static void mb_release(void *impl, ds_kvm *km, void *seq, ds_kv_seqtab *tab) {
     mseq *q = seq;
+    tab->seq = NULL;   /* the table goes with the sequence */
     ds_seq_free(q->s); /* hands every page back through ops_release */
     ds_afree(q->aux);
     free(q);

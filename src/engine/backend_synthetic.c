@@ -87,7 +87,7 @@ static int syn_step(void *impl, ds_kv_pools *pools, ds_backend_item *items, int 
     uint64_t *wv = ds_xmalloc(sizeof(uint64_t) * (size_t)W);
     for (int it = 0; it < n_items; it++) {
         ds_backend_item *x = &items[it];
-        const ds_kv_seqtab *t = x->tab;
+        const ds_block_tab *t = ds_kv_tab_c(x->tab);
         int64_t a = x->pos0, b = x->pos0 + x->n;
         if ((b + bs - 1) / bs > t->n_blk || t->state == DS_KV_NONE) {
             free(wv);
@@ -96,7 +96,7 @@ static int syn_step(void *impl, ds_kv_pools *pools, ds_backend_item *items, int 
         }
         uint64_t h = H_SEED;
         if (a > 0) {
-            h = *row(pools, DS_KV_CKV, t->blk[(a - 1) / bs], (a - 1) % bs);
+            h = *row(pools, DS_KV_CKV, t->ckv[(a - 1) / bs], (a - 1) % bs);
             uint64_t want = H_SEED;
             for (int64_t q = 0; q < a; q++) want = hstep(want, x->tokens[q], q);
             if (h != want) atomic_fetch_add(&s->corruptions, 1);
@@ -105,8 +105,8 @@ static int syn_step(void *impl, ds_kv_pools *pools, ds_backend_item *items, int 
             int32_t tok = x->tokens[p];
             uint64_t v = vpos(tok, p);
             h = hstep(h, tok, p);
-            *row(pools, DS_KV_CKV, t->blk[p / bs], p % bs) = h;
-            *row(pools, DS_KV_IDX, t->blk[p / bs], p % bs) = ~h;
+            *row(pools, DS_KV_CKV, t->ckv[p / bs], p % bs) = h;
+            *row(pools, DS_KV_IDX, t->ckv[p / bs], p % bs) = ~h;
             /* ratio-2 pair through the STATE ring */
             uint64_t *st = row(pools, DS_KV_STATE, t->state, p % DS_STATE_SLOTS);
             if (p % 2 == 0) {

@@ -124,34 +124,37 @@ uint64_t ds_kvm_evictable_blocks(const ds_kvm *km) { return km->pc.n_lru; }
 
 void ds_kvm_seqtab_init(ds_kv_seqtab *t) {
     memset(t, 0, sizeof *t);
-    t->state = DS_KV_NONE;
+    ds_block_tab_init(&t->own);
 }
 
+/* Forget every page (the caller handed the references back or passed them on) and the sequence's
+ * table: the own table is empty again, its arrays kept for the next request. */
 void ds_kvm_seqtab_clear(ds_kv_seqtab *t) {
-    for (int i = 0; i < t->cap; i++) t->blk[i] = t->win[i] = t->drf[i] = DS_KV_NONE;
-    t->n_blk = 0;
+    ds_block_tab *p = &t->own;
+    for (int64_t i = 0; i < p->cap; i++) p->ckv[i] = p->idx[i] = p->win[i] = p->drf[i] = DS_KV_NONE;
+    p->n_blk = 0;
+    p->state = DS_KV_NONE;
+    t->seq = NULL;
     t->drf_from = t->drf_to = 0;
-    t->state = DS_KV_NONE;
     t->n_hashed = 0;
 }
 
+void ds_kvm_seqtab_bind(ds_kv_seqtab *t, ds_block_tab *seq_tab) {
+    const int n_hashed = t->n_hashed;
+    uint8_t h[DS_PC_HASH_BYTES];
+    memcpy(h, t->last_hash, sizeof h);
+    ds_kvm_seqtab_clear(t);
+    t->n_hashed = n_hashed;    /* the hit's blocks stay offered to the cache */
+    memcpy(t->last_hash, h, sizeof h);
+    t->seq = seq_tab;
+}
+
 void ds_kvm_seqtab_free(ds_kv_seqtab *t) {
-    free(t->blk);
-    free(t->win);
-    free(t->drf);
+    ds_block_tab_free(&t->own);
     ds_kvm_seqtab_init(t);
 }
 
-void ds_kvm_seqtab_reserve(ds_kv_seqtab *t, int n) {
-    if (n <= t->cap) return;
-    int cap = t->cap ? t->cap : 16;
-    while (cap < n) cap *= 2;
-    t->blk = ds_xrealloc(t->blk, sizeof(uint32_t) * (size_t)cap);
-    t->win = ds_xrealloc(t->win, sizeof(uint32_t) * (size_t)cap);
-    t->drf = ds_xrealloc(t->drf, sizeof(uint32_t) * (size_t)cap);
-    for (int i = t->cap; i < cap; i++) t->blk[i] = t->win[i] = t->drf[i] = DS_KV_NONE;
-    t->cap = cap;
-}
+void ds_kvm_seqtab_reserve(ds_kv_seqtab *t, int n) { ds_block_tab_grow(ds_kv_tab(t), n); }
 
 static void free_push(ds_kvm *km, ds_kv_kind k, uint32_t id) { km->freel[k][km->n_free[k]++] = id; }
 
@@ -248,28 +251,30 @@ static void persist_range(const ds_kvm *km, int64_t b, int64_t *lo, int64_t *hi)
 }
 
 void ds_kvm_pages_needed(const ds_kvm *km, const ds_kv_seqtab *t, int64_t a, int64_t b, uint64_t need[DS_KV_KINDS]) {
+    const ds_block_tab *p = ds_kv_tab_c(t);
     memset(need, 0, sizeof(uint64_t) * DS_KV_KINDS);
     int64_t nb = (b + km->bs - 1) / km->bs;
-    if (nb > t->n_blk) need[DS_KV_CKV] = need[DS_KV_IDX] = (uint64_t)(nb - t->n_blk);
+    if (nb > p->n_blk) need[DS_KV_CKV] = need[DS_KV_IDX] = (uint64_t)(nb - p->n_blk);
     int64_t lo, hi;
     persist_range(km, b, &lo, &hi);
     for (int64_t j = lo; j <= hi; j++)
-        if (j >= t->cap || t->win[j] == DS_KV_NONE) need[DS_KV_WIN]++;
-    if (t->state == DS_KV_NONE) need[DS_KV_STATE] = 1;
+        if (j >= p->cap || p->win[j] == DS_KV_NONE) need[DS_KV_WIN]++;
+    if (p->state == DS_KV_NONE) need[DS_KV_STATE] = 1;
 }
 
 int ds_kvm_prepare(ds_kvm *km, ds_kv_seqtab *t, int64_t a, int64_t b) {
+    ds_block_tab *p = ds_kv_tab(t);
     int64_t nb = (b + km->bs - 1) / km->bs;
     ds_kvm_seqtab_reserve(t, (int)nb + 1);
-    if (t->state == DS_KV_NONE && ds_kvm_page_alloc(km, DS_KV_STATE, &t->state)) return -1;
-    while (t->n_blk < nb) {
-        if (ds_kvm_page_alloc(km, DS_KV_CKV, &t->blk[t->n_blk])) return -1;
-        t->n_blk++;
+    if (p->state == DS_KV_NONE && ds_kvm_page_alloc(km, DS_KV_STATE, &p->state)) return -1;
+    while (p->n_blk < nb) {
+        if (ds_kvm_page_alloc(km, DS_KV_CKV, &p->ckv[p->n_blk])) return -1;
+        p->n_blk++;
     }
     int64_t lo, hi;
     persist_range(km, b, &lo, &hi);
     for (int64_t j = lo; j <= hi; j++)
-        if (t->win[j] == DS_KV_NONE && ds_kvm_page_alloc(km, DS_KV_WIN, &t->win[j])) return -1;
+        if (p->win[j] == DS_KV_NONE && ds_kvm_page_alloc(km, DS_KV_WIN, &p->win[j])) return -1;
     return 0;
 }
 
@@ -283,10 +288,11 @@ int64_t ds_kvm_prefill_end(const ds_kvm *km, int64_t a, int64_t n) {
 }
 
 void ds_kvm_debug_fault(ds_kvm *km, const ds_kv_seqtab *t) {
+    const ds_block_tab *p = ds_kv_tab_c(t);
     uint32_t pg = km->debug_fault_page;
     if (pg == DS_KV_NONE) return;
-    for (int i = 0; i < t->n_blk && i < t->cap; i++)
-        if (t->blk[i] == pg) {
+    for (int i = 0; i < p->n_blk && i < p->cap; i++)
+        if (p->ckv[i] == pg) {
             /* 0x40 bytes read as bf16 3.0: plausible magnitudes, wrong values */
             memset(ds_kv_page(&km->pools, DS_KV_CKV, pg), 0x40, km->pools.lay.page_bytes[DS_KV_CKV]);
             memset(ds_kv_page(&km->pools, DS_KV_IDX, pg), 0x40, km->pools.lay.page_bytes[DS_KV_IDX]);
@@ -294,28 +300,29 @@ void ds_kvm_debug_fault(ds_kvm *km, const ds_kv_seqtab *t) {
 }
 
 void ds_kvm_after_step(ds_kvm *km, ds_kv_seqtab *t, const int32_t *tokens, int64_t L, const char *salt) {
+    ds_block_tab *p = ds_kv_tab(t);
     ds_kvm_debug_fault(km, t);
     /* window retention: keep blocks intersecting [L-W, L] */
     int64_t keep_lo = L - km->window;
     keep_lo = keep_lo < 0 ? 0 : keep_lo / km->bs;
-    for (int64_t j = 0; j < keep_lo && j < t->cap; j++)
-        if (t->win[j] != DS_KV_NONE) {
-            ds_kvm_page_unref(km, DS_KV_WIN, t->win[j]);
-            t->win[j] = DS_KV_NONE;
+    for (int64_t j = 0; j < keep_lo && j < p->cap; j++)
+        if (p->win[j] != DS_KV_NONE) {
+            ds_kvm_page_unref(km, DS_KV_WIN, p->win[j]);
+            p->win[j] = DS_KV_NONE;
         }
     if (!km->prefix_caching) return;
     int64_t full = L / km->bs;
-    while (t->n_hashed < full && t->n_hashed < t->n_blk) {
+    while (t->n_hashed < full && t->n_hashed < p->n_blk) {
         int i = t->n_hashed;
         uint8_t h[DS_PC_HASH_BYTES];
         const uint8_t *parent = i == 0 ? km->seed_hash : t->last_hash;
         const int32_t *blk_tokens = tokens + (size_t)i * (size_t)km->bs;
         ds_pc_block_hash(parent, blk_tokens, km->bs, i == 0 ? salt : NULL, h);
-        if (ds_pc_lookup(&km->pc, h, blk_tokens) < 0 && ds_pc_insert(&km->pc, t->blk[i], h, blk_tokens, i)) {
-            if (t->win[i] != DS_KV_NONE) ds_pc_attach_tail(&km->pc, DS_PC_WIN, t->blk[i], t->win[i]);
+        if (ds_pc_lookup(&km->pc, h, blk_tokens) < 0 && ds_pc_insert(&km->pc, p->ckv[i], h, blk_tokens, i)) {
+            if (p->win[i] != DS_KV_NONE) ds_pc_attach_tail(&km->pc, DS_PC_WIN, p->ckv[i], p->win[i]);
             /* the draft ring rows of block i are complete only where the backend says so */
-            if (t->drf[i] != DS_KV_NONE && i >= t->drf_from && i < t->drf_to)
-                ds_pc_attach_tail(&km->pc, DS_PC_DRF, t->blk[i], t->drf[i]);
+            if (p->drf[i] != DS_KV_NONE && i >= t->drf_from && i < t->drf_to)
+                ds_pc_attach_tail(&km->pc, DS_PC_DRF, p->ckv[i], p->drf[i]);
         }
         memcpy(t->last_hash, h, DS_PC_HASH_BYTES);
         t->n_hashed++;
@@ -323,24 +330,26 @@ void ds_kvm_after_step(ds_kvm *km, ds_kv_seqtab *t, const int32_t *tokens, int64
 }
 
 void ds_kvm_release(ds_kvm *km, ds_kv_seqtab *t) {
+    ds_block_tab *p = ds_kv_tab(t);
     /* deepest first, tails before blocks: the LRU then evicts in the order of §7.4 */
-    for (int i = t->cap - 1; i >= 0; i--) {
-        if (t->win[i] != DS_KV_NONE) ds_kvm_page_unref(km, DS_KV_WIN, t->win[i]);
-        if (t->drf[i] != DS_KV_NONE) ds_kvm_page_unref(km, DS_KV_DRAFT, t->drf[i]);
-        t->win[i] = t->drf[i] = DS_KV_NONE;
+    for (int i = p->cap - 1; i >= 0; i--) {
+        if (p->win[i] != DS_KV_NONE) ds_kvm_page_unref(km, DS_KV_WIN, p->win[i]);
+        if (p->drf[i] != DS_KV_NONE) ds_kvm_page_unref(km, DS_KV_DRAFT, p->drf[i]);
+        p->win[i] = p->drf[i] = DS_KV_NONE;
     }
     t->drf_from = t->drf_to = 0;
-    for (int i = t->n_blk - 1; i >= 0; i--) {
-        ds_kvm_page_unref(km, DS_KV_CKV, t->blk[i]);
-        t->blk[i] = DS_KV_NONE;
+    for (int i = p->n_blk - 1; i >= 0; i--) {
+        ds_kvm_page_unref(km, DS_KV_CKV, p->ckv[i]);
+        p->ckv[i] = DS_KV_NONE;
     }
-    t->n_blk = 0;
-    if (t->state != DS_KV_NONE) ds_kvm_page_unref(km, DS_KV_STATE, t->state);
-    t->state = DS_KV_NONE;
+    p->n_blk = 0;
+    if (p->state != DS_KV_NONE) ds_kvm_page_unref(km, DS_KV_STATE, p->state);
+    p->state = DS_KV_NONE;
     t->n_hashed = 0;
 }
 
 int64_t ds_kvm_lookup_prefix(ds_kvm *km, ds_kv_seqtab *t, const int32_t *tokens, int64_t n, const char *salt) {
+    ds_block_tab *p = ds_kv_tab(t);
     if (!km->prefix_caching || n < 2) return 0;
     int64_t kmax = (n - 1) / km->bs;
     if (kmax <= 0) return 0;
@@ -366,22 +375,22 @@ int64_t ds_kvm_lookup_prefix(ds_kvm *km, ds_kv_seqtab *t, const int32_t *tokens,
         ds_kvm_seqtab_reserve(t, (int)k + 1);
         for (int64_t j = 0; j < k; j++) {
             page_ref_cached(km, DS_KV_CKV, (uint32_t)hits[j]);
-            t->blk[j] = (uint32_t)hits[j];
+            p->ckv[j] = (uint32_t)hits[j];
         }
-        t->n_blk = (int)k;
+        p->n_blk = (int)k;
         int64_t lo = k * km->bs - km->window;
         lo = lo < 0 ? 0 : lo / km->bs;
         for (int64_t j = lo; j < k; j++) {
             uint32_t w = km->pc.e[hits[j]].tail[DS_PC_WIN];
             page_ref_cached(km, DS_KV_WIN, w);
-            t->win[j] = w;
+            p->win[j] = w;
         }
         /* draft tails are optional: the run of them that ends at block k-1 (the backend keeps
          * those its draft window needs and hands the rest back) */
         for (int64_t j = k - 1; j >= lo && km->pc.e[hits[j]].tail[DS_PC_DRF] != DS_KV_NONE; j--) {
             uint32_t d = km->pc.e[hits[j]].tail[DS_PC_DRF];
             page_ref_cached(km, DS_KV_DRAFT, d);
-            t->drf[j] = d;
+            p->drf[j] = d;
         }
         t->n_hashed = (int)k;
         memcpy(t->last_hash, hashes[k - 1], DS_PC_HASH_BYTES);
@@ -416,11 +425,11 @@ int ds_kvm_audit(const ds_kvm *km, ds_kv_seqtab *const *tabs, int n_tabs, char *
         uint32_t *want = ds_xcalloc(n ? n : 1, sizeof(uint32_t));
         uint8_t *in_free = ds_xcalloc(n ? n : 1, 1);
         for (int t = 0; t < n_tabs; t++) {
-            const ds_kv_seqtab *tb = tabs[t];
+            const ds_block_tab *tb = ds_kv_tab_c(tabs[t]);
             if (k == DS_KV_CKV)
-                for (int i = 0; i < tb->n_blk; i++) want[tb->blk[i]]++;
+                for (int64_t i = 0; i < tb->n_blk; i++) want[tb->ckv[i]]++;
             if (k == DS_KV_WIN || k == DS_KV_DRAFT)
-                for (int i = 0; i < tb->cap; i++) {
+                for (int64_t i = 0; i < tb->cap; i++) {
                     uint32_t pg = k == DS_KV_WIN ? tb->win[i] : tb->drf[i];
                     if (pg != DS_KV_NONE) want[pg]++;
                 }

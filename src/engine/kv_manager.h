@@ -22,16 +22,19 @@
 #include "model/kvcache.h"
 
 typedef struct ds_kv_seqtab {
-    uint32_t *blk;     /* [cap] CKV (= IDX) page per logical block */
-    uint32_t *win;     /* [cap] WIN page per logical block, DS_KV_NONE if not held */
-    uint32_t *drf;     /* [cap] DRAFT page (draft ring rows) per logical block, DS_KV_NONE if not held */
+    ds_block_tab own;  /* the request's pages while no model sequence holds them (synthetic backend,
+                          an MPI rank's mirror, a prefix hit before the sequence adopts it); its
+                          idx array stays unset: a block's IDX page has its CKV page's id */
+    ds_block_tab *seq; /* the model sequence's own table once it holds the pages, else NULL: the
+                          one copy, read and edited in place (never copied back) */
     int drf_from, drf_to;  /* blocks drf_from..drf_to-1 hold complete draft ring rows (set by the backend) */
-    int n_blk;         /* blocks with a CKV page: blocks 0 .. n_blk-1 */
-    int cap;
-    uint32_t state;    /* STATE page, DS_KV_NONE before admission */
     int n_hashed;      /* leading full blocks already offered to the prefix cache */
     uint8_t last_hash[DS_PC_HASH_BYTES];
 } ds_kv_seqtab;
+
+/* The request's block tables: the model sequence's when it has one, else the engine's own. */
+static inline ds_block_tab *ds_kv_tab(ds_kv_seqtab *t) { return t->seq ? t->seq : &t->own; }
+static inline const ds_block_tab *ds_kv_tab_c(const ds_kv_seqtab *t) { return t->seq ? t->seq : &t->own; }
 
 /* The budget of §4.4 and what it yields. */
 typedef struct ds_kv_budget {
@@ -100,6 +103,9 @@ void ds_kvm_seqtab_free(ds_kv_seqtab *t);
 /* Forget every page of the table without releasing (the pages were released elsewhere). */
 void ds_kvm_seqtab_clear(ds_kv_seqtab *t);
 void ds_kvm_seqtab_reserve(ds_kv_seqtab *t, int n_blocks);
+/* The model sequence has taken over the references of the own table (a prefix hit it adopted):
+ * forget them without releasing, and from now on read and edit the sequence's table. */
+void ds_kvm_seqtab_bind(ds_kv_seqtab *t, ds_block_tab *seq_tab);
 
 /* Single pages, for backends that allocate through the engine while they step: allocation
  * evicts from the prefix cache when the free list is empty; unref returns a page to the free

@@ -128,7 +128,7 @@ int ds_draft_load(ds_model *m, int required, ds_error *err) {
 
 ds_bf16 *ds_seq_draft_row(const ds_seq *s, int stage, int64_t pos) {
     const ds_kv_layout *lay = &s->pools->lay;
-    uint8_t *page = ds_kv_page(s->pools, DS_KV_DRAFT, s->drf[pos / lay->bs]);
+    uint8_t *page = ds_kv_page(s->pools, DS_KV_DRAFT, s->pg.drf[pos / lay->bs]);
     uint64_t row = (uint64_t)stage * (uint64_t)lay->bs + (uint64_t)(pos % lay->bs);
     return (ds_bf16 *)(page + row * (uint64_t)lay->d_h * 2u);
 }
@@ -143,15 +143,15 @@ uint32_t ds_draft_pages_needed(const ds_seq *s, int64_t end) {
     const int64_t bs = s->pools->lay.bs;
     uint32_t n = 0;
     for (int64_t b = keep_from(s, end) / bs; b * bs < end; b++)
-        if (b >= s->blk_cap || s->drf[b] == DS_KV_NONE) n++;
+        if (b >= s->pg.cap || s->pg.drf[b] == DS_KV_NONE) n++;
     return n;
 }
 
 void ds_draft_release_all(ds_seq *s) {
-    for (int64_t b = 0; b < s->blk_cap; b++)
-        if (s->drf && s->drf[b] != DS_KV_NONE) {
-            s->ops.release(s->ops.ctx, DS_KV_DRAFT, s->drf[b]);
-            s->drf[b] = DS_KV_NONE;
+    for (int64_t b = 0; b < s->pg.cap; b++)
+        if (s->pg.drf && s->pg.drf[b] != DS_KV_NONE) {
+            s->ops.release(s->ops.ctx, DS_KV_DRAFT, s->pg.drf[b]);
+            s->pg.drf[b] = DS_KV_NONE;
         }
     s->drf_lo = s->drf_hi = 0;
 }
@@ -163,21 +163,21 @@ void ds_draft_truncate(ds_seq *s, int64_t len) {
 
 /* Allocate the DRAFT pages of blocks [b0, b1) that are missing; all or nothing. */
 static int alloc_pages(ds_seq *s, int64_t b0, int64_t b1, ds_error *err) {
-    ds_seq_grow_tables(s, b1);
+    ds_block_tab_grow(&s->pg, b1);
     int64_t *fresh = ds_xmalloc(sizeof(int64_t) * (size_t)(b1 > b0 ? b1 - b0 : 1));
     int n_fresh = 0;
     for (int64_t b = b0; b < b1; b++) {
-        if (s->drf[b] != DS_KV_NONE) continue;
+        if (s->pg.drf[b] != DS_KV_NONE) continue;
         uint32_t pg;
         if (s->ops.alloc(s->ops.ctx, DS_KV_DRAFT, &pg) < 0) {
             for (int i = 0; i < n_fresh; i++) {
-                s->ops.release(s->ops.ctx, DS_KV_DRAFT, s->drf[fresh[i]]);
-                s->drf[fresh[i]] = DS_KV_NONE;
+                s->ops.release(s->ops.ctx, DS_KV_DRAFT, s->pg.drf[fresh[i]]);
+                s->pg.drf[fresh[i]] = DS_KV_NONE;
             }
             free(fresh);
             return ds_fail(err, "E_KV_EXHAUSTED", "KV pool DRAFT: expected a free page, found none (reserve pages before the step)");
         }
-        s->drf[b] = pg;
+        s->pg.drf[b] = pg;
         fresh[n_fresh++] = b;
     }
     free(fresh);
@@ -234,10 +234,10 @@ int ds_draft_commit(ds_model *m, ds_seq *s, const ds_bf16 *aux, int64_t p0, int 
     if (first > s->drf_hi || p0 < s->drf_lo) s->drf_lo = first;
     s->drf_hi = end;
     const int64_t keep = keep_from(s, end);
-    for (int64_t b = 0; b < keep / bs && b < s->blk_cap; b++)
-        if (s->drf[b] != DS_KV_NONE) {
-            s->ops.release(s->ops.ctx, DS_KV_DRAFT, s->drf[b]);
-            s->drf[b] = DS_KV_NONE;
+    for (int64_t b = 0; b < keep / bs && b < s->pg.cap; b++)
+        if (s->pg.drf[b] != DS_KV_NONE) {
+            s->ops.release(s->ops.ctx, DS_KV_DRAFT, s->pg.drf[b]);
+            s->pg.drf[b] = DS_KV_NONE;
         }
     s->drf_lo = max64(s->drf_lo, keep);
     return 0;
@@ -257,8 +257,8 @@ int ds_draft_adopt(ds_seq *s, int64_t b0, int n, const uint32_t *pages, ds_error
         if (pages[i] >= s->pools->n_pages[DS_KV_DRAFT])
             return ds_fail(err, "E_KV_PREFIX", "draft adopt: page of block %lld: expected < %u, found %u", (long long)(b0 + i),
                            s->pools->n_pages[DS_KV_DRAFT], pages[i]);
-    ds_seq_grow_tables(s, b0 + n + 1);
-    for (int i = 0; i < n; i++) s->drf[b0 + i] = pages[i];
+    ds_block_tab_grow(&s->pg, b0 + n + 1);
+    for (int i = 0; i < n; i++) s->pg.drf[b0 + i] = pages[i];
     /* block b0's page is complete from max(b0·bs, (b0+1)·bs − W) (ds_draft_complete_blocks) */
     s->drf_lo = max64(b0 * bs, (b0 + 1) * bs - s->m->cfg.window);
     s->drf_hi = end;
@@ -267,7 +267,7 @@ int ds_draft_adopt(ds_seq *s, int64_t b0, int n, const uint32_t *pages, ds_error
 
 void ds_draft_complete_blocks(const ds_model *m, const ds_seq *s, int *from, int *to) {
     *from = *to = 0;
-    if (!m->draft || !s->drf || s->drf_hi <= s->drf_lo) return;
+    if (!m->draft || !s->pg.drf || s->drf_hi <= s->drf_lo) return;
     const int64_t bs = s->pools->lay.bs, W = m->cfg.window;
     /* smallest b with drf_lo <= b·bs or drf_lo <= (b+1)·bs − W */
     int64_t b1 = (s->drf_lo + bs - 1) / bs, b2 = (s->drf_lo + W + bs - 1) / bs - 1;

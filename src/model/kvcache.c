@@ -130,3 +130,25 @@ ds_kv_alloc_ops ds_kv_simple_ops(ds_kv_pools *p) {
     o.ctx = p;
     return o;
 }
+
+void ds_block_tab_init(ds_block_tab *t) { *t = (ds_block_tab){.state = DS_KV_NONE}; }
+
+void ds_block_tab_grow(ds_block_tab *t, int64_t nblocks) {
+    if (nblocks <= t->cap) return;
+    int64_t cap = t->cap ? t->cap : 8;
+    while (cap < nblocks) cap *= 2;
+    t->ckv = ds_xrealloc(t->ckv, sizeof(uint32_t) * (size_t)cap);
+    t->idx = ds_xrealloc(t->idx, sizeof(uint32_t) * (size_t)cap);
+    t->win = ds_xrealloc(t->win, sizeof(uint32_t) * (size_t)cap);
+    t->drf = ds_xrealloc(t->drf, sizeof(uint32_t) * (size_t)cap);
+    for (int64_t b = t->cap; b < cap; b++) t->ckv[b] = t->idx[b] = t->win[b] = t->drf[b] = DS_KV_NONE;
+    t->cap = cap;
+}
+
+void ds_block_tab_free(ds_block_tab *t) {
+    free(t->ckv);
+    free(t->idx);
+    free(t->win);
+    free(t->drf);
+    ds_block_tab_init(t);
+}

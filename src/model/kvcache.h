@@ -63,6 +63,27 @@ static inline uint8_t *ds_kv_page(const ds_kv_pools *p, ds_kv_kind kind, uint32_
     return p->base[kind] + (uint64_t)page * p->lay.page_bytes[kind];
 }
 
+/* The block tables of one sequence: which page holds each logical block's rows, per kind.  One
+ * copy per request: a model sequence (ds_seq) owns its table and the engine reads and edits that
+ * same table in place (engine/kv_manager.h); only a request without a model sequence (the
+ * synthetic backend, an MPI rank's mirror, a prefix hit not yet adopted) has the engine's own. */
+typedef struct ds_block_tab {
+    uint32_t *ckv;      /* [cap] CKV page of logical block b, or DS_KV_NONE */
+    uint32_t *idx;      /* [cap] IDX page of block b (the engine hands out the CKV page's id) */
+    uint32_t *win;      /* [cap] WIN page of block b; only a window's worth is held */
+    uint32_t *drf;      /* [cap] DRAFT page of block b (draft ring rows), or DS_KV_NONE */
+    int64_t cap;        /* entries of each array */
+    int64_t n_blk;      /* blocks 0 .. n_blk-1 hold CKV and IDX pages */
+    uint32_t state;     /* STATE page, or DS_KV_NONE */
+} ds_block_tab;
+
+/* An empty table (no arrays yet, no STATE page). */
+void ds_block_tab_init(ds_block_tab *t);
+/* Grow every array to at least nblocks entries (new entries DS_KV_NONE). */
+void ds_block_tab_grow(ds_block_tab *t, int64_t nblocks);
+/* Free the arrays (the pages are the caller's to release first) and leave an empty table. */
+void ds_block_tab_free(ds_block_tab *t);
+
 /* Page ownership policy.  alloc returns 0 and a page id, or -1 when the pool is exhausted.
  * release is told the logical block it backed (the engine may keep it as a cached tail). */
 typedef struct ds_kv_alloc_ops {

@@ -187,15 +187,10 @@ struct ds_seq {
     int64_t len;                   /* committed-and-processed positions */
     int32_t *tokens;               /* [tok_cap] token ids of positions 0..len-1 */
     int64_t tok_cap;
-    int64_t blk_cap;               /* capacity of the block tables below */
-    uint32_t *ckv;                 /* [blk_cap] CKV page of logical block b, or DS_KV_NONE */
-    uint32_t *idx;                 /* [blk_cap] IDX page of block b */
-    uint32_t *win;                 /* [blk_cap] WIN page of block b (only a window's worth held) */
-    int64_t n_kv_blocks;           /* CKV/IDX pages held for blocks 0..n_kv_blocks-1 */
-    uint32_t state;                /* STATE page (ratio >= 2 pending rows) or DS_KV_NONE */
+    ds_block_tab pg;               /* block tables (CKV, IDX, WIN, DRAFT) and the STATE page: the one
+                                      copy, which the engine's request table points at */
     int64_t shared_len;            /* adopted prefix length: positions below it are read-only */
     int64_t win_lo;                /* window rows of positions >= win_lo (and < len) are present */
-    uint32_t *drf;                 /* [blk_cap] DRAFT page of block b (draft ring rows), or DS_KV_NONE */
     int64_t drf_lo, drf_hi;        /* draft ring rows of positions [drf_lo, drf_hi) are present */
 };
 
@@ -218,8 +213,6 @@ int ds_seq_adopt_prefix(ds_seq *s, int64_t k_blocks, const uint32_t *ckv_pages, 
 
 /* Read-only views for the engine (prefix-cache bookkeeping). */
 
-/* Grow the per-block page tables to hold at least nblocks blocks (new entries DS_KV_NONE). */
-void ds_seq_grow_tables(ds_seq *s, int64_t nblocks);
 /* Page helpers used by the forward pass (seq.c). */
 ds_bf16 *ds_seq_win_row(const ds_seq *s, int layer, int64_t pos);
 ds_bf16 *ds_seq_ckv_row(const ds_seq *s, int src, int64_t entry);

@@ -20,18 +20,6 @@
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-void ds_seq_grow_tables(ds_seq *s, int64_t nblocks) {
-    if (nblocks <= s->blk_cap) return;
-    int64_t cap = s->blk_cap ? s->blk_cap : 8;
-    while (cap < nblocks) cap *= 2;
-    s->ckv = ds_xrealloc(s->ckv, sizeof(uint32_t) * (size_t)cap);
-    s->idx = ds_xrealloc(s->idx, sizeof(uint32_t) * (size_t)cap);
-    s->win = ds_xrealloc(s->win, sizeof(uint32_t) * (size_t)cap);
-    s->drf = ds_xrealloc(s->drf, sizeof(uint32_t) * (size_t)cap);
-    for (int64_t b = s->blk_cap; b < cap; b++) s->ckv[b] = s->idx[b] = s->win[b] = s->drf[b] = DS_KV_NONE;
-    s->blk_cap = cap;
-}
-
 static void grow_tokens(ds_seq *s, int64_t n) {
     if (n <= s->tok_cap) return;
     int64_t cap = s->tok_cap ? s->tok_cap : 256;
@@ -62,7 +50,7 @@ ds_seq *ds_seq_new_paged(const ds_model *m, ds_kv_pools *pools, ds_kv_alloc_ops 
     s->m = m;
     s->pools = pools;
     s->ops = ops;
-    s->state = DS_KV_NONE;
+    s->pg.state = DS_KV_NONE;
     return s;
 }
 
@@ -106,16 +94,16 @@ ds_seq *ds_seq_new_bs(const ds_model *m, int bs, char *errbuf, size_t errlen) {
 ds_seq *ds_seq_new(const ds_model *m) { return ds_seq_new_bs(m, m ? m->kv_bs : DS_DEFAULT_BLOCK, NULL, 0); }
 
 static void release_all(ds_seq *s) {
-    for (int64_t b = 0; b < s->blk_cap; b++) {
-        if (s->ckv[b] != DS_KV_NONE) s->ops.release(s->ops.ctx, DS_KV_CKV, s->ckv[b]);
-        if (s->idx[b] != DS_KV_NONE) s->ops.release(s->ops.ctx, DS_KV_IDX, s->idx[b]);
-        if (s->win[b] != DS_KV_NONE) s->ops.release(s->ops.ctx, DS_KV_WIN, s->win[b]);
-        s->ckv[b] = s->idx[b] = s->win[b] = DS_KV_NONE;
+    for (int64_t b = 0; b < s->pg.cap; b++) {
+        if (s->pg.ckv[b] != DS_KV_NONE) s->ops.release(s->ops.ctx, DS_KV_CKV, s->pg.ckv[b]);
+        if (s->pg.idx[b] != DS_KV_NONE) s->ops.release(s->ops.ctx, DS_KV_IDX, s->pg.idx[b]);
+        if (s->pg.win[b] != DS_KV_NONE) s->ops.release(s->ops.ctx, DS_KV_WIN, s->pg.win[b]);
+        s->pg.ckv[b] = s->pg.idx[b] = s->pg.win[b] = DS_KV_NONE;
     }
-    if (s->state != DS_KV_NONE) s->ops.release(s->ops.ctx, DS_KV_STATE, s->state);
-    s->state = DS_KV_NONE;
+    if (s->pg.state != DS_KV_NONE) s->ops.release(s->ops.ctx, DS_KV_STATE, s->pg.state);
+    s->pg.state = DS_KV_NONE;
     ds_draft_release_all(s);
-    s->n_kv_blocks = 0;
+    s->pg.n_blk = 0;
     s->len = 0;
     s->shared_len = 0;
     s->win_lo = 0;
@@ -128,10 +116,7 @@ void ds_seq_free(ds_seq *s) {
         ds_kv_pools_destroy(s->pools);
         free(s->pools);
     }
-    free(s->ckv);
-    free(s->idx);
-    free(s->win);
-    free(s->drf);
+    ds_block_tab_free(&s->pg);
     free(s->tokens);
     free(s);
 }
@@ -158,13 +143,13 @@ void ds_seq_pages_needed(const ds_seq *s, int n_new_rows, uint32_t counts[DS_KV_
     const ds_kv_layout *lay = &s->pools->lay;
     const int64_t bs = lay->bs, end = s->len + n_new_rows;
     int64_t nb = ceil_div(end, bs);
-    if (nb > s->n_kv_blocks) {
-        if (lay->page_bytes[DS_KV_CKV]) counts[DS_KV_CKV] = (uint32_t)(nb - s->n_kv_blocks);
-        if (lay->page_bytes[DS_KV_IDX]) counts[DS_KV_IDX] = (uint32_t)(nb - s->n_kv_blocks);
+    if (nb > s->pg.n_blk) {
+        if (lay->page_bytes[DS_KV_CKV]) counts[DS_KV_CKV] = (uint32_t)(nb - s->pg.n_blk);
+        if (lay->page_bytes[DS_KV_IDX]) counts[DS_KV_IDX] = (uint32_t)(nb - s->pg.n_blk);
     }
     for (int64_t b = win_first_new_block(s, end); b < nb; b++)
-        if (b >= s->blk_cap || s->win[b] == DS_KV_NONE) counts[DS_KV_WIN]++;
-    if (lay->page_bytes[DS_KV_STATE] && s->state == DS_KV_NONE) counts[DS_KV_STATE] = 1;
+        if (b >= s->pg.cap || s->pg.win[b] == DS_KV_NONE) counts[DS_KV_WIN]++;
+    if (lay->page_bytes[DS_KV_STATE] && s->pg.state == DS_KV_NONE) counts[DS_KV_STATE] = 1;
 }
 
 /* Undo record of the last reservation (pages allocated by it, released again on failure). */
@@ -176,19 +161,19 @@ typedef struct reservation {
 } reservation;
 
 static void unreserve(ds_seq *s, reservation *r) {
-    for (int64_t b = r->old_kv_blocks; b < s->n_kv_blocks; b++) {
-        if (s->ckv[b] != DS_KV_NONE) s->ops.release(s->ops.ctx, DS_KV_CKV, s->ckv[b]);
-        if (s->idx[b] != DS_KV_NONE) s->ops.release(s->ops.ctx, DS_KV_IDX, s->idx[b]);
-        s->ckv[b] = s->idx[b] = DS_KV_NONE;
+    for (int64_t b = r->old_kv_blocks; b < s->pg.n_blk; b++) {
+        if (s->pg.ckv[b] != DS_KV_NONE) s->ops.release(s->ops.ctx, DS_KV_CKV, s->pg.ckv[b]);
+        if (s->pg.idx[b] != DS_KV_NONE) s->ops.release(s->ops.ctx, DS_KV_IDX, s->pg.idx[b]);
+        s->pg.ckv[b] = s->pg.idx[b] = DS_KV_NONE;
     }
-    s->n_kv_blocks = r->old_kv_blocks;
+    s->pg.n_blk = r->old_kv_blocks;
     for (int i = 0; i < r->n_win; i++) {
-        s->ops.release(s->ops.ctx, DS_KV_WIN, s->win[r->win_blocks[i]]);
-        s->win[r->win_blocks[i]] = DS_KV_NONE;
+        s->ops.release(s->ops.ctx, DS_KV_WIN, s->pg.win[r->win_blocks[i]]);
+        s->pg.win[r->win_blocks[i]] = DS_KV_NONE;
     }
     if (r->new_state) {
-        s->ops.release(s->ops.ctx, DS_KV_STATE, s->state);
-        s->state = DS_KV_NONE;
+        s->ops.release(s->ops.ctx, DS_KV_STATE, s->pg.state);
+        s->pg.state = DS_KV_NONE;
     }
     r->n_win = 0;
 }
@@ -204,36 +189,36 @@ static int reserve_rec(ds_arena *scratch, ds_seq *s, int n, reservation *r, ds_e
     const int64_t bs = lay->bs, end = s->len + n;
     const int64_t nb = ceil_div(end, bs);
     memset(r, 0, sizeof *r);
-    r->old_kv_blocks = s->n_kv_blocks;
-    ds_seq_grow_tables(s, nb);
+    r->old_kv_blocks = s->pg.n_blk;
+    ds_block_tab_grow(&s->pg, nb);
     uint32_t pg;
-    while (s->n_kv_blocks < nb) {
-        int64_t b = s->n_kv_blocks;
+    while (s->pg.n_blk < nb) {
+        int64_t b = s->pg.n_blk;
         if (lay->page_bytes[DS_KV_CKV]) {
             if (s->ops.alloc(s->ops.ctx, DS_KV_CKV, &pg) < 0) { unreserve(s, r); return exhausted(err, DS_KV_CKV); }
-            s->ckv[b] = pg;
+            s->pg.ckv[b] = pg;
         }
         if (lay->page_bytes[DS_KV_IDX]) {
             if (s->ops.alloc(s->ops.ctx, DS_KV_IDX, &pg) < 0) {
-                s->n_kv_blocks = b + 1;   /* so unreserve releases the CKV page of b */
+                s->pg.n_blk = b + 1;   /* so unreserve releases the CKV page of b */
                 unreserve(s, r);
                 return exhausted(err, DS_KV_IDX);
             }
-            s->idx[b] = pg;
+            s->pg.idx[b] = pg;
         }
-        s->n_kv_blocks = b + 1;
+        s->pg.n_blk = b + 1;
     }
     int64_t b0 = win_first_new_block(s, end);
     r->win_blocks = DS_ARENA_NEW(scratch, int64_t, nb > b0 ? nb - b0 : 1);
     for (int64_t b = b0; b < nb; b++) {
-        if (s->win[b] != DS_KV_NONE) continue;
+        if (s->pg.win[b] != DS_KV_NONE) continue;
         if (s->ops.alloc(s->ops.ctx, DS_KV_WIN, &pg) < 0) { unreserve(s, r); return exhausted(err, DS_KV_WIN); }
-        s->win[b] = pg;
+        s->pg.win[b] = pg;
         r->win_blocks[r->n_win++] = b;
     }
-    if (lay->page_bytes[DS_KV_STATE] && s->state == DS_KV_NONE) {
+    if (lay->page_bytes[DS_KV_STATE] && s->pg.state == DS_KV_NONE) {
         if (s->ops.alloc(s->ops.ctx, DS_KV_STATE, &pg) < 0) { unreserve(s, r); return exhausted(err, DS_KV_STATE); }
-        s->state = pg;
+        s->pg.state = pg;
         r->new_state = 1;
     }
     return 0;
@@ -267,10 +252,10 @@ void ds_seq_commit(ds_seq *s, const int32_t *tokens, int n) {
     memcpy(s->tokens + s->len, tokens, sizeof(int32_t) * (size_t)n);
     s->len = end;
     int64_t keep = ds_seq_win_persist_from(s, end);
-    for (int64_t b = s->win_lo / bs; b < keep / bs && b < s->blk_cap; b++) {
-        if (s->win[b] == DS_KV_NONE) continue;
-        s->ops.release(s->ops.ctx, DS_KV_WIN, s->win[b]);
-        s->win[b] = DS_KV_NONE;
+    for (int64_t b = s->win_lo / bs; b < keep / bs && b < s->pg.cap; b++) {
+        if (s->pg.win[b] == DS_KV_NONE) continue;
+        s->ops.release(s->ops.ctx, DS_KV_WIN, s->pg.win[b]);
+        s->pg.win[b] = DS_KV_NONE;
     }
     if (keep > s->win_lo) s->win_lo = keep;
 }
@@ -317,7 +302,7 @@ int ds_seq_adopt_prefix(ds_seq *s, int64_t k_blocks, const uint32_t *ckv_pages, 
                         int n_win, const uint32_t *win_pages, const int32_t *tokens, ds_error *err) {
     const ds_kv_layout *lay = &s->pools->lay;
     const int64_t bs = lay->bs, L = k_blocks * bs;
-    if (s->len != 0 || s->n_kv_blocks != 0)
+    if (s->len != 0 || s->pg.n_blk != 0)
         return ds_fail(err, "E_KV_PREFIX", "adopt prefix: expected an empty sequence, found length %lld", (long long)s->len);
     if (k_blocks <= 0 || L > s->m->max_len)
         return ds_fail(err, "E_KV_PREFIX", "adopt prefix: expected 1..%lld blocks, found %lld",
@@ -336,13 +321,13 @@ int ds_seq_adopt_prefix(ds_seq *s, int64_t k_blocks, const uint32_t *ckv_pages, 
                 return ds_fail(err, "E_KV_PREFIX", "adopt prefix: page of block %lld: expected < %u, found %u",
                                (long long)b, s->pools->n_pages[kind], pg ? pg[b] : DS_KV_NONE);
     }
-    ds_seq_grow_tables(s, k_blocks + 1);
+    ds_block_tab_grow(&s->pg, k_blocks + 1);
     for (int64_t b = 0; b < k_blocks; b++) {
-        if (lay->page_bytes[DS_KV_CKV]) s->ckv[b] = ckv_pages[b];
-        if (lay->page_bytes[DS_KV_IDX]) s->idx[b] = idx_pages[b];
+        if (lay->page_bytes[DS_KV_CKV]) s->pg.ckv[b] = ckv_pages[b];
+        if (lay->page_bytes[DS_KV_IDX]) s->pg.idx[b] = idx_pages[b];
     }
-    for (int i = 0; i < n_win; i++) s->win[k_blocks - n_win + i] = win_pages[i];
-    s->n_kv_blocks = k_blocks;
+    for (int i = 0; i < n_win; i++) s->pg.win[k_blocks - n_win + i] = win_pages[i];
+    s->pg.n_blk = k_blocks;
     grow_tokens(s, L);
     memcpy(s->tokens, tokens, sizeof(int32_t) * (size_t)L);
     s->len = L;
@@ -355,7 +340,7 @@ int ds_seq_adopt_prefix(ds_seq *s, int64_t k_blocks, const uint32_t *ckv_pages, 
 
 ds_bf16 *ds_seq_win_row(const ds_seq *s, int layer, int64_t pos) {
     const ds_kv_layout *lay = &s->pools->lay;
-    uint8_t *page = ds_kv_page(s->pools, DS_KV_WIN, s->win[pos / lay->bs]);
+    uint8_t *page = ds_kv_page(s->pools, DS_KV_WIN, s->pg.win[pos / lay->bs]);
     uint64_t row = (uint64_t)layer * (uint64_t)lay->bs + (uint64_t)(pos % lay->bs);
     return (ds_bf16 *)(page + row * (uint64_t)lay->d_h * 2u);
 }
@@ -363,7 +348,7 @@ ds_bf16 *ds_seq_win_row(const ds_seq *s, int layer, int64_t pos) {
 ds_bf16 *ds_seq_ckv_row(const ds_seq *s, int src, int64_t entry) {
     const ds_kv_layout *lay = &s->pools->lay;
     int64_t p = entry * lay->src_ratio[src];
-    uint8_t *page = ds_kv_page(s->pools, DS_KV_CKV, s->ckv[p / lay->bs]);
+    uint8_t *page = ds_kv_page(s->pools, DS_KV_CKV, s->pg.ckv[p / lay->bs]);
     uint64_t row = (uint64_t)((p % lay->bs) / lay->src_ratio[src]);
     return (ds_bf16 *)(page + lay->ckv_off[src] + row * (uint64_t)lay->d_h * 2u);
 }
@@ -371,14 +356,14 @@ ds_bf16 *ds_seq_ckv_row(const ds_seq *s, int src, int64_t entry) {
 ds_bf16 *ds_seq_idx_row(const ds_seq *s, int src, int64_t entry) {
     const ds_kv_layout *lay = &s->pools->lay;
     int64_t p = entry * lay->src_ratio[src];
-    uint8_t *page = ds_kv_page(s->pools, DS_KV_IDX, s->idx[p / lay->bs]);
+    uint8_t *page = ds_kv_page(s->pools, DS_KV_IDX, s->pg.idx[p / lay->bs]);
     uint64_t row = (uint64_t)((p % lay->bs) / lay->src_ratio[src]);
     return (ds_bf16 *)(page + lay->idx_off[src] + row * (uint64_t)lay->d_idx * 2u);
 }
 
 float *ds_seq_state_row(const ds_seq *s, int state_src, int64_t pos) {
     const ds_kv_layout *lay = &s->pools->lay;
-    uint8_t *page = ds_kv_page(s->pools, DS_KV_STATE, s->state);
+    uint8_t *page = ds_kv_page(s->pools, DS_KV_STATE, s->pg.state);
     uint64_t row = (uint64_t)state_src * DS_STATE_SLOTS + (uint64_t)(pos % DS_STATE_SLOTS);
     return (float *)(page + row * 2u * (uint64_t)lay->d_h * 4u);
 }

@@ -64,11 +64,11 @@ TEST(pages_needed_predicts_reservation) {
             if (held > held_win_max) held_win_max = held;
             /* CKV/IDX cover every block; WIN covers the retention span only */
             int64_t nb = (s->len + bss[bi] - 1) / bss[bi];
-            CHECK(s->n_kv_blocks == nb);
+            CHECK(s->pg.n_blk == nb);
             int64_t lo = s->len - m->cfg.window - DS_MAX_ROLLBACK;
             if (lo < 0) lo = 0;
             for (int64_t b = 0; b < nb; b++)
-                CHECK((s->win[b] != DS_KV_NONE) == (b >= lo / bss[bi]), "bs %d block %lld window page", bss[bi], (long long)b);
+                CHECK((s->pg.win[b] != DS_KV_NONE) == (b >= lo / bss[bi]), "bs %d block %lld window page", bss[bi], (long long)b);
         }
         CHECK(held_win_max <= (uint32_t)((m->cfg.window + DS_MAX_ROLLBACK) / bss[bi] + 2), "WIN pages held %u", held_win_max);
         ds_seq_free(s);
@@ -96,7 +96,7 @@ TEST(exhaustion_is_all_or_nothing) {
     CHECK(ds_seq_reserve_many(both, n, 2, &err) < 0);
     CHECK(!strcmp(err.code, "E_KV_EXHAUSTED"), "%s", err.code);
     CHECK(!memcmp(free_before, pools.n_free, sizeof free_before), "pages returned after a failed reservation");
-    CHECK(a->len == 40 && b->len == 0 && b->n_kv_blocks == 0 && b->state == DS_KV_NONE);
+    CHECK(a->len == 40 && b->len == 0 && b->pg.n_blk == 0 && b->pg.state == DS_KV_NONE);
     ds_seq_free(a);
     ds_seq_free(b);
     ds_kv_pools_destroy(&pools);
@@ -115,7 +115,7 @@ TEST(rollback_rules) {
     /* a window row 100-16-30 back is no longer guaranteed: too far */
     CHECK(ds_seq_truncate(s, 40) < 0 && s->len == 100, "far rollback refused, length unchanged");
     CHECK(ds_seq_truncate(s, 100 - DS_MAX_ROLLBACK) == 0);
-    CHECK(ds_seq_truncate(s, 0) == 0 && s->len == 0 && s->n_kv_blocks == 0 && s->state == DS_KV_NONE);
+    CHECK(ds_seq_truncate(s, 0) == 0 && s->len == 0 && s->pg.n_blk == 0 && s->pg.state == DS_KV_NONE);
     for (int k = 0; k < DS_KV_KINDS; k++) CHECK(s->pools->n_free[k] == s->pools->n_pages[k], "kind %d all free", k);
     CHECK(step(s, 3) == 0 && s->len == 3);
     ds_seq_free(s);
@@ -147,7 +147,7 @@ TEST(adopt_prefix) {
     CHECK(ds_seq_adopt_prefix(s, 3, ck, ix, 0, wn, tok, &err) < 0);
     CHECK(!strcmp(err.code, "E_KV_PREFIX"), "%s", err.code);
     CHECK(ds_seq_adopt_prefix(s, 3, ck, ix, 1, wn + 1, tok, &err) == 0, "%s", err.msg);
-    CHECK(s->len == 48 && s->shared_len == 48 && s->tokens[47] == 47 && s->win[2] == wn[1]);
+    CHECK(s->len == 48 && s->shared_len == 48 && s->tokens[47] == 47 && s->pg.win[2] == wn[1]);
     CHECK(ds_seq_truncate(s, 47) < 0, "no rollback into the shared prefix");
     CHECK(step(s, 20) == 0 && s->len == 68);
     CHECK(ds_seq_adopt_prefix(s, 1, ck, ix, 1, wn, tok, &err) < 0, "only into an empty sequence");
@@ -169,8 +169,8 @@ TEST(row_addresses_disjoint_and_64bit) {
     pools.high_first = 1;
     ds_seq *s = ds_seq_new_paged(m, &pools, ds_kv_simple_ops(&pools));
     CHECK(step(s, 300) == 0);
-    CHECK(s->ckv[0] == npg - 1, "high-first hands out the top page (%u)", s->ckv[0]);
-    uint64_t off = (uint64_t)s->ckv[0] * lay.page_bytes[DS_KV_CKV];
+    CHECK(s->pg.ckv[0] == npg - 1, "high-first hands out the top page (%u)", s->pg.ckv[0]);
+    uint64_t off = (uint64_t)s->pg.ckv[0] * lay.page_bytes[DS_KV_CKV];
     CHECK(off > (1ULL << 32), "page offset 0x%llx above 4 GiB", (unsigned long long)off);
     /* every (source, entry) row of block 0 lands at its own place, inside its page */
     for (int src = 0; src < lay.n_src; src++) {

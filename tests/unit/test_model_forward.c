@@ -266,7 +266,7 @@ TEST(step_errors_leave_the_sequence_unchanged) {
     float *lg = malloc(sizeof(float) * 4 * V);
     CHECK(ds_seq_step(m, s, t, 4, lg, 1, eb, sizeof eb) < 0);
     CHECK(strstr(eb, "E_TOKEN_ID") != NULL && strstr(eb, "found 1024") != NULL, "%s", eb);
-    CHECK(ds_seq_length(s) == 0 && s->n_kv_blocks == 0, "nothing reserved or committed");
+    CHECK(ds_seq_length(s) == 0 && s->pg.n_blk == 0, "nothing reserved or committed");
     t[2] = 9;
     CHECK(ds_seq_step(m, s, t, 4, lg, 5, eb, sizeof eb) < 0 && strstr(eb, "n_logits"), "%s", eb);
     CHECK(ds_seq_step(m, s, t, 0, NULL, 0, eb, sizeof eb) < 0);

@@ -46,9 +46,9 @@ TEST(kvm_prefix_hit_needs_tail_and_lru_order) {
     ds_kvm_seqtab_init(&a);
     CHECK(ds_kvm_prepare(&km, &a, 0, 100) == 0);
     ds_kvm_after_step(&km, &a, tok, 100, NULL);
-    CHECK(a.n_blk == 7 && a.n_hashed == 6, "blocks %d hashed %d", a.n_blk, a.n_hashed);
+    CHECK(a.own.n_blk == 7 && a.n_hashed == 6, "blocks %d hashed %d", (int)a.own.n_blk, a.n_hashed);
     /* window retention: blocks intersecting [100-20, 100] = blocks 5, 6 */
-    for (int j = 0; j < 7; j++) CHECK((a.win[j] != DS_KV_NONE) == (j >= 5), "win[%d]", j);
+    for (int j = 0; j < 7; j++) CHECK((a.own.win[j] != DS_KV_NONE) == (j >= 5), "win[%d]", j);
     ds_kv_seqtab *tabs[2] = {&a, NULL};
     char msg[256];
     CHECK(ds_kvm_audit(&km, tabs, 1, msg, sizeof msg) == 0, "%s", msg);
@@ -158,8 +158,8 @@ TEST(kvm_draft_tails_optional_and_evictable) {
     uint32_t d1, d2;
     for (int64_t p = 0; p < 48; p += 16) {
         CHECK(ds_kvm_prepare(&km, &a, p, p + 16) == 0);
-        if (p == 16) { CHECK(ds_kvm_page_alloc(&km, DS_KV_DRAFT, &d1) == 0); a.drf[1] = d1; a.drf_from = 1; a.drf_to = 2; }
-        if (p == 32) { CHECK(ds_kvm_page_alloc(&km, DS_KV_DRAFT, &d2) == 0); a.drf[2] = d2; a.drf_from = 2; a.drf_to = 3; }
+        if (p == 16) { CHECK(ds_kvm_page_alloc(&km, DS_KV_DRAFT, &d1) == 0); a.own.drf[1] = d1; a.drf_from = 1; a.drf_to = 2; }
+        if (p == 32) { CHECK(ds_kvm_page_alloc(&km, DS_KV_DRAFT, &d2) == 0); a.own.drf[2] = d2; a.drf_from = 2; a.drf_to = 3; }
         ds_kvm_after_step(&km, &a, tok, p + 16, NULL);
     }
     ds_kv_seqtab *tabs[2] = {&a, NULL};
@@ -173,10 +173,10 @@ TEST(kvm_draft_tails_optional_and_evictable) {
     ds_kv_seqtab h;
     ds_kvm_seqtab_init(&h);
     CHECK(ds_kvm_lookup_prefix(&km, &h, tok, 50, NULL) == 48);
-    CHECK(h.drf[2] == d2 && h.drf[1] == DS_KV_NONE && h.drf[0] == DS_KV_NONE, "draft tails %u %u %u", h.drf[0], h.drf[1], h.drf[2]);
+    CHECK(h.own.drf[2] == d2 && h.own.drf[1] == DS_KV_NONE && h.own.drf[0] == DS_KV_NONE, "draft tails %u %u %u", h.own.drf[0], h.own.drf[1], h.own.drf[2]);
     ds_kv_seqtab h2;
     ds_kvm_seqtab_init(&h2);
-    CHECK(ds_kvm_lookup_prefix(&km, &h2, tok, 40, NULL) == 32 && h2.drf[1] == d1 && h2.drf[0] == DS_KV_NONE, "hit at 32");
+    CHECK(ds_kvm_lookup_prefix(&km, &h2, tok, 40, NULL) == 32 && h2.own.drf[1] == d1 && h2.own.drf[0] == DS_KV_NONE, "hit at 32");
     ds_kvm_release(&km, &h2);
     ds_kvm_seqtab_free(&h2);
     tabs[0] = &h;
@@ -187,7 +187,7 @@ TEST(kvm_draft_tails_optional_and_evictable) {
     for (int i = 0; i < 6; i++) CHECK(ds_kvm_page_alloc(&km, DS_KV_DRAFT, &pg[i]) == 0, "DRAFT page %d", i);
     CHECK(ds_kvm_page_alloc(&km, DS_KV_DRAFT, &pg[0]) == -1, "the pool is exhausted");
     for (int i = 0; i < 6; i++) ds_kvm_page_unref(&km, DS_KV_DRAFT, pg[i]);
-    CHECK(ds_kvm_lookup_prefix(&km, &h, tok, 50, NULL) == 48 && h.drf[2] == DS_KV_NONE && h.drf[1] == DS_KV_NONE,
+    CHECK(ds_kvm_lookup_prefix(&km, &h, tok, 50, NULL) == 48 && h.own.drf[2] == DS_KV_NONE && h.own.drf[1] == DS_KV_NONE,
           "a hit without draft tails");
     ds_kvm_release(&km, &h);
     /* an evicted entry frees its unreferenced DRAFT tail with it; reset empties everything */

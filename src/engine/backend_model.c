@@ -6,9 +6,10 @@
  * the model is the engine's page manager: allocation evicts prefix-cache entries when needed and
  * release drops a reference.  The block tables have one owner, the sequence: once it is open the
  * engine's table for the request (ds_kv_seqtab) points at the sequence's own (a prefix hit's pages
- * are adopted first), and the prefix cache and the audit read it in place.  CKV and IDX pages are handed out as pairs with the same id (the
- * engine sizes both pools alike): the model asks for a CKV page and then the IDX page of the same
- * block, so the IDX request returns the id of the CKV page just given. */
+ * are adopted first), and the prefix cache and the audit read it in place.  CKV and IDX pages are
+ * handed out as pairs with the same id (the engine sizes both pools alike): the model asks for a
+ * CKV page and then the IDX page of the same block, so the IDX request returns the id of the CKV
+ * page just given. */
 #include "engine/backend_model.h"
 #include "model/draft.h"
 #include <stdlib.h>
@@ -152,8 +153,7 @@ static void mb_after(void *impl, ds_kvm *km, void *seq, ds_kv_seqtab *tab, const
 
 static void mb_release(void *impl, ds_kvm *km, void *seq, ds_kv_seqtab *tab) {
     mseq *q = seq;
-    tab->seq = NULL;   /* the table goes with the sequence */
-    ds_seq_free(q->s); /* hands every page back through ops_release */
+    ds_seq_free(q->s); /* hands every page back through ops_release; its table goes with it */
     ds_afree(q->aux);
     free(q);
     ds_kvm_seqtab_clear(tab);

@@ -127,26 +127,27 @@ void ds_kvm_seqtab_init(ds_kv_seqtab *t) {
     ds_block_tab_init(&t->own);
 }
 
-/* Forget every page (the caller handed the references back or passed them on) and the sequence's
- * table: the own table is empty again, its arrays kept for the next request. */
-void ds_kvm_seqtab_clear(ds_kv_seqtab *t) {
+/* Forget the own table's pages without releasing them (their references were handed back or
+ * passed on); the arrays are kept for the next request. */
+static void forget_own(ds_kv_seqtab *t) {
     ds_block_tab *p = &t->own;
     for (int64_t i = 0; i < p->cap; i++) p->ckv[i] = p->idx[i] = p->win[i] = p->drf[i] = DS_KV_NONE;
     p->n_blk = 0;
     p->state = DS_KV_NONE;
+}
+
+void ds_kvm_seqtab_clear(ds_kv_seqtab *t) {
+    forget_own(t);
     t->seq = NULL;
     t->drf_from = t->drf_to = 0;
     t->n_hashed = 0;
 }
 
+/* The hit's blocks stay offered to the prefix cache (n_hashed and last_hash are kept). */
 void ds_kvm_seqtab_bind(ds_kv_seqtab *t, ds_block_tab *seq_tab) {
-    const int n_hashed = t->n_hashed;
-    uint8_t h[DS_PC_HASH_BYTES];
-    memcpy(h, t->last_hash, sizeof h);
-    ds_kvm_seqtab_clear(t);
-    t->n_hashed = n_hashed;    /* the hit's blocks stay offered to the cache */
-    memcpy(t->last_hash, h, sizeof h);
+    forget_own(t);
     t->seq = seq_tab;
+    t->drf_from = t->drf_to = 0;
 }
 
 void ds_kvm_seqtab_free(ds_kv_seqtab *t) {

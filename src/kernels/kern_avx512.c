@@ -521,9 +521,9 @@ UNROLL8
 #define FF_FEW_ROWS 6
 
 /* Weight rows per tile of a few-row call: the most streams with RO x rows <= 24 accumulators
- * (alternated runs of the mini head [129280, 2048], F32: 2 rows 25.1 -> 22.5 ms, 3 rows 26.9 ->
- * 24.1 ms, 4 rows 25.5 -> 22.8 ms, medians; more streams than 8, or 8 x 3 tiles in several
- * passes, measured slower).  BF16 via FMA also holds the odd and even halves of each weight
+ * (calls alternated with the blocked path on the mini head [129280, 2048], F32, medians: 2 rows
+ * 30.4 -> 25.8 ms, 3 rows 32.3 -> 27.4 ms, 4 rows 31.5 -> 27.8 ms; more streams than 8, or 8 x 3
+ * tiles in several passes, measured slower; decision row 116).  BF16 via FMA also holds the odd and even halves of each weight
  * vector, so it keeps 4 except for one row. */
 static inline int ff_few_outputs(int n, int kind) {
     if (kind == DS_FF_BF16_FMA) return n == 1 ? 8 : 4;

@@ -211,8 +211,6 @@ void ds_seq_pages_needed(const ds_seq *s, int n_new_rows, uint32_t counts[DS_KV_
 int ds_seq_adopt_prefix(ds_seq *s, int64_t k_blocks, const uint32_t *ckv_pages, const uint32_t *idx_pages,
                         int n_win, const uint32_t *win_pages, const int32_t *tokens, ds_error *err);
 
-/* Read-only views for the engine (prefix-cache bookkeeping). */
-
 /* Page helpers used by the forward pass (seq.c). */
 ds_bf16 *ds_seq_win_row(const ds_seq *s, int layer, int64_t pos);
 ds_bf16 *ds_seq_ckv_row(const ds_seq *s, int src, int64_t entry);

@@ -23,6 +23,10 @@ typedef struct ds_load_options {
     const char *numerics;     /* "exact" (default when NULL): bit-identical to the NumPy oracle, float64
                                  reductions; "fast": fp32 in a fixed blocked order, still deterministic
                                  and batch-invariant (docs/NUMERICS.md) */
+    const char *activations;  /* official FP8/MXFP4 layout only: "int8" (default when NULL: MXFP4 experts take
+                                 per-row int8 rows, FP8 linears bf16 rows) or "e4m3" (the official runtime's
+                                 E4M3 per 32 inputs with power-of-two scales, on every FP8/FP4 linear
+                                 but wo_a); "e4m3" on the W4A8 release fails the load */
     int draft;                /* DSpark draft: 0 = not loaded (default), 1 = loaded when usable (a missing or
                                  disabled draft logs an ERROR and leaves speculation off), 2 = required
                                  (an unusable draft fails the load) */
@@ -34,6 +38,7 @@ void ds_model_free(ds_model *m);
 int ds_model_vocab_size(const ds_model *m);
 int ds_model_eos_id(const ds_model *m);
 const char *ds_model_numerics(const ds_model *m);   /* "exact" or "fast" */
+const char *ds_model_activations(const ds_model *m); /* "int8" or "e4m3" */
 
 ds_seq *ds_seq_new(const ds_model *m);
 void ds_seq_free(ds_seq *s);

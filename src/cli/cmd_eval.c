@@ -34,7 +34,7 @@
 #include <string.h>
 
 typedef struct eval_opts {
-    const char *model, *tokens, *numerics, *starts, *trace, *kernels;
+    const char *model, *tokens, *numerics, *activations, *starts, *trace, *kernels;
     long long window, max_windows, window_step, threads, chunk, steps, K;
     int32_t *start_ids;   /* --starts, parsed */
     size_t n_starts;
@@ -46,13 +46,15 @@ typedef struct eval_opts {
     "       dsflash eval acceptance --model DIR --tokens FILE.u32 [--starts 48,96,160,224] [--steps 64]\n" \
     "                               [--num-speculative-tokens 5] [--numerics exact|fast] [--threads N]\n" \
     "                               [--trace FILE (one start: the greedy run's drafts for the oracle)]\n" \
-    "       (both) [--kernels auto|avx512-vnni|avx2|reference]"
+    "       (both) [--kernels auto|avx512-vnni|avx2|reference] [--activations int8|e4m3]"
 
 /* One table for both modes; the rows of the other mode are refused after parsing (never ignored). */
 static ds_flag k_flags[] = {
     {.name = "--model", .type = DS_FLAG_STRING, .help = "checkpoint directory (required)"},
     {.name = "--tokens", .type = DS_FLAG_STRING, .help = "little-endian u32 token ids (required)"},
     {.name = "--numerics", .type = DS_FLAG_ENUM, .def = "exact", .choices = "exact|fast", .help = "numerics tier"},
+    {.name = "--activations", .type = DS_FLAG_ENUM, .def = "int8", .choices = "int8|e4m3",
+     .help = "official FP8/MXFP4 layout: e4m3 = the official runtime's E4M3-per-32 activations"},
     {.name = "--threads", .type = DS_FLAG_INT, .def = "0", .lo = 0, .hi = 4096, .help = "0: every core"},
     {.name = "--kernels", .type = DS_FLAG_ENUM, .def = "auto", .choices = "auto|avx512-vnni|avx2|reference", .help = "kernel family"},
     {.name = "--window", .type = DS_FLAG_INT, .def = "256", .lo = 2, .hi = 1 << 20, .help = "perplexity: ids per window"},
@@ -82,6 +84,7 @@ static int parse_args(int argc, char **argv, bool acceptance, eval_opts *o) {
     if (!o->model) return ds_flags_fail(&fs, "--model", "is required (the checkpoint directory)");
     if (!o->tokens) return ds_flags_fail(&fs, "--tokens", "is required (a file of u32 ids)");
     o->numerics = ds_flag_str(&fs, "--numerics");
+    o->activations = ds_flag_str(&fs, "--activations");
     o->kernels = ds_flag_str(&fs, "--kernels");
     o->threads = ds_flag_int(&fs, "--threads");
     o->window = ds_flag_int(&fs, "--window");
@@ -152,8 +155,8 @@ static int run_perplexity(ds_model *m, const eval_opts *o, const int32_t *ids, i
         ds_seq_free(s);
     }
     double dt = ds_now() - t0;
-    printf("perplexity: numerics %s, %lld windows x %d tokens from position 0 (every %lld. window), %lld scored\n",
-           ds_model_numerics(m), (long long)nw, win, (long long)step, (long long)scored);
+    printf("perplexity: numerics %s, activations %s, %lld windows x %d tokens from position 0 (every %lld. window), %lld scored\n",
+           ds_model_numerics(m), ds_model_activations(m), (long long)nw, win, (long long)step, (long long)scored);
     printf("perplexity: NLL %.4f, PPL %.2f (%.1f s, %.0f tok/s)\n", nll / (double)scored, exp(nll / (double)scored), dt,
            (double)scored / dt);
     ds_afree(lg);
@@ -394,7 +397,8 @@ int cmd_eval(int argc, char **argv) {
     int64_t n = 0;
     int32_t *ids = read_u32(o.tokens, &n);
     if (!ids) { free(o.start_ids); return 5; }
-    ds_load_options lo = {.kernels = o.kernels, .threads = (int)o.threads, .numerics = o.numerics, .draft = acc ? 2 : 0};
+    ds_load_options lo = {.kernels = o.kernels, .threads = (int)o.threads, .numerics = o.numerics,
+                          .activations = o.activations, .draft = acc ? 2 : 0};
     char eb[1024];
     ds_model *m = ds_model_load(o.model, &lo, eb, sizeof eb);
     if (!m) { fprintf(stderr, "dsflash eval: %s\n", eb); free(ids); free(o.start_ids); return 1; }

@@ -35,7 +35,8 @@
 
 #define GENERATE_USAGE                                                                                        \
     "usage: dsflash generate --model DIR (--prompt-ids 1,2,3 | --prompt-file F) --max-tokens N\n"                    \
-    "                        [--chunk K] [--trace FILE] [--threads N] [--kernels NAME] [--numerics exact|fast] [--ignore-eos]"
+    "                        [--chunk K] [--trace FILE] [--threads N] [--kernels NAME] [--numerics exact|fast]\n"                                   \
+    "                        [--activations int8|e4m3] [--ignore-eos]"
 
 /* One row per flag (base/flags.h). */
 static ds_flag k_flags[] = {
@@ -49,6 +50,8 @@ static ds_flag k_flags[] = {
     {.name = "--kernels", .type = DS_FLAG_ENUM, .def = "auto", .choices = "auto|avx512-vnni|avx2|reference"},
     {.name = "--numerics", .type = DS_FLAG_ENUM, .def = "fast", .choices = "exact|fast",
      .help = "exact: bit-identical to the reference; fast: fp32 blocked reductions"},
+    {.name = "--activations", .type = DS_FLAG_ENUM, .def = "int8", .choices = "int8|e4m3",
+     .help = "official FP8/MXFP4 layout: e4m3 = the official runtime's E4M3-per-32 activations"},
     {.name = "--ignore-eos", .type = DS_FLAG_SWITCH, .help = "generate --max-tokens even after EOS"},
     DS_DIST_FLAG_ROWS,
 };
@@ -182,7 +185,7 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     ds_load_options lo = {.kernels = ds_flag_str(&fs, "--kernels"), .threads = (int)threads,
-                          .numerics = ds_flag_str(&fs, "--numerics")};
+                          .numerics = ds_flag_str(&fs, "--numerics"), .activations = ds_flag_str(&fs, "--activations")};
     double t0 = ds_now();
     m = ds_model_load(model_dir, &lo, eb, sizeof eb);
     if (!m) {
@@ -273,7 +276,8 @@ int cmd_generate(int argc, char **argv) {
         else printf("text: (not decodable: %s)\n", err.msg);
         free(text);
     }
-    printf("load: %.3f s (kernels %s, numerics %s)\n", t_load, ds_kernels_active(), ds_model_numerics(m));
+    printf("load: %.3f s (kernels %s, numerics %s, activations %s)\n", t_load, ds_kernels_active(), ds_model_numerics(m),
+           ds_model_activations(m));
     printf("prefill: %d tokens in %.3f s (%.1f tok/s, chunk %lld)\n", P, t_prefill, t_prefill > 0 ? P / t_prefill : 0.0, chunk);
     printf("decode: %d tokens in %.3f s (%.1f tok/s)\n", G - 1, t_decode, t_decode > 0 ? (G - 1) / t_decode : 0.0);
     if (ds_dist_active())

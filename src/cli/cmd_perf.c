@@ -31,7 +31,7 @@
 #include <string.h>
 
 typedef struct {
-    const char *model, *kernels, *numerics;
+    const char *model, *kernels, *numerics, *activations;
     int threads, prompt_tokens, tokens, quick, spec;
     int dist_rc;   /* exit status of a refused multi-process start (parse returned 3) */
 } bench_opts;
@@ -48,6 +48,8 @@ static ds_flag k_decode_flags[] = {
     {.name = "--kernels", .type = DS_FLAG_ENUM, .def = "auto", .choices = "auto|avx512-vnni|avx2|reference"},
     {.name = "--numerics", .type = DS_FLAG_ENUM, .def = "fast", .choices = "exact|fast",
      .help = "exact: bit-identical to the reference; fast: fp32 blocked reductions"},
+    {.name = "--activations", .type = DS_FLAG_ENUM, .def = "int8", .choices = "int8|e4m3",
+     .help = "official FP8/MXFP4 layout: e4m3 = the official runtime's E4M3-per-32 activations"},
     {.name = "--prompt-tokens", .type = DS_FLAG_INT, .def = "64", .lo = 1, .hi = 65536},
     {.name = "--tokens", .type = DS_FLAG_INT, .def = "32", .lo = 1, .hi = 100000},
     {.name = "--num-speculative-tokens", .type = DS_FLAG_INT, .def = "0", .lo = 0, .hi = 8,
@@ -58,7 +60,7 @@ static ds_flag k_decode_flags[] = {
 static void usage(FILE *f) {
     fprintf(f, "usage: dsflash perf kernels [--threads N] [--kernels auto|avx512-vnni|avx2|reference] [--quick]\n"
                "       dsflash perf decode --model DIR [--threads N] [--kernels PATH] [--numerics exact|fast]\n"
-               "                           [--prompt-tokens N] [--tokens N] [--num-speculative-tokens K]\n"
+               "                           [--activations int8|e4m3] [--prompt-tokens N] [--tokens N] [--num-speculative-tokens K]\n"
                "                           [--tensor-parallel-size R --expert-parallel auto|on|off --reduce-mode ordered|fast\n"
                "                            --dist-timeout S]   (R > 1: under mpirun -np R)\n"
                "       dsflash perf serve --model DIR [--threads N] [--numerics exact|fast|both] [--quick] [--json FILE]\n"
@@ -81,6 +83,7 @@ static int parse(int argc, char **argv, int decode, bench_opts *o) {
     }
     o->model = ds_flag_str(&fs, "--model");
     o->numerics = ds_flag_str(&fs, "--numerics");
+    o->activations = ds_flag_str(&fs, "--activations");
     o->prompt_tokens = (int)ds_flag_int(&fs, "--prompt-tokens");
     o->tokens = (int)ds_flag_int(&fs, "--tokens");
     o->spec = (int)ds_flag_int(&fs, "--num-speculative-tokens");
@@ -382,7 +385,8 @@ static int32_t next_token(const float *logits, int V) {
 
 static int bench_decode(const bench_opts *o) {
     limits lim;
-    ds_load_options lo = {.kernels = o->kernels, .threads = o->threads, .numerics = o->numerics, .draft = o->spec ? 2 : 0};
+    ds_load_options lo = {.kernels = o->kernels, .threads = o->threads, .numerics = o->numerics,
+                          .activations = o->activations, .draft = o->spec ? 2 : 0};
     char errbuf[1024];
     double t0 = ds_now();
     ds_model *m = ds_model_load(o->model, &lo, errbuf, sizeof errbuf);
@@ -403,8 +407,8 @@ static int bench_decode(const bench_opts *o) {
         if (ds_seq_step(m, w, &t, 1, logits, 1, errbuf, sizeof errbuf)) goto step_fail;
     }
     ds_seq_free(w);
-    printf("model %s: load %.1f s, kernel path %s, numerics %s, repacked tiles %.1f MiB\n", o->model, t_load,
-           ds_kernels_active(), ds_model_numerics(m),
+    printf("model %s: load %.1f s, kernel path %s, numerics %s, activations %s, repacked tiles %.1f MiB\n", o->model, t_load,
+           ds_kernels_active(), ds_model_numerics(m), ds_model_activations(m),
            (double)ds_kernels_packed_bytes() / 1048576.0);
     ds_seq *s = ds_seq_new(m);
     uint64_t mac0 = ds_kernels_macs();

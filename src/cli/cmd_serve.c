@@ -82,6 +82,8 @@ static ds_flag k_flags[] = {
     {.name = "--kernels", .type = DS_FLAG_ENUM, .def = "auto", .choices = "auto|avx512-vnni|avx2|reference"},
     {.name = "--numerics", .type = DS_FLAG_ENUM, .def = "fast", .choices = "exact|fast",
      .help = "exact: bit-identical to the reference; fast: fp32 blocked reductions"},
+    {.name = "--activations", .type = DS_FLAG_ENUM, .def = "int8", .choices = "int8|e4m3",
+     .help = "official FP8/MXFP4 layout: e4m3 = the official runtime's E4M3-per-32 activations"},
     {.name = "--engram-residency", .type = DS_FLAG_ENUM, .def = "page-cache", .choices = "page-cache|locked|disk",
      .refuse = "locked and disk are not available in this build"},
     {.name = "--limit-mm-per-prompt", .type = DS_FLAG_STRING, .def = "image=0", .refuse = "this build has no vision tower"},
@@ -383,7 +385,7 @@ static int start_listener(serve_run *s) {
 static int load_model(serve_run *s) {
     ds_load_options lo = {.kernels = fv("--kernels"), .threads = (int)fi("--threads"), .full_validation = 0,
                           .max_model_len = fv("--max-model-len") ? fi("--max-model-len") : 0, .numerics = fv("--numerics"),
-                          .draft = serve_spec_draft_option(&s->spec)};
+                          .activations = fv("--activations"), .draft = serve_spec_draft_option(&s->spec)};
     char eb[1024] = "";
     double t0 = ds_now();
     s->model = ds_model_load(s->model_dir, &lo, eb, sizeof eb);
@@ -392,8 +394,9 @@ static int load_model(serve_run *s) {
         return 1;
     }
     ds_server_set_phase(s->srv, "kv-setup");
-    fprintf(stderr, "[selfcheck] checkpoint: OK %s (config validated, tensors bound, Engram constants checked; numerics %s) "
-                    "in %.2f s\n", s->model_dir, ds_model_numerics(s->model), ds_now() - t0);
+    fprintf(stderr, "[selfcheck] checkpoint: OK %s (config validated, tensors bound, Engram constants checked; numerics %s, "
+                    "activations %s) in %.2f s\n", s->model_dir, ds_model_numerics(s->model), ds_model_activations(s->model),
+            ds_now() - t0);
     ds_kernel_check kc[8];
     int nk = 0;
     ds_error kerr;
@@ -450,8 +453,8 @@ static int build_engine(serve_run *s) {
     ec.kv_fault = fi("--debug-kv-fault-page") >= 0;
     ec.kv_fault_page = ec.kv_fault ? (uint32_t)fi("--debug-kv-fault-page") : 0;
     char fingerprint[PATH_MAX + 64];
-    snprintf(fingerprint, sizeof fingerprint, "%s|bs=%d|kv=bf16|numerics=%s", s->model_dir, ec.block_size,
-             ds_model_numerics(s->model));
+    snprintf(fingerprint, sizeof fingerprint, "%s|bs=%d|kv=bf16|numerics=%s|act=%s", s->model_dir, ec.block_size,
+             ds_model_numerics(s->model), ds_model_activations(s->model));
     ec.fingerprint = fingerprint;
     if (serve_spec_configure(&s->spec, s->model, &ec, &e)) {
         fprintf(stderr, "[selfcheck] configuration: FAIL %s\n", e.msg);
@@ -493,6 +496,7 @@ static int echo_config(serve_run *s) {
     cJSON_AddStringToObject(echo, "setting", (max_seqs <= 4 && !s->prefix) ? "performance" : "production");
     cJSON_AddStringToObject(echo, "kernels", ds_kernels_active());
     cJSON_AddStringToObject(echo, "numerics", ds_model_numerics(s->model));
+    cJSON_AddStringToObject(echo, "activations", ds_model_activations(s->model));
     cJSON_AddNumberToObject(echo, "threads", (double)fi("--threads"));
     cJSON_AddStringToObject(echo, "reduce_mode", fv("--reduce-mode"));
     cJSON_AddNumberToObject(echo, "kv_budget_bytes", (double)s->mem.kv_bytes);
@@ -580,7 +584,8 @@ static int serve_worker(const char *model_dir) {
     signal(SIGTERM, SIG_IGN);
     signal(SIGINT, SIG_IGN);
     ds_load_options lo = {.kernels = fv("--kernels"), .threads = (int)fi("--threads"), .full_validation = 0,
-                          .max_model_len = fv("--max-model-len") ? fi("--max-model-len") : 0, .numerics = fv("--numerics")};
+                          .max_model_len = fv("--max-model-len") ? fi("--max-model-len") : 0, .numerics = fv("--numerics"),
+                          .activations = fv("--activations")};
     char eb[1024] = "";
     ds_model *m = ds_model_load(model_dir, &lo, eb, sizeof eb);
     if (!m) {

@@ -345,15 +345,18 @@ static int max_tasks(int threads) { return 4 * threads * 2 + 4; }
 
 void ds_linear_forward_q_many(const ds_linear_job *jobs, int n_jobs) {
     for (int j = 0; j < n_jobs; j++)
-        if (jobs[j].L->fmt == DS_LIN_MXFP4) {   /* official format in the batch: one by one (official.c) */
+        if (jobs[j].L->fmt == DS_LIN_MXFP4) {   /* official format in the batch: its jobs in one dispatch (official.c) */
+            ds_linear_job *mx = ds_kern_scratch(DS_SLOT_MX_BATCH, sizeof(ds_linear_job) * (size_t)n_jobs);
+            int nm = 0;
             for (int k = 0; k < n_jobs; k++) {
                 const ds_linear *L = jobs[k].L;
                 if (jobs[k].n <= 0) continue;
                 if (L->fmt != DS_LIN_MXFP4) { ds_linear_forward_q_many(&jobs[k], 1); continue; }
                 atomic_fetch_add_explicit(&g_weight_bytes, weight_bytes(L), memory_order_relaxed);
                 atomic_fetch_add_explicit(&g_macs, (uint64_t)L->out * (uint64_t)L->in * (uint64_t)jobs[k].n, memory_order_relaxed);
-                ds_official_forward_q(L, jobs[k].xq, jobs[k].xs, jobs[k].n, jobs[k].y);
+                mx[nm++] = jobs[k];
             }
+            ds_official_forward_q_many(mx, nm);
             return;
         }
     const ds_kern_ops *o = ops();

@@ -123,7 +123,7 @@ ds_packed *ds_pack_linear(const ds_linear *L, size_t *bytes);
  * one call take two slots. */
 enum {
     DS_SLOT_Q, DS_SLOT_QU, DS_SLOT_S, DS_SLOT_XSUM, DS_SLOT_XD, DS_SLOT_TASKS, DS_SLOT_ACT, DS_SLOT_ACTS,
-    DS_SLOT_OFF_ACT, DS_SLOT_OFF_TILES, DS_SLOT_OFF_Q, DS_SLOT_OFF_S,   /* official.c */
+    DS_SLOT_OFF_ACT, DS_SLOT_OFF_TILES, DS_SLOT_OFF_Q, DS_SLOT_OFF_S, DS_SLOT_OFF_E4M3, DS_SLOT_OFF_JOBS, DS_SLOT_MX_BATCH,   /* official*.c */
     DS_SLOT_N
 };
 void *ds_kern_scratch(int slot, size_t bytes);

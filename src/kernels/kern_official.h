@@ -109,6 +109,21 @@ typedef void (*ds_fp8_ff_fn)(const ds_linear *L, const ds_ffact *X, int o0, int 
 void ds_fp8_ff_avx2(const ds_linear *L, const ds_ffact *X, int o0, int o1, float *y, int ystride);
 void ds_fp8_ff_avx512(const ds_linear *L, const ds_ffact *X, int o0, int o1, float *y, int ystride);
 
+/* The official activation numerics (official_e4m3.c, `--activations e4m3`). */
+int ds_e4m3_block_exp(float amax);   /* kb of a 32-block: 2^kb >= amax/448, amax floored at 1e-4 */
+/* One row: units u[k] (E4M3 value · 2^9, signed integers) and block exponents kb[ceil(k/32)]. */
+void ds_e4m3_row_units(const ds_bf16 *x, int k, int32_t *u, int16_t *kb);
+/* Rows quantized and returned as bf16 (exact): xq = u·2^(kb-9). */
+void ds_e4m3_rows_bf16(const ds_bf16 *x, int n, int k, ds_bf16 *xq);
+/* acc of one MXFP4 output row on E4M3 units (contract atop official_e4m3.c). */
+double ds_mx8_row_ref(const uint8_t *codes, const uint8_t *sc, const int32_t *u, const int16_t *kb, int nb);
+/* The exact-tier MXFP4 forward on unquantized rows x (quantizes them itself). */
+void ds_mx_e4m3_exact(const ds_linear *L, const ds_bf16 *x, int n, float *y);
+/* One MXFP4 weight row [in] as flushed bf16 (the fast tier's tile); codes: the row's in/2 bytes, sc:
+ * its in/32 scale bytes.  The AVX2 version (also used on AVX-512 hosts) gives the same words. */
+void ds_mx_decode_bf16(const uint8_t *codes, const uint8_t *sc, int in, ds_bf16 *dst);
+void ds_mx_decode_bf16_avx2(const uint8_t *codes, const uint8_t *sc, int in, ds_bf16 *dst);
+
 /* Tests: the MXFP4 forward on already quantized rows with an explicit block-sum function. */
 void ds_mx_forward_q_with(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y, ds_mx_row_fn fn);
 /* Tests: the fast-tier FP8 forward with explicit ops (NULL = the scalar fast order). */

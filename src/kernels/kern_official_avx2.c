@@ -154,4 +154,37 @@ void ds_fp8_decode_avx2(const uint8_t *codes, const uint8_t *sc, int in, ds_bf16
     }
     for (; i < in; i++) dst[i] = ds_fp8_bf16_one(codes[i], ds_fp8_scale_f(sc[i / 32]));
 }
+/* One MXFP4 row as flushed bf16 (the fast tier with E4M3 activations; the rule of ds_mx_decode_bf16).
+ * The 16 code bytes of a block give its 32 nibbles in input order (low nibble = even input); each
+ * nibble's bf16 word for e2m1 comes from two byte tables (-0 as +0, as the flush leaves it), and a
+ * nonzero word gets s-127 added to its exponent field.  The nonzero e2m1 values have exponent fields
+ * 126..129, so for s in [78, 252] every result is a normal bf16 >= 2^-50 and below infinity: the
+ * same word as the scalar rule.  Other blocks go through the scalar rule. */
+void ds_mx_decode_bf16_avx2(const uint8_t *codes, const uint8_t *sc, int in, ds_bf16 *dst) {
+    const __m128i lo_tab = _mm_setr_epi8(0, 0, (char)0x80, (char)0xc0, 0, 0x40, (char)0x80, (char)0xc0,
+                                         0, 0, (char)0x80, (char)0xc0, 0, 0x40, (char)0x80, (char)0xc0);
+    const __m128i hi_tab = _mm_setr_epi8(0, 0x3f, 0x3f, 0x3f, 0x40, 0x40, 0x40, 0x40,
+                                         0, (char)0xbf, (char)0xbf, (char)0xbf, (char)0xc0, (char)0xc0, (char)0xc0, (char)0xc0);
+    const __m128i nib = _mm_set1_epi8(0x0f);
+    const __m256i mag = _mm256_set1_epi16(0x7fff);
+    for (int b = 0; b < in / 32; b++) {
+        const uint8_t s = sc[b];
+        if (s < 78 || s > 252) {
+            ds_mx_decode_bf16(codes + 16 * b, sc + b, 32, dst + 32 * b);
+            continue;
+        }
+        const __m256i add = _mm256_set1_epi16((short)((s - 127) * 128));
+        __m128i c = _mm_loadu_si128((const __m128i *)(codes + 16 * b));
+        __m128i lo = _mm_and_si128(c, nib), hi = _mm_and_si128(_mm_srli_epi16(c, 4), nib);
+        __m128i n[2] = {_mm_unpacklo_epi8(lo, hi), _mm_unpackhi_epi8(lo, hi)};   /* inputs 0-15, 16-31 */
+        for (int h = 0; h < 2; h++) {
+            __m128i wl = _mm_shuffle_epi8(lo_tab, n[h]), wh = _mm_shuffle_epi8(hi_tab, n[h]);
+            __m256i w = _mm256_set_m128i(_mm_unpackhi_epi8(wl, wh), _mm_unpacklo_epi8(wl, wh));
+            __m256i zero = _mm256_cmpeq_epi16(_mm256_and_si256(w, mag), _mm256_setzero_si256());
+            w = _mm256_add_epi16(w, _mm256_andnot_si256(zero, add));
+            _mm256_storeu_si256((__m256i *)(dst + 32 * b + 16 * h), w);
+        }
+    }
+}
+
 #pragma GCC pop_options

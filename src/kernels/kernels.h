@@ -67,6 +67,9 @@ typedef struct ds_linear {
     int packed_kind;       /* which path produced `packed` */
     ds_numerics numerics;  /* tier of float formats (set by the model when binding) */
     const uint8_t *w_e8m0; /* FP8: [ceil(out/32)][ceil(in/32)]; MXFP4: [out][in/32]; else NULL */
+    int act_e4m3;          /* FP8 / MXFP4 only: activation rows are quantized to E4M3 per 32 inputs
+                              with power-of-two scales first (the official runtime's numerics,
+                              `--activations e4m3`); 0 = the default (MXFP4: per-row int8, FP8: bf16) */
 } ds_linear;
 
 /* Per-row dynamic int8 quantization of bf16 activations (§2.12): s = amax/127,
@@ -157,6 +160,8 @@ void ds_ref_linear_f(const ds_linear *L, const ds_bf16 *x, int n, float *y);
 /* Official-format linears (official.c; reached through ds_linear_forward / _forward_q). */
 void ds_official_forward(const ds_linear *L, const ds_bf16 *x, int n, float *y);
 void ds_official_forward_q(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y);
+/* MXFP4 jobs (default activations) in one pool dispatch; the bits of running them one by one. */
+void ds_official_forward_q_many(const ds_linear_job *jobs, int n_jobs);
 /* Self-check of the official-format families ("mxfp4", "fp8", "fp8-fast"; selfcheck_official.c),
  * the active path bit for bit against the scalar one.  Fills out[0..2]. */
 int ds_official_selfcheck(ds_kernel_check out[3], int *n_out, ds_error *err);

@@ -16,11 +16,17 @@
  *               output rows at a time are converted to bf16 into a per-task buffer (16·in·2 bytes,
  *               cache resident) and fed to the active path's fast BF16 kernel.  Both equal the
  *               fast BF16 linear of the dequantized matrix bit for bit.
- * Weights below 2^-50 are flushed as the fast BF16 rule says; no copy of the matrix is kept. */
+ * Weights below 2^-50 are flushed as the fast BF16 rule says; no copy of the matrix is kept.
+ *
+ * With `--activations e4m3` (ds_linear.act_e4m3) the rows are first quantized as the official
+ * runtime does (official_e4m3.c): FP8 linears then run the paths above on the quantized rows, MXFP4
+ * runs an exact integer route in the exact tier and the 16-row bf16 tiles (decoded from E2M1) in
+ * the fast tier. */
 #include "kernels/kern_official.h"
 #include "base/threadpool.h"
 #include <math.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -92,12 +98,18 @@ static const ds_kern_ops *active_ops(void) {
 
 /* ---- MXFP4 ---- */
 
-typedef struct mxrun {
+/* One MXFP4 job of a batch: its weights, its rows in the row functions' layout, its outputs. */
+typedef struct mxjob {
     const ds_linear *L;
-    const uint8_t *act;      /* [n][6][nb·16]: xe, xo, ae, ao, se, so */
+    const uint8_t *act;      /* [n][6][part]: xe, xo, ae, ao, se, so */
     const float *xs;
-    int n, nb, per;
+    int n;
     float *y;
+} mxjob;
+typedef struct mxtask { int job, o0, o1; } mxtask;
+typedef struct mxrun {
+    const mxjob *jobs;
+    const mxtask *tasks;
     ds_mx_row_fn fn;
 } mxrun;
 
@@ -105,18 +117,20 @@ typedef struct mxrun {
  * per call and reused from L1 for every activation row. */
 static void mx_task(void *vctx, int t, int thread) {
     (void)thread;
-    mxrun *c = vctx;
-    const ds_linear *L = c->L;
-    const int nb = c->nb, o0 = t * c->per, o1 = DS_MIN(L->out, o0 + c->per);
+    const mxrun *c = vctx;
+    const mxtask *k = &c->tasks[t];
+    const mxjob *j = &c->jobs[k->job];
+    const ds_linear *L = j->L;
+    const int nb = L->in / 32;
     const size_t part = ((size_t)nb * 16 + 63) & ~(size_t)63, wrow = (size_t)nb * 16;
     const uint8_t *W = L->w;
-    for (int o = o0; o < o1; o++)
-        for (int r = 0; r < c->n; r++) {
-            const uint8_t *base = c->act + (size_t)r * 6 * part;
+    for (int o = k->o0; o < k->o1; o++)
+        for (int r = 0; r < j->n; r++) {
+            const uint8_t *base = j->act + (size_t)r * 6 * part;
             ds_mx_act a = {(const int8_t *)base, (const int8_t *)(base + part), base + 2 * part, base + 3 * part,
                            base + 4 * part, base + 5 * part};
             double acc = c->fn(W + (size_t)o * wrow, L->w_e8m0 + (size_t)o * nb, &a, nb);
-            c->y[(size_t)r * L->out + o] = (float)(acc * (double)c->xs[r]);
+            j->y[(size_t)r * L->out + o] = (float)(acc * (double)j->xs[r]);
         }
 }
 
@@ -128,13 +142,13 @@ static int task_split(int out, double work, int *per) {
     return (out + *per - 1) / *per;
 }
 
-void ds_mx_forward_q_with(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y, ds_mx_row_fn fn) {
-    tables_init();
-    const int in = L->in, nb = in / 32;
-    const size_t part = ((size_t)nb * 16 + 63) & ~(size_t)63;   /* 64-byte aligned rows: no split loads */
-    uint8_t *buf = ds_kern_scratch(DS_SLOT_OFF_ACT, (size_t)n * 6 * part + 64);
+static size_t mx_part(int in) { return ((size_t)(in / 32) * 16 + 63) & ~(size_t)63; }   /* 64-byte aligned rows */
+
+/* Rows xq [n][in] into the layout of kern_official.h at dst ([n][6][part]). */
+static void mx_layout(const int8_t *xq, int n, int in, uint8_t *dst) {
+    const size_t part = mx_part(in);
     for (int r = 0; r < n; r++) {
-        uint8_t *d = buf + (size_t)r * 6 * part;
+        uint8_t *d = dst + (size_t)r * 6 * part;
         for (int i = 0; i < in; i++) {
             int8_t v = xq[(size_t)r * in + i];
             size_t k = (size_t)(i / 32) * 16 + (size_t)(i % 32) / 2 + (i % 2 ? part : 0);
@@ -143,9 +157,41 @@ void ds_mx_forward_q_with(const ds_linear *L, const int8_t *xq, const float *xs,
             d[4 * part + k] = v < 0 ? 8 : 0;
         }
     }
-    mxrun c = {.L = L, .act = buf, .xs = xs, .n = n, .nb = nb, .y = y, .fn = fn};
-    int tasks = task_split(L->out, (double)L->out * in * n, &c.per);
-    ds_pool_run(tasks, mx_task, &c);
+}
+
+/* Every job's rows laid out, every job cut into output slices, one pool dispatch for all of them
+ * (the experts of a MoE layer are many small matrices: one dispatch each would cost more in
+ * synchronization than in arithmetic at one decode row).  Each slice's results do not depend on
+ * the cut. */
+static void mx_run_many(const ds_linear_job *jobs, int n_jobs, ds_mx_row_fn fn) {
+    tables_init();
+    size_t bytes = 64;
+    int n_tasks = 0;
+    for (int j = 0; j < n_jobs; j++) {
+        bytes += (size_t)DS_MAX(jobs[j].n, 0) * 6 * mx_part(jobs[j].L->in);
+        n_tasks += (jobs[j].L->out + 15) / 16;
+    }
+    uint8_t *buf = ds_kern_scratch(DS_SLOT_OFF_ACT, bytes);
+    mxjob *mj = ds_kern_scratch(DS_SLOT_OFF_JOBS, sizeof(mxjob) * (size_t)n_jobs + sizeof(mxtask) * (size_t)n_tasks + 64);
+    mxtask *tasks = (mxtask *)(mj + n_jobs);
+    int nt = 0, nj = 0;
+    for (int j = 0; j < n_jobs; j++) {
+        const ds_linear *L = jobs[j].L;
+        if (jobs[j].n <= 0) continue;
+        mx_layout(jobs[j].xq, jobs[j].n, L->in, buf);
+        mj[nj] = (mxjob){.L = L, .act = buf, .xs = jobs[j].xs, .n = jobs[j].n, .y = jobs[j].y};
+        buf += (size_t)jobs[j].n * 6 * mx_part(L->in);
+        int per, cnt = task_split(L->out, (double)L->out * L->in * jobs[j].n, &per);
+        for (int t = 0; t < cnt; t++) tasks[nt++] = (mxtask){nj, t * per, DS_MIN(L->out, (t + 1) * per)};
+        nj++;
+    }
+    mxrun c = {.jobs = mj, .tasks = tasks, .fn = fn};
+    if (nt) ds_pool_run(nt, mx_task, &c);
+}
+
+void ds_mx_forward_q_with(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y, ds_mx_row_fn fn) {
+    ds_linear_job job = {L, xq, xs, n, y};
+    mx_run_many(&job, 1, fn);
 }
 
 /* ---- FP8 ---- */
@@ -166,10 +212,14 @@ void ds_fp8_decode_ref(const uint8_t *codes, const uint8_t *sc, int in, ds_bf16 
     for (int i = 0; i < in; i++) dst[i] = ds_fp8_bf16_one(codes[i], ds_fp8_scale_f(sc[i / 32]));
 }
 
-static void fp8_decode_bf16(const ds_linear *L, ds_fp8_decode_fn fn, int o0, int o1, ds_bf16 *dst) {
-    const int in = L->in, sc_cols = (in + 31) / 32;
+/* Rows [o0, o1) as flushed bf16 through fn: an FP8 decoder (a row's codes, its tile-scale row) or,
+ * for MXFP4 (the fast tier with E4M3 activations), an MXFP4 one (the row's packed codes and scales). */
+static void decode_rows_bf16(const ds_linear *L, ds_fp8_decode_fn fn, int o0, int o1, ds_bf16 *dst) {
+    const int in = L->in, sc_cols = (in + 31) / 32, mx = L->fmt == DS_LIN_MXFP4;
+    const uint8_t *w = L->w;
     for (int o = o0; o < o1; o++)
-        fn((const uint8_t *)L->w + (size_t)o * in, L->w_e8m0 + (size_t)(o / 32) * sc_cols, in, dst + (size_t)(o - o0) * in);
+        fn(mx ? w + (size_t)o * (in / 2) : w + (size_t)o * in, L->w_e8m0 + (size_t)(mx ? o : o / 32) * sc_cols, in,
+           dst + (size_t)(o - o0) * in);
 }
 
 typedef struct fprun {
@@ -191,7 +241,7 @@ static void fp8_fast_task(void *vctx, int t, int thread) {
     ds_bf16 *tile = c->tiles + (size_t)t * 16 * L->in;
     for (int a = o0; a < o1; a += 16) {
         int b = DS_MIN(o1, a + 16);
-        fp8_decode_bf16(L, c->decode, a, b, tile);
+        decode_rows_bf16(L, c->decode, a, b, tile);
         if (!c->ops) {
             ds_linear T = {.fmt = DS_LIN_BF16, .out = b - a, .in = L->in, .w = tile, .numerics = DS_NUMERICS_FAST};
             float *tmp = malloc(sizeof(float) * (size_t)c->n * (size_t)(b - a));
@@ -223,14 +273,14 @@ static void fp8_inreg_task(void *vctx, int t, int thread) {
     c->fn(c->L, c->X, o0, o1, c->y, c->L->out);
 }
 
-static ds_fp8_ff_fn fp8_inreg_fn(const ds_kern_ops *o, int n) {
-    if (!o || n > FP8_INREG_MAX_ROWS || !atomic_load(&g_fp8_inreg_allowed)) return NULL;
+static ds_fp8_ff_fn fp8_inreg_fn(const ds_linear *L, const ds_kern_ops *o, int n) {
+    if (!o || L->fmt != DS_LIN_FP8 || n > FP8_INREG_MAX_ROWS || !atomic_load(&g_fp8_inreg_allowed)) return NULL;
     return o == &ds_kern_avx512 ? ds_fp8_ff_avx512 : o == &ds_kern_avx2 ? ds_fp8_ff_avx2 : NULL;
 }
 
 void ds_fp8_forward_fast_with(const ds_linear *L, const ds_kern_ops *o, int use_dot, const ds_bf16 *x, int n, float *y) {
     tables_init();
-    ds_fp8_ff_fn inreg = fp8_inreg_fn(o, n);
+    ds_fp8_ff_fn inreg = fp8_inreg_fn(L, o, n);
     if (inreg) {
         ds_ffact X;
         void *xbuf = ds_kern_scratch(DS_SLOT_OFF_ACT, sizeof(float) * (size_t)n * (size_t)(((L->in + 31) & ~31) + 32));
@@ -242,6 +292,7 @@ void ds_fp8_forward_fast_with(const ds_linear *L, const ds_kern_ops *o, int use_
     }
     fprun c = {.L = L, .ops = o, .x = x, .n = n, .y = y, .dot = o && use_dot && o->ff_dot,
                .decode = o == &ds_kern_avx512 ? ds_fp8_decode_avx512 : o == &ds_kern_avx2 ? ds_fp8_decode_avx2 : ds_fp8_decode_ref};
+    if (L->fmt == DS_LIN_MXFP4) c.decode = o ? ds_mx_decode_bf16_avx2 : ds_mx_decode_bf16;
     int tasks = task_split(L->out, (double)L->out * L->in * n, &c.per);
     c.tiles = ds_kern_scratch(DS_SLOT_OFF_TILES, sizeof(ds_bf16) * (size_t)tasks * 16 * (size_t)L->in);
     if (o) {
@@ -270,13 +321,32 @@ static void fp8_exact_task(void *vctx, int t, int thread) {
 
 /* ---- entry points (dispatch.c) ---- */
 
+void ds_official_forward_q_many(const ds_linear_job *jobs, int n_jobs) {
+    for (int j = 0; j < n_jobs; j++)
+        if (jobs[j].L->act_e4m3 || jobs[j].L->fmt != DS_LIN_MXFP4) {   /* a caller bug, never input */
+            fprintf(stderr, "ds_official_forward_q: linear [%d, %d] does not take int8 rows\n", jobs[j].L->out, jobs[j].L->in);
+            abort();
+        }
+    mx_run_many(jobs, n_jobs, active_row());
+}
+
 void ds_official_forward_q(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y) {
-    ds_mx_forward_q_with(L, xq, xs, n, y, active_row());
+    ds_linear_job job = {L, xq, xs, n, y};
+    ds_official_forward_q_many(&job, 1);
 }
 
 void ds_official_forward(const ds_linear *L, const ds_bf16 *x, int n, float *y) {
     tables_init();
-    if (L->fmt == DS_LIN_MXFP4) {
+    if (L->act_e4m3) {   /* the official activation numerics (official_e4m3.c) */
+        if (L->fmt == DS_LIN_MXFP4 && L->numerics != DS_NUMERICS_FAST) {
+            ds_mx_e4m3_exact(L, x, n, y);
+            return;
+        }
+        ds_bf16 *xq = ds_kern_scratch(DS_SLOT_OFF_E4M3, sizeof(ds_bf16) * (size_t)n * (size_t)L->in + 64);
+        ds_e4m3_rows_bf16(x, n, L->in, xq);
+        x = xq;   /* FP8 (both tiers) and fast-tier MXFP4: the bf16 paths below on the quantized rows */
+    }
+    if (L->fmt == DS_LIN_MXFP4 && !L->act_e4m3) {
         int8_t *q = ds_kern_scratch(DS_SLOT_OFF_Q, (size_t)n * L->in + 1);
         float *s = ds_kern_scratch(DS_SLOT_OFF_S, sizeof(float) * (size_t)n);
         ds_quantize_rows(x, n, L->in, q, s);

@@ -64,6 +64,19 @@ static int check_supported(const ds_model *m, ds_error *err) {
     return 0;
 }
 
+/* `activations` of the load options: "e4m3" is the official layout's own numerics (CHECKPOINT.md
+ * §14), meaningless for W4A8 weights, so it is refused there rather than ignored. */
+static int set_activations(ds_model *m, const char *act, ds_error *err) {
+    if (!act || !strcmp(act, "int8")) return 0;
+    if (strcmp(act, "e4m3"))
+        return ds_fail(err, "E_ARG", "activations: expected \"int8\" or \"e4m3\", found \"%s\"", act);
+    if (m->cfg.format != DS_FMT_FP8)
+        return ds_fail(err, "E_ARG", "activations e4m3: %s/config.json: quantization_config: expected the official fp8 "
+                       "layout (E4M3 activations are that format's numerics), found the W4A8 release", m->dir);
+    m->act_e4m3 = 1;
+    return 0;
+}
+
 ds_model *ds_model_load(const char *dir, const ds_load_options *opts, char *errbuf, size_t errlen) {
     ds_error err = {{0}, {0}};
     ds_load_options o = {0};
@@ -84,6 +97,7 @@ ds_model *ds_model_load(const char *dir, const ds_load_options *opts, char *errb
     if (ds_config_load(m->dir, &m->cfg, &err) < 0) goto fail;
     const ds_config *c = &m->cfg;
     if (check_supported(m, &err) < 0) goto fail;
+    if (set_activations(m, o.activations, &err) < 0) goto fail;
     m->max_len = o.max_model_len > 0 ? o.max_model_len : c->max_pos;
     if (m->max_len > c->max_pos) {
         ds_fail(&err, "E_CONFIG_MAXPOS", "%s/config.json: max_position_embeddings: expected at least the requested max "
@@ -123,6 +137,7 @@ fail:
 int ds_model_vocab_size(const ds_model *m) { return m ? m->cfg.vocab_size : 0; }
 int ds_model_eos_id(const ds_model *m) { return m ? m->cfg.eos_id : -1; }
 const char *ds_model_numerics(const ds_model *m) { return ds_numerics_name(m ? m->numerics : DS_NUMERICS_EXACT); }
+const char *ds_model_activations(const ds_model *m) { return m && m->act_e4m3 ? "e4m3" : "int8"; }
 
 int32_t ds_argmax(const float *logits, int n) {
     int32_t best = 0;

@@ -134,6 +134,8 @@ struct ds_model {
     int64_t max_len;               /* largest position + 1 a sequence may reach */
     int kv_bs;                     /* block size of private pools */
     ds_numerics numerics;          /* tier of every float reduction (kernels.h) */
+    int act_e4m3;                  /* official layout, `--activations e4m3`: FP8/MXFP4 linears but wo_a
+                                      quantize their rows to E4M3 per 32 (ds_linear.act_e4m3) */
     /* per-step scratch (step_ctx.c): one arena per concurrently stepping thread */
     pthread_mutex_t step_mu;
     struct ds_step_ctx *step_free; /* contexts not in use */

@@ -132,6 +132,10 @@ static int describe_linear(ds_model *m, const char *base, int64_t out, int64_t i
         L->w_scale = ws->data;
     } else if (os) {
         if (bind_official(wt, os, out, in, L, err) < 0) return -1;
+        /* the official runtime keeps wo_a in bf16 and feeds it the unquantized attention output
+         * (CHECKPOINT.md §14); every other FP8/FP4 linear sees E4M3 rows under that numerics */
+        size_t nl = strlen(base);
+        L->act_e4m3 = m->act_e4m3 && !(nl >= 5 && !strcmp(base + nl - 5, ".wo_a"));
     } else {
         if (check_shape(wt, out, in, err) < 0) return -1;
         if (wt->dtype == DS_DT_BF16) L->fmt = DS_LIN_BF16;

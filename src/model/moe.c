@@ -3,7 +3,8 @@
  * Why rows are grouped by expert: in a batched step (several decode rows, a prefill chunk) each
  * expert's weights should be streamed once, so the (row, slot) pairs routed to expert e are
  * grouped by the kernels' counting sort (ds_moe_group_rows_into, O(rows·k + E)), gathered, and run
- * through its w1/w3/w2 once over all of them.  With quantized experts (the W4A8/W8A8 release) the
+ * through its w1/w3/w2 once over all of them.  With quantized experts (the W4A8/W8A8 release, and
+ * the official layout's MXFP4 experts under its default int8 activations) the
  * activation quantization of a row is computed once and shared by every expert's w1/w3 (§2.12
  * allows it; it is deterministic, so the result equals quantizing per expert), and all experts'
  * w1/w3 plus the shared expert run in ONE pool dispatch, then all w2 in a second one.
@@ -23,7 +24,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int is_quant(const ds_linear *L) { return L->fmt == DS_LIN_W8A8 || L->fmt == DS_LIN_W4A8; }
+/* Linears that take the shared per-row int8 quantization: W8A8/W4A8, and MXFP4 experts of the
+ * official layout under its default activations. */
+static int is_quant(const ds_linear *L) {
+    return L->fmt == DS_LIN_W8A8 || L->fmt == DS_LIN_W4A8 || (L->fmt == DS_LIN_MXFP4 && !L->act_e4m3);
+}
 
 typedef struct moe_ctx {
     ds_step *st;
@@ -162,9 +167,11 @@ static void sum_task(void *vctx, int r, int thread) {
 
 /* ---- expert linears ---- */
 
-/* Quantized experts: w1/w3 of every routed expert and the shared expert in one dispatch on the
- * shared quantization of u, then every w2 in a second one (outputs identical to running the
- * linears one by one; the per-row quantization of the SwiGLU output is ds_quantize_rows'). */
+/* Quantized routed experts: w1/w3 of every routed expert (and of the shared expert when it is
+ * quantized too) in one dispatch on the shared quantization of u, then every w2 in a second one
+ * (outputs identical to running the linears one by one; the per-row quantization of the SwiGLU
+ * output is ds_quantize_rows').  A float shared expert (FP8 in the official layout) runs beside
+ * them on the bf16 rows. */
 static void experts_quant(moe_ctx *x, const int *off, float *g, float *v, float *yo) {
     ds_step *st = x->st;
     ds_arena *ar = st->arena;
@@ -187,9 +194,16 @@ static void experts_quant(moe_ctx *x, const int *off, float *g, float *v, float 
         jobs[nj++] = (ds_linear_job){&w->w1[e], xq, gs + r0, n, g + (size_t)r0 * I};
         jobs[nj++] = (ds_linear_job){&w->w3[e], xq, gs + r0, n, v + (size_t)r0 * I};
     }
-    jobs[nj++] = (ds_linear_job){&w->sw1, uq, us, N, g + (size_t)nr * I};
-    jobs[nj++] = (ds_linear_job){&w->sw3, uq, us, N, v + (size_t)nr * I};
+    const int shared_q = is_quant(&w->sw1) && is_quant(&w->sw3) && is_quant(&w->sw2);
+    if (shared_q) {
+        jobs[nj++] = (ds_linear_job){&w->sw1, uq, us, N, g + (size_t)nr * I};
+        jobs[nj++] = (ds_linear_job){&w->sw3, uq, us, N, v + (size_t)nr * I};
+    }
     ds_linear_forward_q_many(jobs, nj);
+    if (!shared_q) {
+        ds_linear_forward(&w->sw1, st->u, N, g + (size_t)nr * I);
+        ds_linear_forward(&w->sw3, st->u, N, v + (size_t)nr * I);
+    }
 
     x->aq = DS_ARENA_NEW(ar, int8_t, (size_t)x->T * I);
     x->as = DS_ARENA_NEW(ar, float, x->T);
@@ -200,8 +214,9 @@ static void experts_quant(moe_ctx *x, const int *off, float *g, float *v, float 
         int r0 = off[e], n = off[e + 1] - r0;
         if (n) jobs[nj++] = (ds_linear_job){&w->w2[e], x->aq + (size_t)r0 * I, x->as + r0, n, yo + (size_t)r0 * D};
     }
-    jobs[nj++] = (ds_linear_job){&w->sw2, x->aq + (size_t)nr * I, x->as + nr, N, yo + (size_t)nr * D};
+    if (shared_q) jobs[nj++] = (ds_linear_job){&w->sw2, x->aq + (size_t)nr * I, x->as + nr, N, yo + (size_t)nr * D};
     ds_linear_forward_q_many(jobs, nj);
+    if (!shared_q) ds_linear_forward(&w->sw2, x->a + (size_t)nr * I, N, yo + (size_t)nr * D);
 }
 
 /* Float (or mixed) experts: the same grouping, one forward per expert linear. */
@@ -251,8 +266,8 @@ static void sum_fast_allreduce(moe_ctx *x) {
     ds_round_rows_bf16(tot, (size_t)x->N * D, st->y);
 }
 
-static int all_quant(const ds_layer_weights *w, int E) {
-    int q = is_quant(&w->sw1) && is_quant(&w->sw3) && is_quant(&w->sw2);
+static int routed_quant(const ds_layer_weights *w, int E) {
+    int q = 1;
     for (int e = 0; e < E && q; e++) q = is_quant(&w->w1[e]) && is_quant(&w->w3[e]) && is_quant(&w->w2[e]);
     return q;
 }
@@ -305,7 +320,7 @@ void ds_moe_layer(ds_step *st, int l) {
     x.v = v;
     x.a = DS_ARENA_NEW(ar, ds_bf16, (size_t)x.T * x.I);
     x.yo = yo;
-    if (all_quant(x.w, E)) experts_quant(&x, off, g, v, yo);
+    if (routed_quant(x.w, E)) experts_quant(&x, off, g, v, yo);
     else experts_float(&x, off, g, v, yo);
     if (split && sh->mode == DS_REDUCE_FAST) {
         sum_fast_allreduce(&x);

@@ -98,23 +98,40 @@ part "$PY" tests/oracle/compare.py --bin "$BIN" --numerics exact --model "$OFF" 
 part "$PY" tests/oracle/compare.py --bin "$BIN" --numerics exact --model "$OFF" --tmp "$TMP/cmp_auto" \
     --prompt-lens 157 --chunks 7 --gen 32 --seed 7 --mode decisive --kernels auto --label official-auto
 
+echo "--- --activations e4m3 (the official runtime's E4M3-per-32 activations): exact tier vs the oracle"
+part "$PY" tests/oracle/compare.py --bin "$BIN" --numerics exact --model "$OFF" --tmp "$TMP/cmp_e4m3" --activations e4m3 \
+    --prompt-lens 100,157 --chunks 1,16 --gen 32 --seed 7 --mode decisive --label official-e4m3
+part "$PY" tests/oracle/compare.py --bin "$BIN" --numerics exact --model "$OFF" --tmp "$TMP/cmp_e4m3_auto" --activations e4m3 \
+    --prompt-lens 157 --chunks 7 --gen 32 --seed 7 --mode decisive --kernels auto --label official-e4m3-auto
+e4ids=5,6,7,8,9,10,11,12
+gen_tokens() { "$BIN" generate --model "$OFF" --prompt-ids $e4ids --max-tokens 32 --numerics exact "$@" 2>/dev/null | grep '^generated:'; }
+t_int8=$(gen_tokens --activations int8); t_e4m3=$(gen_tokens --activations e4m3)
+check "the option acts: e4m3 and int8 activations give different greedy tokens on the decisive fixture" \
+    "[ -n '$t_e4m3' ] && [ '$t_int8' != '$t_e4m3' ]"
+
 echo "--- fast tier: every kernel path gives the same tokens"
 ids=5,6,7,8,9,10,11,12,13,14,15,16
-want=""
-for k in reference avx2 avx512-vnni; do
-    if ! "$BIN" generate --model "$OFF" --prompt-ids $ids --max-tokens 16 --numerics fast --kernels $k >"$TMP/f_$k.log" 2>&1; then
-        grep -q "cannot run\|not available\|E_KERNELS" "$TMP/f_$k.log" && { echo "     ($k: not runnable on this CPU)"; continue; }
-        bad "fast tier on $k: generate failed"; continue
-    fi
-    got=$(grep '^generated:' "$TMP/f_$k.log")
-    [ -z "$want" ] && want=$got
-    check "fast tier on $k equals the reference path ($got)" "[ '$got' = '$want' ]"
+for act in int8 e4m3; do
+    want=""
+    for k in reference avx2 avx512-vnni; do
+        if ! "$BIN" generate --model "$OFF" --prompt-ids $ids --max-tokens 16 --numerics fast --kernels $k --activations $act \
+            >"$TMP/f_$k.log" 2>&1; then
+            grep -q "cannot run\|not available\|E_KERNELS" "$TMP/f_$k.log" && { echo "     ($k: not runnable on this CPU)"; continue; }
+            bad "fast tier on $k ($act activations): generate failed"; continue
+        fi
+        got=$(grep '^generated:' "$TMP/f_$k.log")
+        [ -z "$want" ] && want=$got
+        check "fast tier, $act activations, on $k equals the reference path ($got)" "[ '$got' = '$want' ]"
+    done
 done
 
 echo "--- quantize --src-format fp8 vs the direct load"
 if "$BIN" quantize --src "$OFF" --dst "$TMP/conv" --src-format fp8 >"$TMP/q.log" 2>&1 &&
    "$BIN" mkmodel --config tiny --smooth --seed 7 --rotation identity --out "$TMP/w4" --quiet >"$TMP/m.log" 2>&1; then
     part "$PY" tests/fp8/fp8_agree.py --bin "$BIN" --official "$OFF" --converted "$TMP/conv" --w4a8 "$TMP/w4" --tmp "$TMP"
+    "$BIN" generate --model "$TMP/w4" --prompt-ids 5,6 --max-tokens 2 --activations e4m3 >"$TMP/w4e.log" 2>&1; rc=$?
+    check "--activations e4m3 on the W4A8 release is refused (exit $rc) naming config.json and the format" \
+        "[ $rc != 0 ] && [ $rc -lt 128 ] && grep -q 'E_ARG: activations e4m3: .*config.json: quantization_config' '$TMP/w4e.log'"
 else
     bad "quantize --src-format fp8 / mkmodel yardstick did not run: $(tail -2 "$TMP/q.log" "$TMP/m.log")"
 fi
@@ -132,6 +149,18 @@ if start_server "$TMP/serve.log" --model "$OFF"; then
     stop_server
 else
     bad "serve --model (official layout) did not become READY"
+fi
+if start_server "$TMP/serve_e4m3.log" --model "$OFF" --activations e4m3; then
+    curl -s "$BASE/server_info" >"$TMP/info.json"
+    check "serve --activations e4m3: /server_info and the selfcheck line say e4m3" \
+        "'$PY' -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(\"e4m3\" not in json.dumps(d))' '$TMP/info.json' && grep -q 'activations e4m3' '$TMP/serve_e4m3.log'"
+    model=$(curl -s "$BASE/v1/models" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')
+    code=$(curl -s -o "$TMP/c2.json" -w '%{http_code}' "$BASE/v1/completions" -H 'Content-Type: application/json' \
+        -d "{\"model\":\"$model\",\"prompt\":\"Hello\",\"max_tokens\":8,\"temperature\":0}")
+    check "a completion with E4M3 activations (HTTP $code)" "[ '$code' = 200 ]"
+    stop_server
+else
+    bad "serve --model (official layout) --activations e4m3 did not become READY"
 fi
 
 echo "--- damaged fixtures are refused naming file and tensor"

@@ -201,8 +201,8 @@ class Config:
 class Linear:
     """A decoded linear: kind 'float' (w fp32 [out, in]) or 'quant' (codes float64 [out, in], s_w fp32)."""
 
-    def __init__(self, kind, w=None, codes=None, s_w=None, label=None):
-        self.kind, self.w, self.codes, self.s_w, self.label = kind, w, codes, s_w, label
+    def __init__(self, kind, w=None, codes=None, s_w=None, label=None, act="int8"):
+        self.kind, self.w, self.codes, self.s_w, self.label, self.act = kind, w, codes, s_w, label, act
 
     @property
     def out_features(self):
@@ -211,13 +211,13 @@ class Linear:
     def rows(self, lo, hi):
         """The same linear restricted to output rows lo..hi-1 (a grouped projection such as wo_a)."""
         if self.kind == "float":
-            return Linear("float", w=self.w[lo:hi], label=self.label)
+            return Linear("float", w=self.w[lo:hi], label=self.label, act=self.act)
         return Linear("quant", codes=self.codes[lo:hi], s_w=self.s_w[lo:hi], label=self.label)
 
     def __call__(self, x):
         """fp32 output rows (callers round to bf16 where MODEL.md stores bf16)."""
         if self.kind == "float":
-            return nx.float_linear(x, self.w)
+            return nx.float_linear(nx.e4m3_fake(x) if self.act == "e4m3" else x, self.w)
         return nx.quant_linear(x, self.codes, self.s_w)
 
 
@@ -266,17 +266,19 @@ class Mxfp4Linear:
     the row's smallest exponent) and rounds once to float64; a wider row sums in float64 with b
     ascending; y = fp32(acc · f64(s_x))."""
 
-    def __init__(self, c2, exps, label="MXFP4"):
-        self.c2, self.exps, self.label, self.kind = c2, exps, label, "mxfp4"
+    def __init__(self, c2, exps, label="MXFP4", act="int8"):
+        self.c2, self.exps, self.label, self.kind, self.act = c2, exps, label, "mxfp4", act
 
     @property
     def out_features(self):
         return self.c2.shape[0]
 
     def rows(self, lo, hi):
-        return Mxfp4Linear(self.c2[lo:hi], self.exps[lo:hi], self.label)
+        return Mxfp4Linear(self.c2[lo:hi], self.exps[lo:hi], self.label, self.act)
 
     def __call__(self, x):
+        if self.act == "e4m3":
+            return self.call_e4m3(x)
         q, s_x, zero = nx.quant_activation(x)
         lead = q.shape[:-1]
         q = q.reshape(-1, q.shape[-1]).astype(np.int64)
@@ -299,6 +301,30 @@ class Mxfp4Linear:
         return y
 
 
+    def call_e4m3(self, x):
+        """The official activation numerics (kernels/official_e4m3.c): E4M3 units u = value·2^9 and
+        block exponents kb per row; bsum[b] = Σ 2·e2m1(c_i)·u_i exactly; term exponents
+        E[b] = e_w[b] + kb[b] - 10; a (row, output) pair whose E spans <= 24 (and <= 4096 blocks)
+        sums exactly and rounds once to float64, else float64 with b ascending; y = fp32(acc)."""
+        u, kb = nx.e4m3_units(x)
+        lead = u.shape[:-1]
+        u, kb = u.reshape(-1, u.shape[-1]), kb.reshape(-1, kb.shape[-1])
+        out, nin = self.c2.shape
+        nb = nin // 32
+        bs = np.einsum("rbj,obj->rob", u.reshape(-1, nb, 32), self.c2.reshape(out, nb, 32))  # exact int64
+        E = self.exps[None, :, :] + kb[:, None, :] - 10
+        emin = E.min(axis=2)
+        exact = ((E.max(axis=2) - emin) <= 24) & (nb <= 4096)
+        shift = np.where(exact[:, :, None], E - emin[:, :, None], 0)
+        acc = (bs << shift).sum(axis=2).astype(F64) * np.ldexp(1.0, emin)                # one rounding
+        if not np.all(exact):
+            seq = np.zeros(bs.shape[:2], dtype=F64)
+            for b in range(nb):                                                        # fixed order
+                seq = seq + bs[:, :, b].astype(F64) * np.ldexp(1.0, E[:, :, b])
+            acc = np.where(exact, acc, seq)
+        return acc.astype(np.float32).reshape(lead + (out,))
+
+
 def fp8_tile_weights(codes, scale, name):
     """F8_E4M3 [out, in] with F8_E8M0 [ceil(out/32), ceil(in/32)] -> exact fp32 [out, in]."""
     out, nin = codes.shape
@@ -310,9 +336,13 @@ def fp8_tile_weights(codes, scale, name):
 
 
 class Checkpoint:
-    def __init__(self, model_dir):
+    def __init__(self, model_dir, activations="int8"):
+        """activations "e4m3": the official layout's own numerics on every FP8/FP4 linear but wo_a."""
         self.dir = model_dir
         self.cfg = Config(os.path.join(model_dir, "config.json"))
+        if activations == "e4m3" and self.cfg.quant_method != "fp8":
+            raise CheckpointError(f"{model_dir}: E4M3 activations apply to the official fp8 layout only")
+        self.activations = activations
         self._files = {}
         self.official = self.cfg.quant_method == "fp8"
         self.index_name = OFFICIAL_INDEX if self.official else INDEX_NAME
@@ -439,8 +469,9 @@ class Checkpoint:
             sdt, sc = self.raw(prefix + ".scale")
             if sdt not in ("F8_E8M0", "U8"):
                 raise CheckpointError(f"{wname}: scale dtype {sdt}, expected F8_E8M0")
+            act = "int8" if prefix.endswith(".wo_a") or prefix == "wo_a" else self.activations   # §14: wo_a sees bf16
             if dt == "F8_E4M3":
-                return Linear("float", w=fp8_tile_weights(w, sc, wname), label="FP8")
+                return Linear("float", w=fp8_tile_weights(w, sc, wname), label="FP8", act=act)
             if dt in ("I8", "U8"):
                 out, half = w.shape
                 if sc.shape != (out, 2 * half // 32):
@@ -448,7 +479,7 @@ class Checkpoint:
                 b = np.asarray(w).view(np.uint8).astype(np.int64)
                 c2 = np.empty((out, 2 * half), dtype=np.int64)
                 c2[:, 0::2], c2[:, 1::2] = E2M1_TIMES2[b & 15], E2M1_TIMES2[b >> 4]   # low nibble = even input
-                return Mxfp4Linear(c2, e8m0_exponents(sc, wname))
+                return Mxfp4Linear(c2, e8m0_exponents(sc, wname), act=act)
             raise CheckpointError(f"{wname}: dtype {dt} with a .scale tensor is not an official format")
         if dt not in ("I8", "U8"):
             raise CheckpointError(f"{self._locate(wname).path}: {wname}: dtype {dt} unsupported")

@@ -85,12 +85,14 @@ def main():
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds allowed for one generate run")
     ap.add_argument("--kernels", default="reference",
                     help="engine kernel family: the 1e-4 contract binds the reference path (docs/NUMERICS.md)")
+    ap.add_argument("--activations", default="int8", choices=("int8", "e4m3"),
+                    help="official layout: the engine's and the oracle's activation numerics")
     ap.add_argument("--numerics", default="exact", choices=("exact", "fast"),
                     help="engine numerics tier: the oracle contract binds the exact tier (generate defaults to fast)")
     a = ap.parse_args()
     os.makedirs(a.tmp, exist_ok=True)
     t0 = time.time()
-    oracle = Oracle(Checkpoint(a.model))
+    oracle = Oracle(Checkpoint(a.model, activations=a.activations))
     cfg = oracle.cfg
     cache = {}
     passed = failed = 0
@@ -105,7 +107,8 @@ def main():
                 os.remove(trace)
             cmd = shlex.split(a.bin) + ["generate", "--ignore-eos", "--model", a.model, "--prompt-ids", ",".join(map(str, prompt)),
                                         "--max-tokens", str(a.gen), "--chunk", str(K), "--trace", trace,
-                                        "--kernels", a.kernels, "--numerics", a.numerics]
+                                        "--kernels", a.kernels, "--numerics", a.numerics,
+                                        "--activations", a.activations]
             try:
                 r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=a.timeout)
             except (OSError, subprocess.TimeoutExpired) as e:

@@ -116,3 +116,54 @@ def topk_desc(scores, k):
     negated scores), in selection order.  scores [..., n] fp32; -inf entries sort last."""
     order = np.argsort(-np.asarray(scores, dtype=F64), axis=-1, kind="stable")
     return order[..., :k]
+
+
+# ------------------------------------------------------------------------------------------------
+# the official runtime's activation numerics (CHECKPOINT.md §14, MODEL.md Appendix C): per 32
+# inputs, E4M3 with a power-of-two scale.  Rounding is done against the table of every finite E4M3
+# magnitude (nearest value, ties to the even code), not by bit manipulation as the engine does.
+
+def _e4m3_magnitudes():
+    codes = np.arange(0x7F)                                  # 0x00..0x7E: ascending magnitudes, 0x7F NaN
+    e, m = codes >> 3, codes & 7
+    return np.where(e == 0, np.ldexp(m.astype(F64), -9), np.ldexp((8 + m).astype(F64), e - 10))
+
+
+E4M3_MAG = _e4m3_magnitudes()
+
+
+def e4m3_round(t):
+    """Non-negative float64 t -> the nearest E4M3 magnitude (ties to the even code), saturating at 448."""
+    t = np.minimum(np.asarray(t, dtype=F64), 448.0)
+    hi = np.clip(np.searchsorted(E4M3_MAG, t, side="left"), 1, len(E4M3_MAG) - 1)
+    lo = hi - 1
+    dl, dh = t - E4M3_MAG[lo], E4M3_MAG[hi] - t
+    pick = np.where(dl < dh, lo, np.where(dh < dl, hi, np.where(lo % 2 == 0, lo, hi)))
+    return E4M3_MAG[pick]
+
+
+def e4m3_units(x):
+    """Rows x [..., k] (bf16 values in fp32) -> (u int64 [..., k]: E4M3 value · 2^9, signed;
+    kb int64 [..., ceil(k/32)]: the block's scale exponent).  amax floored at 1e-4; the exponent is
+    read from the fp32 bits of amax · fp32(1/448) (Appendix C), rounded up when not a power of two."""
+    x = np.asarray(x, dtype=F32)
+    k = x.shape[-1]
+    nb = (k + 31) // 32
+    xp = np.zeros(x.shape[:-1] + (nb * 32,), dtype=F32)
+    xp[..., :k] = x
+    xb = xp.reshape(x.shape[:-1] + (nb, 32))
+    amax = np.maximum(np.max(np.abs(xb), axis=-1), F32(1e-4)).astype(F32)
+    v = (amax * (F32(1.0) / F32(448.0))).astype(F32)
+    bits = np.ascontiguousarray(v).view(np.uint32).astype(np.int64)
+    kb = ((bits >> 23) & 0xFF) - 127 + ((bits & 0x7FFFFF) != 0)
+    t = np.abs(xb.astype(F64)) * np.ldexp(1.0, -kb)[..., None]     # exact: a power-of-two scale
+    u = (e4m3_round(t) * 512.0).astype(np.int64) * np.where(np.signbit(xb), -1, 1)
+    return u.reshape(x.shape[:-1] + (nb * 32,))[..., :k], kb
+
+
+def e4m3_fake(x):
+    """The quantized rows as values (exact in bf16/fp32): u · 2^(kb - 9)."""
+    u, kb = e4m3_units(x)
+    k = u.shape[-1]
+    scale = np.repeat(np.ldexp(1.0, kb - 9), 32, axis=-1)[..., :k]
+    return (u.astype(F64) * scale).astype(F32)

@@ -46,9 +46,10 @@ def main():
     ap.add_argument("--kernels", default="reference")
     ap.add_argument("--numerics", default="exact", choices=("exact",))  # the oracle is the exact tier
     ap.add_argument("--ignore-eos", action="store_true")  # the oracle never stops early
+    ap.add_argument("--activations", default="int8", choices=("int8", "e4m3"))
     a = ap.parse_args()
     prompt = [int(v) for v in a.prompt_ids.split(",")]
-    o = Oracle(Checkpoint(a.model))
+    o = Oracle(Checkpoint(a.model, activations=a.activations))
     gen, r = greedy(o, prompt, a.max_tokens)
     tokens = np.array(prompt + gen[:-1], np.int32)
     hidden = [h.copy() for h in r["hidden"]]

@@ -261,7 +261,7 @@ static void bench_row(const limits *lim, ds_lin_fmt f, ds_numerics tier, int out
         printf("| %-6s | %-19s | %8.3f | %6.1f | %7.1f | %5.0f%% | %7.1f |         |        |\n", name, shape, t * 1e3,
                gbs, limit, 100.0 * gbs / limit, gops);
         note_pct(100.0 * gbs / limit, row);
-    } else if (f <= DS_LIN_W4A8 || tier == DS_NUMERICS_FAST) {
+    } else if (f <= DS_LIN_W4A8 || f == DS_LIN_MXFP4 || tier == DS_NUMERICS_FAST) {   /* MXFP4: the int8 route */
         printf("| %-6s | %-19s | %8.3f | %6.1f | %7.1f | %5.0f%% | %7.1f | %7.0f | %5.1f%% |\n", name, shape, t * 1e3,
                gbs, bw, 100.0 * gbs / bw, gops, limit, 100.0 * gops / limit);
         note_pct(100.0 * gops / limit, row);
@@ -348,7 +348,8 @@ static int bench_kernels(const bench_opts *o) {
     static const int ns[] = {1, 6, 16, 32, 512};
     static const struct { ds_lin_fmt f; ds_numerics t; int out, in; } rows[] = {
         {DS_LIN_W4A8, DS_NUMERICS_EXACT, 4608, 5120}, {DS_LIN_W8A8, DS_NUMERICS_EXACT, 4608, 5120},
-        {DS_LIN_BF16, DS_NUMERICS_FAST, 5120, 8192},  {DS_LIN_F32, DS_NUMERICS_FAST, 4096, 5120}};
+        {DS_LIN_BF16, DS_NUMERICS_FAST, 5120, 8192},  {DS_LIN_F32, DS_NUMERICS_FAST, 4096, 5120},
+        {DS_LIN_MXFP4, DS_NUMERICS_EXACT, 4608, 5120}};
     for (size_t r = 0; r < DS_ARRAY_LEN(rows); r++)
         for (size_t k = 0; k < DS_ARRAY_LEN(ns); k++)
             if (!(o->quick && ns[k] == 512 && rows[r].f >= DS_LIN_BF16))

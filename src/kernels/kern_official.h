@@ -36,6 +36,13 @@ typedef double (*ds_mx_row_fn)(const uint8_t *codes, const uint8_t *sc, const ds
 double ds_mx_row_ref(const uint8_t *codes, const uint8_t *sc, const ds_mx_act *a, int nb);
 double ds_mx_row_avx2(const uint8_t *codes, const uint8_t *sc, const ds_mx_act *a, int nb);
 double ds_mx_row_avx512(const uint8_t *codes, const uint8_t *sc, const ds_mx_act *a, int nb);
+/* Several activation rows of one output row at once (AVX-512 VNNI): acc[r] of rows r < nr, each
+ * given by xb[r] = its biased even inputs (q + 128, [nb·16]) with the odd ones `part` bytes further;
+ * returns 0 (nothing written) where the row's scales need a route other than the int32 one, or nb
+ * is not a multiple of 4: the caller then runs the row function per row. */
+#define DS_MX_ROWS_MAX 8
+typedef int (*ds_mx_rows_fn)(const uint8_t *codes, const uint8_t *sc, const uint8_t *const *xb, size_t part, int nr, int nb, double *acc);
+int ds_mx_rows_avx512(const uint8_t *codes, const uint8_t *sc, const uint8_t *const *xb, size_t part, int nr, int nb, double *acc);
 /* The int32 route of the SIMD paths: one int32 lane sums 8 products per block (|.| <= 8·12·127)
  * for each of `terms` blocks, shifted by <= spread; it is taken only when that cannot overflow. */
 #define DS_MX_LANE_MAX 12192
@@ -124,8 +131,10 @@ void ds_mx_e4m3_exact(const ds_linear *L, const ds_bf16 *x, int n, float *y);
 void ds_mx_decode_bf16(const uint8_t *codes, const uint8_t *sc, int in, ds_bf16 *dst);
 void ds_mx_decode_bf16_avx2(const uint8_t *codes, const uint8_t *sc, int in, ds_bf16 *dst);
 
-/* Tests: the MXFP4 forward on already quantized rows with an explicit block-sum function. */
-void ds_mx_forward_q_with(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y, ds_mx_row_fn fn);
+/* Tests: the MXFP4 forward on already quantized rows with an explicit row function and multi-row
+ * function (NULL: rows one by one). */
+void ds_mx_forward_q_with(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y, ds_mx_row_fn fn,
+                          ds_mx_rows_fn rows);
 /* Tests: the fast-tier FP8 forward with explicit ops (NULL = the scalar fast order). */
 void ds_fp8_forward_fast_with(const ds_linear *L, const ds_kern_ops *o, int use_dot, const ds_bf16 *x, int n, float *y);
 

@@ -3,8 +3,9 @@
  * Four 32-input blocks per zmm register (16 code bytes per 128-bit lane): the nibbles index a byte
  * table of |2·e2m1| (vpshufb), the sign bit negates the matching activation under a mask, and
  * VPDPBUSD (unsigned magnitude x signed activation) accumulates four int32 partials per block,
- * summed in integers; a last partial group goes through a zero-padded copy.  All exact integers:
- * equal to the scalar path.  Compiled twice like kern_avx512.c: natively, and by the unit tests
+ * summed in integers; a last partial group goes through a zero-padded copy.  Several activation
+ * rows (a batched decode step, a prefill chunk) share one decode of each weight group
+ * (DS_MX_ROWS_AVX512, biased activations).  All exact integers: equal to the scalar path.  Compiled twice like kern_avx512.c: natively, and by the unit tests
  * with DS_AVX512_EMULATE where SIMDe supplies the intrinsics (checked on hosts without AVX-512). */
 #include "kernels/kern_official.h"
 #include <math.h>
@@ -16,6 +17,7 @@
 #include <simde/x86/avx512.h>
 #define DS_MX_BSUM_AVX512 ds_mx_bsum_avx512_emu
 #define DS_MX_ROW_AVX512 ds_mx_row_avx512_emu
+#define DS_MX_ROWS_AVX512 ds_mx_rows_avx512_emu
 static inline __m512i mx_emu_cvtepu8_epi32(__m128i a) {   /* missing from this SIMDe release */
     uint8_t b[16];
     int32_t t[16];
@@ -31,6 +33,7 @@ static inline __m512i mx_emu_cvtepu8_epi32(__m128i a) {   /* missing from this S
 #include <immintrin.h>
 #define DS_MX_BSUM_AVX512 ds_mx_bsum_avx512
 #define DS_MX_ROW_AVX512 ds_mx_row_avx512
+#define DS_MX_ROWS_AVX512 ds_mx_rows_avx512
 #define MX_CVTEPU8_EPI32 _mm512_cvtepu8_epi32
 #define MX_UNROLL4 _Pragma("GCC unroll 4")
 #endif
@@ -177,6 +180,54 @@ double DS_MX_ROW_AVX512(const uint8_t *codes, const uint8_t *sc, const ds_mx_act
     int64_t v[4];
     _mm256_storeu_si256((__m256i *)v, acc);
     return ldexp((double)(v[0] + v[1] + v[2] + v[3]), lo - 128);
+}
+
+/* Several activation rows of one output row (kern_official.h, ds_mx_rows_fn): the int32 route of
+ * row_int32 with the roles turned so that the weights are decoded once for every row.  The signed
+ * |2·e2m1| bytes of a group are looked up once; each row's activations arrive biased (q + 128,
+ * unsigned), and VPDPBUSD of them against the signed weights adds 128·Σw per lane, which the lane
+ * starts from minus (one more VPDPBUSD per group, shared by the rows).  Lane values are then the
+ * same 8-product partials as row_int32's, shifted and summed the same way: exact integers, the same
+ * bits.  Rows whose scales need another route, or whose block count is not a multiple of 4, are
+ * left to the row function (returns 0). */
+int DS_MX_ROWS_AVX512(const uint8_t *codes, const uint8_t *sc, const uint8_t *const *xb, size_t part, int nr, int nb, double *acc) {
+    int lo, hi;
+    ds_mx_exp_range(sc, nb, &lo, &hi);
+    if (nr > DS_MX_ROWS_MAX || nb % 4 || hi - lo > DS_MX_EXACT_SPREAD || !ds_mx_int32_ok(nb / 4, hi - lo)) return 0;
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(DS_MX_SIGNED_LUT)), low4 = _mm512_set1_epi8(15);
+    const __m512i k128 = _mm512_set1_epi8((char)0x80), vlo = _mm512_set1_epi32(lo);
+    __m512i idx[4];
+    for (int g = 0; g < 4; g++) idx[g] = _mm512_add_epi32(_mm512_set1_epi32(4 * g), _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+    __m512i ar[DS_MX_ROWS_MAX];
+    for (int r = 0; r < nr; r++) ar[r] = _mm512_setzero_si512();
+    for (int b = 0; b < nb; b += 16) {
+        uint8_t s16[16];
+        memset(s16, lo, sizeof s16);   /* past nb: no group reads these */
+        memcpy(s16, sc + b, (size_t)DS_MIN(16, nb - b));
+        __m512i sh = _mm512_sub_epi32(MX_CVTEPU8_EPI32(_mm_loadu_si128((const __m128i *)s16)), vlo);
+        for (int g = 0; g < 4 && b + 4 * g < nb; g++) {
+            const int k = b + 4 * g;
+            _mm_prefetch((const char *)(codes + 16 * k + MX_PREFETCH), _MM_HINT_T0);
+            __m512i c = _mm512_loadu_si512(codes + 16 * k);
+            __m512i wl = _mm512_shuffle_epi8(lut, _mm512_and_si512(c, low4));
+            __m512i wh = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(c, 4), low4));
+            __m512i bias = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), k128, wl), k128, wh);
+            __m512i start = _mm512_sub_epi32(_mm512_setzero_si512(), bias), shg = _mm512_permutexvar_epi32(idx[g], sh);
+            for (int r = 0; r < nr; r++) {
+                const uint8_t *e = xb[r] + 16 * k, *o = xb[r] + part + 16 * k;
+                __m512i t = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(start, _mm512_loadu_si512(e), wl), _mm512_loadu_si512(o), wh);
+                ar[r] = _mm512_add_epi32(ar[r], _mm512_sllv_epi32(t, shg));
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++) {
+        int32_t v[16];
+        _mm512_storeu_si512(v, ar[r]);
+        int64_t total = 0;
+        for (int i = 0; i < 16; i++) total += v[i];
+        acc[r] = ldexp((double)total, lo - 128);
+    }
+    return 1;
 }
 
 #ifndef DS_AVX512_EMULATE

@@ -89,6 +89,8 @@ static ds_mx_row_fn active_row(void) {
     return ds_mx_row_ref;
 }
 
+static ds_mx_rows_fn active_rows(void) { return !strcmp(ds_kernels_active(), "avx512-vnni") ? ds_mx_rows_avx512 : NULL; }
+
 static const ds_kern_ops *active_ops(void) {
     const char *p = ds_kernels_active();
     if (!strcmp(p, "avx512-vnni")) return &ds_kern_avx512;
@@ -101,7 +103,7 @@ static const ds_kern_ops *active_ops(void) {
 /* One MXFP4 job of a batch: its weights, its rows in the row functions' layout, its outputs. */
 typedef struct mxjob {
     const ds_linear *L;
-    const uint8_t *act;      /* [n][6][part]: xe, xo, ae, ao, se, so */
+    const uint8_t *act;      /* [n][MX_PLANES][part]: xe, xo, ae, ao, se, so, be, bo (b: q + 128) */
     const float *xs;
     int n;
     float *y;
@@ -111,10 +113,28 @@ typedef struct mxrun {
     const mxjob *jobs;
     const mxtask *tasks;
     ds_mx_row_fn fn;
+    ds_mx_rows_fn rows;      /* several activation rows per weight row, or NULL */
 } mxrun;
 
+enum { MX_PLANES = 8 };
+
+/* Activation rows [r0, r1) of output row o, one at a time. */
+static void mx_rows_single(const mxrun *c, const mxjob *j, int o, int r0, int r1, size_t part) {
+    const ds_linear *L = j->L;
+    const int nb = L->in / 32;
+    const uint8_t *W = (const uint8_t *)L->w + (size_t)o * nb * 16;
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *base = j->act + (size_t)r * MX_PLANES * part;
+        ds_mx_act a = {(const int8_t *)base, (const int8_t *)(base + part), base + 2 * part, base + 3 * part,
+                       base + 4 * part, base + 5 * part};
+        double acc = c->fn(W, L->w_e8m0 + (size_t)o * nb, &a, nb);
+        j->y[(size_t)r * L->out + o] = (float)(acc * (double)j->xs[r]);
+    }
+}
+
 /* Output rows outer, activation rows inner: a weight row (in/2 bytes) is read from memory once
- * per call and reused from L1 for every activation row. */
+ * per call and reused from L1 for every activation row; with a multi-row function, up to
+ * DS_MX_ROWS_MAX activation rows share one decode of each weight group. */
 static void mx_task(void *vctx, int t, int thread) {
     (void)thread;
     const mxrun *c = vctx;
@@ -124,14 +144,23 @@ static void mx_task(void *vctx, int t, int thread) {
     const int nb = L->in / 32;
     const size_t part = ((size_t)nb * 16 + 63) & ~(size_t)63, wrow = (size_t)nb * 16;
     const uint8_t *W = L->w;
-    for (int o = k->o0; o < k->o1; o++)
-        for (int r = 0; r < j->n; r++) {
-            const uint8_t *base = j->act + (size_t)r * 6 * part;
-            ds_mx_act a = {(const int8_t *)base, (const int8_t *)(base + part), base + 2 * part, base + 3 * part,
-                           base + 4 * part, base + 5 * part};
-            double acc = c->fn(W + (size_t)o * wrow, L->w_e8m0 + (size_t)o * nb, &a, nb);
-            j->y[(size_t)r * L->out + o] = (float)(acc * (double)j->xs[r]);
+    for (int o = k->o0; o < k->o1; o++) {
+        if (!c->rows || j->n < 2) {
+            mx_rows_single(c, j, o, 0, j->n, part);
+            continue;
         }
+        for (int r0 = 0; r0 < j->n; r0 += DS_MX_ROWS_MAX) {
+            const int nr = DS_MIN(DS_MX_ROWS_MAX, j->n - r0);
+            const uint8_t *xb[DS_MX_ROWS_MAX];
+            double acc[DS_MX_ROWS_MAX];
+            for (int r = 0; r < nr; r++) xb[r] = j->act + ((size_t)(r0 + r) * MX_PLANES + 6) * part;
+            if (!c->rows(W + (size_t)o * wrow, L->w_e8m0 + (size_t)o * nb, xb, part, nr, nb, acc)) {
+                mx_rows_single(c, j, o, r0, r0 + nr, part);
+                continue;
+            }
+            for (int r = 0; r < nr; r++) j->y[(size_t)(r0 + r) * L->out + o] = (float)(acc[r] * (double)j->xs[r0 + r]);
+        }
+    }
 }
 
 static int task_split(int out, double work, int *per) {
@@ -144,17 +173,18 @@ static int task_split(int out, double work, int *per) {
 
 static size_t mx_part(int in) { return ((size_t)(in / 32) * 16 + 63) & ~(size_t)63; }   /* 64-byte aligned rows */
 
-/* Rows xq [n][in] into the layout of kern_official.h at dst ([n][6][part]). */
+/* Rows xq [n][in] into the layout of kern_official.h at dst ([n][MX_PLANES][part]). */
 static void mx_layout(const int8_t *xq, int n, int in, uint8_t *dst) {
     const size_t part = mx_part(in);
     for (int r = 0; r < n; r++) {
-        uint8_t *d = dst + (size_t)r * 6 * part;
+        uint8_t *d = dst + (size_t)r * MX_PLANES * part;
         for (int i = 0; i < in; i++) {
             int8_t v = xq[(size_t)r * in + i];
             size_t k = (size_t)(i / 32) * 16 + (size_t)(i % 32) / 2 + (i % 2 ? part : 0);
             d[k] = (uint8_t)v;
             d[2 * part + k] = (uint8_t)(v < 0 ? -v : v);   /* |q| <= 127 */
             d[4 * part + k] = v < 0 ? 8 : 0;
+            d[6 * part + k] = (uint8_t)(v + 128);           /* biased, for the multi-row function */
         }
     }
 }
@@ -163,12 +193,12 @@ static void mx_layout(const int8_t *xq, int n, int in, uint8_t *dst) {
  * (the experts of a MoE layer are many small matrices: one dispatch each would cost more in
  * synchronization than in arithmetic at one decode row).  Each slice's results do not depend on
  * the cut. */
-static void mx_run_many(const ds_linear_job *jobs, int n_jobs, ds_mx_row_fn fn) {
+static void mx_run_many(const ds_linear_job *jobs, int n_jobs, ds_mx_row_fn fn, ds_mx_rows_fn rows) {
     tables_init();
     size_t bytes = 64;
     int n_tasks = 0;
     for (int j = 0; j < n_jobs; j++) {
-        bytes += (size_t)DS_MAX(jobs[j].n, 0) * 6 * mx_part(jobs[j].L->in);
+        bytes += (size_t)DS_MAX(jobs[j].n, 0) * MX_PLANES * mx_part(jobs[j].L->in);
         n_tasks += (jobs[j].L->out + 15) / 16;
     }
     uint8_t *buf = ds_kern_scratch(DS_SLOT_OFF_ACT, bytes);
@@ -180,18 +210,19 @@ static void mx_run_many(const ds_linear_job *jobs, int n_jobs, ds_mx_row_fn fn) 
         if (jobs[j].n <= 0) continue;
         mx_layout(jobs[j].xq, jobs[j].n, L->in, buf);
         mj[nj] = (mxjob){.L = L, .act = buf, .xs = jobs[j].xs, .n = jobs[j].n, .y = jobs[j].y};
-        buf += (size_t)jobs[j].n * 6 * mx_part(L->in);
+        buf += (size_t)jobs[j].n * MX_PLANES * mx_part(L->in);
         int per, cnt = task_split(L->out, (double)L->out * L->in * jobs[j].n, &per);
         for (int t = 0; t < cnt; t++) tasks[nt++] = (mxtask){nj, t * per, DS_MIN(L->out, (t + 1) * per)};
         nj++;
     }
-    mxrun c = {.jobs = mj, .tasks = tasks, .fn = fn};
+    mxrun c = {.jobs = mj, .tasks = tasks, .fn = fn, .rows = rows};
     if (nt) ds_pool_run(nt, mx_task, &c);
 }
 
-void ds_mx_forward_q_with(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y, ds_mx_row_fn fn) {
+void ds_mx_forward_q_with(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y, ds_mx_row_fn fn,
+                          ds_mx_rows_fn rows) {
     ds_linear_job job = {L, xq, xs, n, y};
-    mx_run_many(&job, 1, fn);
+    mx_run_many(&job, 1, fn, rows);
 }
 
 /* ---- FP8 ---- */
@@ -327,7 +358,7 @@ void ds_official_forward_q_many(const ds_linear_job *jobs, int n_jobs) {
             fprintf(stderr, "ds_official_forward_q: linear [%d, %d] does not take int8 rows\n", jobs[j].L->out, jobs[j].L->in);
             abort();
         }
-    mx_run_many(jobs, n_jobs, active_row());
+    mx_run_many(jobs, n_jobs, active_row(), active_rows());
 }
 
 void ds_official_forward_q(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y) {

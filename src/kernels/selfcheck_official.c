@@ -47,7 +47,7 @@ int ds_official_selfcheck(ds_kernel_check out[3], int *n_out, ds_error *err) {
     ds_linear L = {.fmt = DS_LIN_MXFP4, .out = O, .in = I, .w = codes, .w_e8m0 = sc};
     ds_quantize_rows(x, N, I, q, xs);
     ds_official_forward_q(&L, q, xs, N, y);
-    ds_mx_forward_q_with(&L, q, xs, N, yr, ds_mx_row_ref);
+    ds_mx_forward_q_with(&L, q, xs, N, yr, ds_mx_row_ref, NULL);
     report(&out[0], "mxfp4", !memcmp(y, yr, sizeof(float) * N * O), max_diff(y, yr, (size_t)N * O), O, I);
     /* FP8, both tiers, against the BF16 linear of the decoded matrix */
     for (int i = 0; i < O * I; i++) codes[i] = (uint8_t)(next(&s) & 0xbf);   /* no NaN codes */

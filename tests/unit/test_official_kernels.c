@@ -49,7 +49,7 @@ TEST(mxfp4_paths_equal_scalar_and_the_decoded_weights) {
         for (int i = 0; i < n * in; i++) q[i] = (int8_t)(trial % 7 == 0 ? (i % 2 ? 127 : -127) : tk_range(-127, 127));
         for (int r = 0; r < n; r++) s[r] = (float)tk_range(1, 1000) * 1e-3f;
         float *y0 = malloc(sizeof(float) * n * out), *y1 = malloc(sizeof(float) * n * out);
-        ds_mx_forward_q_with(&m.L, q, s, n, y0, ds_mx_row_ref);
+        ds_mx_forward_q_with(&m.L, q, s, n, y0, ds_mx_row_ref, NULL);
         /* the spec-side value: with scales within 2^10 of each other the float64 sum is exact */
         if (trial % 5)
             for (int r = 0; r < n; r++)
@@ -60,12 +60,16 @@ TEST(mxfp4_paths_equal_scalar_and_the_decoded_weights) {
                     CHECK(memcmp(&want, &y0[(size_t)r * out + o], 4) == 0, "out=%d in=%d r=%d o=%d: %.9g vs %.9g", out, in, r, o,
                           (double)want, (double)y0[(size_t)r * out + o]);
                 }
-        ds_mx_row_fn paths[3] = {ds_mx_row_avx512_emu, ds_kernels_available("avx2") ? ds_mx_row_avx2 : NULL,
-                                 ds_kernels_available("avx512-vnni") ? ds_mx_row_avx512 : NULL};
-        for (int p = 0; p < 3; p++) {
+        /* row functions alone, then the AVX-512 ones with the multi-row function (several rows per
+         * weight decode; rows with other routes or block counts fall back to the row function) */
+        const int native = ds_kernels_available("avx512-vnni");
+        ds_mx_row_fn paths[5] = {ds_mx_row_avx512_emu, ds_kernels_available("avx2") ? ds_mx_row_avx2 : NULL,
+                                 native ? ds_mx_row_avx512 : NULL, ds_mx_row_avx512_emu, native ? ds_mx_row_avx512 : NULL};
+        ds_mx_rows_fn multi[5] = {NULL, NULL, NULL, ds_mx_rows_avx512_emu, native ? ds_mx_rows_avx512 : NULL};
+        for (int p = 0; p < 5; p++) {
             if (!paths[p]) continue;
             tk_poison(y1, (size_t)n * out);
-            ds_mx_forward_q_with(&m.L, q, s, n, y1, paths[p]);
+            ds_mx_forward_q_with(&m.L, q, s, n, y1, paths[p], multi[p]);
             CHECK(!memcmp(y0, y1, sizeof(float) * n * out), "path %d out=%d in=%d n=%d differs from scalar", p, out, in, n);
             runs++;
         }
@@ -73,7 +77,7 @@ TEST(mxfp4_paths_equal_scalar_and_the_decoded_weights) {
     }
     printf("  %d MXFP4 path runs compared (avx2 %s, avx512-vnni %s natively)\n", runs, ds_kernels_available("avx2") ? "yes" : "no",
            ds_kernels_available("avx512-vnni") ? "yes" : "no");
-    CHECK(runs >= 40, "only %d runs", runs);
+    CHECK(runs >= 80, "only %d runs", runs);
 }
 
 /* Codes of the largest magnitude (12 as 2·e2m1), positive or negative by case. */
@@ -96,7 +100,7 @@ TEST(mxfp4_exponent_spread_boundary) {
         int8_t q[256];
         float s = 0.37f, y0[8], y1[8];
         for (int i = 0; i < 256; i++) q[i] = (int8_t)(extreme ? (k % 2 ? -127 : 127) : tk_range(-127, 127));
-        ds_mx_forward_q_with(&m.L, q, &s, 1, y0, ds_mx_row_ref);
+        ds_mx_forward_q_with(&m.L, q, &s, 1, y0, ds_mx_row_ref, NULL);
         if (spread <= DS_MX_EXACT_SPREAD)
             for (int o = 0; o < 8; o++) {
                 __int128 tot = 0;
@@ -112,7 +116,7 @@ TEST(mxfp4_exponent_spread_boundary) {
                                  ds_kernels_available("avx512-vnni") ? ds_mx_row_avx512 : NULL};
         for (int p = 0; p < 3; p++) {
             if (!paths[p]) continue;
-            ds_mx_forward_q_with(&m.L, q, &s, 1, y1, paths[p]);
+            ds_mx_forward_q_with(&m.L, q, &s, 1, y1, paths[p], NULL);
             CHECK(!memcmp(y0, y1, sizeof y0), "spread %d path %d differs", spread, p);
         }
         free(m.codes); free(m.sc);
@@ -128,7 +132,7 @@ TEST(mxfp4_forward_quantizes_rows_like_w4a8) {
     int8_t q[3 * 128];
     float s[3], want[3 * 33], got[3 * 33];
     ds_ref_quantize_rows(x, n, 128, q, s);
-    ds_mx_forward_q_with(&m.L, q, s, n, want, ds_mx_row_ref);
+    ds_mx_forward_q_with(&m.L, q, s, n, want, ds_mx_row_ref, NULL);
     const char *names[3] = {"reference", "avx2", "avx512-vnni"};
     ds_error err;
     for (int p = 0; p < 3; p++) {

@@ -235,5 +235,16 @@ kill -TERM $s1 $s4 2>/dev/null
 for x in $s1 $s4; do wait $x 2>/dev/null; done
 
 lap "5 serve"
+
+# ---- 6. the benchmark under mpirun: perf decode at R = 2 prints its table and every rank's
+# communication share (issue: the share of step time spent in collectives is a reported figure)
+$MPIRUN -np 2 "$BIN" perf decode --model "$M" --tensor-parallel-size 2 --threads 1 --tokens 8 --prompt-tokens 16 \
+    > "$TMP/perf2.log" 2>&1; rc=$?
+if [ $rc = 0 ] && grep -q '^| decode 8 tokens | [0-9.]* tok/s' "$TMP/perf2.log" \
+    && [ "$(grep -c '^  decode: rank [01]/2: collectives [0-9.]* s of [0-9.]* s = [0-9.]*% communication' "$TMP/perf2.log")" = 2 ] \
+    && grep -q '^  decode: [0-9.]* KiB through collectives per token on rank 0' "$TMP/perf2.log"; then
+    ok "perf decode under mpirun -np 2: decode row, both ranks' communication share, bytes per token"
+else ko "perf decode under mpirun -np 2: rc $rc $(tail -3 "$TMP/perf2.log")"; fi
+lap "6 perf"
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

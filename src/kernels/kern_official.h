@@ -116,6 +116,10 @@ typedef void (*ds_fp8_ff_fn)(const ds_linear *L, const ds_ffact *X, int o0, int 
 void ds_fp8_ff_avx2(const ds_linear *L, const ds_ffact *X, int o0, int o1, float *y, int ystride);
 void ds_fp8_ff_avx512(const ds_linear *L, const ds_ffact *X, int o0, int o1, float *y, int ystride);
 
+/* Tasks over the `out` rows of one official-format linear (official.c): one task for small work or one
+ * thread, else up to 4 per thread of whole 16-row tiles; *per = rows per task.  Results never depend on it. */
+int ds_official_task_split(int out, double work, int *per);
+
 /* The official activation numerics (official_e4m3.c, `--activations e4m3`). */
 int ds_e4m3_block_exp(float amax);   /* kb of a 32-block: 2^kb >= amax/448, amax floored at 1e-4 */
 /* One row: units u[k] (E4M3 value · 2^9, signed integers) and block exponents kb[ceil(k/32)]. */

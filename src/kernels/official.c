@@ -163,7 +163,7 @@ static void mx_task(void *vctx, int t, int thread) {
     }
 }
 
-static int task_split(int out, double work, int *per) {
+int ds_official_task_split(int out, double work, int *per) {
     int threads = ds_pool_threads();
     int tasks = (threads <= 1 || work < 32768.0) ? 1 : DS_MIN((out + 15) / 16, 4 * threads);
     *per = (out + tasks - 1) / tasks;
@@ -211,7 +211,7 @@ static void mx_run_many(const ds_linear_job *jobs, int n_jobs, ds_mx_row_fn fn, 
         mx_layout(jobs[j].xq, jobs[j].n, L->in, buf);
         mj[nj] = (mxjob){.L = L, .act = buf, .xs = jobs[j].xs, .n = jobs[j].n, .y = jobs[j].y};
         buf += (size_t)jobs[j].n * MX_PLANES * mx_part(L->in);
-        int per, cnt = task_split(L->out, (double)L->out * L->in * jobs[j].n, &per);
+        int per, cnt = ds_official_task_split(L->out, (double)L->out * L->in * jobs[j].n, &per);
         for (int t = 0; t < cnt; t++) tasks[nt++] = (mxtask){nj, t * per, DS_MIN(L->out, (t + 1) * per)};
         nj++;
     }
@@ -317,14 +317,14 @@ void ds_fp8_forward_fast_with(const ds_linear *L, const ds_kern_ops *o, int use_
         void *xbuf = ds_kern_scratch(DS_SLOT_OFF_ACT, sizeof(float) * (size_t)n * (size_t)(((L->in + 31) & ~31) + 32));
         ds_ff_prepare_act(use_dot && o->ff_dot ? DS_FF_BF16_DOT : DS_FF_BF16_FMA, x, n, L->in, xbuf, &X);
         firun c = {.L = L, .X = &X, .fn = inreg, .y = y};
-        int tasks = task_split(L->out, (double)L->out * L->in * n, &c.per);
+        int tasks = ds_official_task_split(L->out, (double)L->out * L->in * n, &c.per);
         ds_pool_run(tasks, fp8_inreg_task, &c);
         return;
     }
     fprun c = {.L = L, .ops = o, .x = x, .n = n, .y = y, .dot = o && use_dot && o->ff_dot,
                .decode = o == &ds_kern_avx512 ? ds_fp8_decode_avx512 : o == &ds_kern_avx2 ? ds_fp8_decode_avx2 : ds_fp8_decode_ref};
     if (L->fmt == DS_LIN_MXFP4) c.decode = o ? ds_mx_decode_bf16_avx2 : ds_mx_decode_bf16;
-    int tasks = task_split(L->out, (double)L->out * L->in * n, &c.per);
+    int tasks = ds_official_task_split(L->out, (double)L->out * L->in * n, &c.per);
     c.tiles = ds_kern_scratch(DS_SLOT_OFF_TILES, sizeof(ds_bf16) * (size_t)tasks * 16 * (size_t)L->in);
     if (o) {
         void *xbuf = ds_kern_scratch(DS_SLOT_OFF_ACT, sizeof(float) * (size_t)n * (size_t)(((L->in + 31) & ~31) + 32));
@@ -389,6 +389,6 @@ void ds_official_forward(const ds_linear *L, const ds_bf16 *x, int n, float *y) 
         return;
     }
     fxrun c = {.L = L, .x = x, .n = n, .y = y};
-    int tasks = task_split(L->out, (double)L->out * L->in * n, &c.per);
+    int tasks = ds_official_task_split(L->out, (double)L->out * L->in * n, &c.per);
     ds_pool_run(tasks, fp8_exact_task, &c);
 }

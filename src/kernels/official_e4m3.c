@@ -128,10 +128,7 @@ void ds_mx_e4m3_exact(const ds_linear *L, const ds_bf16 *x, int n, float *y) {
     int16_t *kb = ds_kern_scratch(DS_SLOT_OFF_S, sizeof(int16_t) * (size_t)n * nb + 4);
     for (int r = 0; r < n; r++) ds_e4m3_row_units(x + (size_t)r * in, in, u + (size_t)r * in, kb + (size_t)r * nb);
     mx8run c = {.L = L, .u = u, .kb = kb, .n = n, .nb = nb, .y = y};
-    int threads = ds_pool_threads();
-    int tasks = threads <= 1 ? 1 : DS_MIN((L->out + 15) / 16, 4 * threads);
-    c.per = (L->out + tasks - 1) / tasks;
-    ds_pool_run((L->out + c.per - 1) / c.per, mx8_task, &c);
+    ds_pool_run(ds_official_task_split(L->out, (double)L->out * in * n, &c.per), mx8_task, &c);
 }
 
 /* One MXFP4 weight row as flushed bf16 (the fast tier's tile): e2m1(code)·2^(s-127) has at most

@@ -5,8 +5,9 @@
  * VPDPBUSD (unsigned magnitude x signed activation) accumulates four int32 partials per block,
  * summed in integers; a last partial group goes through a zero-padded copy.  Several activation
  * rows (a batched decode step, a prefill chunk) share one decode of each weight group
- * (DS_MX_ROWS_AVX512, biased activations).  All exact integers: equal to the scalar path.  Compiled twice like kern_avx512.c: natively, and by the unit tests
- * with DS_AVX512_EMULATE where SIMDe supplies the intrinsics (checked on hosts without AVX-512). */
+ * (DS_MX_ROWS_AVX512, biased activations).  All exact integers: equal to the scalar path.
+ * Compiled twice like kern_avx512.c: natively, and by the unit tests with DS_AVX512_EMULATE where
+ * SIMDe supplies the intrinsics (checked on hosts without AVX-512). */
 #include "kernels/kern_official.h"
 #include <math.h>
 #include <string.h>

@@ -19,7 +19,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (int i = 0; i < st->n_tensors; i++) {
             const ds_tensor *t = &st->tensors[i];
             if (t->begin > st->file_size - st->data_start || t->nbytes > st->file_size - st->data_start - t->begin) abort();
-            if ((uint64_t)ds_tensor_numel(t) * (uint64_t)ds_dtype_size(t->dtype) != t->nbytes) abort();
+            if (ds_dtype_nbytes(t->dtype, (uint64_t)ds_tensor_numel(t)) != t->nbytes) abort();
             if (ds_st_find(st, t->name) != t) abort();
             volatile uint8_t sink = 0;   /* touch the first and last byte: the view must be readable */
             if (t->nbytes) sink ^= ((const uint8_t *)t->data)[0] ^ ((const uint8_t *)t->data)[t->nbytes - 1];

@@ -32,17 +32,24 @@
 
 #define ST_HEADER_LIMIT 100000000ull
 
-static const struct { const char *name; int size; } g_dtypes[DS_DT_COUNT] = {
-    [DS_DT_F32] = {"F32", 4},     [DS_DT_F16] = {"F16", 2},       [DS_DT_BF16] = {"BF16", 2},
-    [DS_DT_I8] = {"I8", 1},       [DS_DT_U8] = {"U8", 1},         [DS_DT_F8_E4M3] = {"F8_E4M3", 1},
-    [DS_DT_F8_E8M0] = {"F8_E8M0", 1}, [DS_DT_F64] = {"F64", 8},   [DS_DT_I16] = {"I16", 2},
-    [DS_DT_U16] = {"U16", 2},     [DS_DT_I32] = {"I32", 4},       [DS_DT_U32] = {"U32", 4},
-    [DS_DT_I64] = {"I64", 8},     [DS_DT_U64] = {"U64", 8},       [DS_DT_BOOL] = {"BOOL", 1},
-    [DS_DT_F8_E5M2] = {"F8_E5M2", 1},
+/* bits per element (F4: the safetensors 4-bit float, two per byte) */
+static const struct { const char *name; int bits; } g_dtypes[DS_DT_COUNT] = {
+    [DS_DT_F32] = {"F32", 32},    [DS_DT_F16] = {"F16", 16},      [DS_DT_BF16] = {"BF16", 16},
+    [DS_DT_I8] = {"I8", 8},       [DS_DT_U8] = {"U8", 8},         [DS_DT_F8_E4M3] = {"F8_E4M3", 8},
+    [DS_DT_F8_E8M0] = {"F8_E8M0", 8}, [DS_DT_F64] = {"F64", 64},  [DS_DT_I16] = {"I16", 16},
+    [DS_DT_U16] = {"U16", 16},    [DS_DT_I32] = {"I32", 32},      [DS_DT_U32] = {"U32", 32},
+    [DS_DT_I64] = {"I64", 64},    [DS_DT_U64] = {"U64", 64},      [DS_DT_BOOL] = {"BOOL", 8},
+    [DS_DT_F8_E5M2] = {"F8_E5M2", 8}, [DS_DT_F4] = {"F4", 4},
 };
 
 const char *ds_dtype_name(ds_dtype t) { return (unsigned)t < DS_DT_COUNT ? g_dtypes[t].name : "?"; }
-int ds_dtype_size(ds_dtype t) { return (unsigned)t < DS_DT_COUNT ? g_dtypes[t].size : 0; }
+int ds_dtype_bits(ds_dtype t) { return (unsigned)t < DS_DT_COUNT ? g_dtypes[t].bits : 0; }
+int ds_dtype_size(ds_dtype t) { return (ds_dtype_bits(t) + 7) / 8; }
+uint64_t ds_dtype_nbytes(ds_dtype t, uint64_t numel) {
+    const uint64_t bits = (uint64_t)ds_dtype_bits(t);
+    if (bits >= 8) return numel * (bits / 8);
+    return bits && numel % (8 / bits) == 0 ? numel / (8 / bits) : UINT64_MAX;
+}
 bool ds_dtype_is_float(ds_dtype t) { return t == DS_DT_F32 || t == DS_DT_F16 || t == DS_DT_BF16 || t == DS_DT_F64; }
 int ds_dtype_parse(const char *name, ds_dtype *out) {
     for (int i = 0; i < DS_DT_COUNT; i++)
@@ -93,7 +100,7 @@ static int parse_entry(const char *path, const cJSON *v, ds_tensor *t, ds_error 
         return ds_io_fail(err, "E_HEADER_PARSE", path, t->name, "dtype: expected a string, found %s", ds_io_json_brief(b1, sizeof b1, dt));
     if (ds_dtype_parse(dt->valuestring, &t->dtype))
         return ds_io_fail(err, "E_HEADER_PARSE", path, t->name,
-                          "dtype: expected one of F32 F16 BF16 I8 U8 F8_E4M3 F8_E8M0 F64 I16 U16 I32 U32 I64 U64 BOOL F8_E5M2, found \"%.64s\"",
+                          "dtype: expected one of F32 F16 BF16 I8 U8 F8_E4M3 F8_E8M0 F64 I16 U16 I32 U32 I64 U64 BOOL F8_E5M2 F4, found \"%.64s\"",
                           dt->valuestring);
     if (!cJSON_IsArray(sh))
         return ds_io_fail(err, "E_HEADER_PARSE", path, t->name, "shape: expected an array of integers, found %s", ds_io_json_brief(b1, sizeof b1, sh));
@@ -118,14 +125,22 @@ static int parse_entry(const char *path, const cJSON *v, ds_tensor *t, ds_error 
         !ds_io_json_int(cJSON_GetArrayItem(of, 1), 0, INT64_MAX, &e))
         return ds_io_fail(err, "E_HEADER_PARSE", path, t->name, "data_offsets: expected [begin, end] non-negative integers, found %s",
                           ds_io_json_brief(b1, sizeof b1, of));
-    uint64_t isz = (uint64_t)ds_dtype_size(t->dtype);
+    const int bits = ds_dtype_bits(t->dtype);
     if (b > e)
         return ds_io_fail(err, "E_OFFSETS_RANGE", path, t->name, "expected begin <= end, found data_offsets [%" PRId64 ", %" PRId64 "]", b, e);
-    if (numel > UINT64_MAX / isz || (uint64_t)(e - b) != numel * isz)
+    if (bits < 8 && numel % (uint64_t)(8 / bits))
+        return ds_io_fail(err, "E_HEADER_PARSE", path, t->name, "shape: expected a whole number of bytes (%d elements of %s per byte), found %" PRIu64 " elements",
+                          8 / bits, ds_dtype_name(t->dtype), numel);
+    const uint64_t isz = bits >= 8 ? (uint64_t)(bits / 8) : 1, want = numel > UINT64_MAX / isz ? UINT64_MAX : ds_dtype_nbytes(t->dtype, numel);
+    if (want == UINT64_MAX || (uint64_t)(e - b) != want) {
+        char per[32];
+        if (bits >= 8) snprintf(per, sizeof per, "%" PRIu64 " bytes", isz);
+        else snprintf(per, sizeof per, "%d bits", bits);
         return ds_io_fail(err, "E_OFFSETS_RANGE", path, t->name,
-                          "expected end - begin = %" PRIu64 " elements x %" PRIu64 " bytes = %" PRIu64 ", found %" PRId64
+                          "expected end - begin = %" PRIu64 " elements x %s = %" PRIu64 ", found %" PRId64
                           " (data_offsets [%" PRId64 ", %" PRId64 "])",
-                          numel, isz, numel * isz, e - b, b, e);
+                          numel, per, want, e - b, b, e);
+    }
     t->begin = (uint64_t)b;
     t->nbytes = (uint64_t)(e - b);
     return 0;
@@ -355,7 +370,12 @@ static stw_entry *stw_push(ds_stwriter *w, const char *name, ds_dtype dt, int nd
         e->shape[i] = shape[i];
         numel *= (uint64_t)(shape[i] < 0 ? 0 : shape[i]);
     }
-    e->nbytes = numel * (uint64_t)ds_dtype_size(dt);
+    e->nbytes = ds_dtype_nbytes(dt, numel);
+    if (e->nbytes == UINT64_MAX) {
+        if (!w->bad) snprintf(w->bad_msg, sizeof w->bad_msg, "%s: %s needs an even element count", name, ds_dtype_name(dt));
+        w->bad = 1;
+        e->nbytes = 0;
+    }
     return e;
 }
 

@@ -8,12 +8,17 @@
 typedef enum {
     DS_DT_F32 = 0, DS_DT_F16, DS_DT_BF16, DS_DT_I8, DS_DT_U8, DS_DT_F8_E4M3, DS_DT_F8_E8M0,
     DS_DT_F64, DS_DT_I16, DS_DT_U16, DS_DT_I32, DS_DT_U32, DS_DT_I64, DS_DT_U64, DS_DT_BOOL,
-    DS_DT_F8_E5M2, DS_DT_COUNT
+    DS_DT_F8_E5M2, DS_DT_F4, DS_DT_COUNT
 } ds_dtype;
 
 const char *ds_dtype_name(ds_dtype t);
 bool ds_dtype_is_float(ds_dtype t); /* F32, F16, BF16, F64 (dense float storage) */
+/* Bytes per element; for F4 (two 4-bit elements per byte, the first in the low nibble) the byte
+ * that holds a pair, i.e. the alignment unit.  Byte counts go through ds_dtype_nbytes. */
 int ds_dtype_size(ds_dtype t);
+int ds_dtype_bits(ds_dtype t);
+/* Bytes of `numel` elements (F4: numel / 2; an odd F4 count has no byte length: UINT64_MAX). */
+uint64_t ds_dtype_nbytes(ds_dtype t, uint64_t numel);
 int ds_dtype_parse(const char *name, ds_dtype *out); /* -1 if unknown */
 
 #define DS_MAX_DIMS 8

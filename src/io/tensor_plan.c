@@ -35,9 +35,9 @@ void ds_plan_opts_default(ds_plan_opts *o, const ds_config *cfg) {
 }
 
 uint64_t ds_plan_nbytes(const ds_plan_tensor *t) {
-    uint64_t n = (uint64_t)ds_dtype_size(t->dtype);
+    uint64_t n = 1;
     for (int i = 0; i < t->ndim; i++) n *= (uint64_t)t->shape[i];
-    return n;
+    return ds_dtype_nbytes(t->dtype, n);
 }
 
 /* Float dtype sets (see the file comment). */

@@ -40,7 +40,7 @@ void ds_fsrc_tensor_init(ds_fsrc_tensor *t, const char *name, ds_dtype dt, int n
     for (int i = 0; i < ndim; i++) { t->shape[i] = shape[i]; numel *= shape[i]; }
     t->cols = ndim ? shape[ndim - 1] : 1;
     t->rows = t->cols ? numel / t->cols : 0;
-    t->nbytes = (uint64_t)numel * (uint64_t)ds_dtype_size(dt);
+    t->nbytes = ds_dtype_nbytes(dt, (uint64_t)numel);
 }
 
 static int cmp_fsrc_tensor(const void *a, const void *b) {
@@ -288,7 +288,7 @@ static int pair_fp8(ds_fsrc *s, dir_impl *d, const char *dirname, ds_error *err)
     for (int i = 0; i < s->n && !rc; i++) {
         const ds_tensor *w = d->view[i];
         size_t nl = strlen(w->name);
-        bool encoded = w->dtype == DS_DT_F8_E4M3 || w->dtype == DS_DT_I8 || w->dtype == DS_DT_U8;
+        bool encoded = w->dtype == DS_DT_F8_E4M3 || w->dtype == DS_DT_I8 || w->dtype == DS_DT_U8 || w->dtype == DS_DT_F4;
         if (nl > 6 && !strcmp(w->name + nl - 6, ".scale") && (w->dtype == DS_DT_F8_E8M0 || w->dtype == DS_DT_U8)) continue;
         if (!encoded) {
             if (!ds_dtype_is_float(w->dtype) || w->dtype == DS_DT_F64)
@@ -316,7 +316,7 @@ static int pair_fp8(ds_fsrc *s, dir_impl *d, const char *dirname, ds_error *err)
             if (engram && cols % 32) sc = NULL;
         } else {
             kind = DS_FP8_MXFP4;
-            in = 2 * cols;
+            in = w->dtype == DS_DT_F4 ? cols : 2 * cols;   /* F4 [out, in] or packed bytes [out, in/2]: the same bytes */
             want0 = out;
             want1 = in / 32;
             if (in % 32) sc = NULL;

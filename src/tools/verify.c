@@ -565,7 +565,7 @@ static void check_headers(vctx *v) {
     vckpt *k = &v->m;
     const uint32_t allowed = DS_DT_BIT(DS_DT_I8) | DS_DT_BIT(DS_DT_U8) | DS_DT_BIT(DS_DT_BF16) | DS_DT_BIT(DS_DT_F16) |
                              DS_DT_BIT(DS_DT_F32) | DS_DT_BIT(DS_DT_F8_E4M3) | DS_DT_BIT(DS_DT_F8_E8M0) |
-                             DS_DT_BIT(DS_DT_I32) | DS_DT_BIT(DS_DT_I64);
+                             DS_DT_BIT(DS_DT_I32) | DS_DT_BIT(DS_DT_I64) | DS_DT_BIT(DS_DT_F4);   /* F4: official MXFP4 experts */
     int nf = 0;
     int64_t nt = 0;
     for (int f = 0; f < k->n_files; f++) {

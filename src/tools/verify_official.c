@@ -59,15 +59,15 @@ static void official_encodings(vctx *v) {
         got[kind]++;
         if (kind == DS_OFF_FLOAT || kind == DS_OFF_DROP) continue;
         bool fp4 = kind == DS_OFF_MXFP4;
-        if (fp4 ? t->dtype != DS_DT_U8 && t->dtype != DS_DT_I8 : t->dtype != DS_DT_F8_E4M3) {
-            vc_issue(c, VS_FAIL, "%s: expected %s, found %s", nm->name, fp4 ? "U8/I8 packed E2M1" : "F8_E4M3", ds_dtype_name(t->dtype));
+        if (fp4 ? t->dtype != DS_DT_U8 && t->dtype != DS_DT_I8 && t->dtype != DS_DT_F4 : t->dtype != DS_DT_F8_E4M3) {
+            vc_issue(c, VS_FAIL, "%s: expected %s, found %s", nm->name, fp4 ? "F4 or U8/I8 packed E2M1" : "F8_E4M3", ds_dtype_name(t->dtype));
             continue;
         }
         char sn[192];
         snprintf(sn, sizeof sn, "%.*s.scale", (int)(strlen(nm->name) - 7), nm->name);
         const vname *s = vk_find(k, sn);
         if (!s) { vc_issue(c, VS_FAIL, "%s: expected its scale %s, found none", nm->name, sn); continue; }
-        int64_t r = t->shape[0], w = t->ndim == 2 ? t->shape[1] * (fp4 ? 2 : 1) : 0;
+        int64_t r = t->shape[0], w = t->ndim == 2 ? t->shape[1] * (fp4 && t->dtype != DS_DT_F4 ? 2 : 1) : 0;
         int64_t want0 = kind == DS_OFF_FP8 ? (r + 31) / 32 : r, want1 = (w + 31) / 32;
         if (s->t->dtype != DS_DT_F8_E8M0 && s->t->dtype != DS_DT_U8)
             vc_issue(c, VS_FAIL, "%s: expected F8_E8M0, found %s", sn, ds_dtype_name(s->t->dtype));

@@ -136,6 +136,27 @@ else
     bad "quantize --src-format fp8 / mkmodel yardstick did not run: $(tail -2 "$TMP/q.log" "$TMP/m.log")"
 fi
 
+echo "--- routed experts stored as safetensors' F4 [out, in] (the same bytes as packed U8 [out, in/2])"
+F4=$TMP/tiny_f4
+rm -rf "$F4"; cp -r "$OFF" "$F4"
+n_f4=$("$PY" tests/fp8/corrupt.py "$F4" f4)
+"$BIN" verify "$F4" >"$TMP/verify_f4.log" 2>&1; rc=$?
+check "verify passes the F4 layout ($n_f4 expert weights retagged by an independent writer; N1 counts them as MXFP4)" \
+    "[ $rc = 0 ] && [ '${n_f4:-0}' -gt 0 ] && grep -q 'MXFP4 experts $n_f4,' '$TMP/verify_f4.log'"
+part "$PY" tests/oracle/compare.py --bin "$BIN" --numerics exact --model "$F4" --tmp "$TMP/cmp_f4" \
+    --prompt-lens 157 --chunks 7 --gen 32 --seed 7 --mode decisive --kernels auto --label official-f4
+f4_gen() { "$BIN" generate --model "$1" --prompt-ids $ids --max-tokens 24 --numerics fast 2>/dev/null | grep '^generated:'; }
+ids=5,6,7,8,9,10,11,12,13,14,15,16
+g_u8=$(f4_gen "$OFF"); g_f4=$(f4_gen "$F4")
+check "fast tier: F4 and U8 experts give the same tokens ($g_f4)" "[ -n '$g_f4' ] && [ '$g_u8' = '$g_f4' ]"
+if "$BIN" quantize --src "$F4" --dst "$TMP/conv_f4" --src-format fp8 >"$TMP/q_f4.log" 2>&1 && [ -d "$TMP/conv" ]; then
+    same=1
+    for f in "$TMP/conv"/*.safetensors; do cmp -s "$f" "$TMP/conv_f4/$(basename "$f")" || same=0; done
+    check "quantize --src-format fp8 writes the same release from F4 as from U8 experts" "[ $same = 1 ]"
+else
+    bad "quantize --src-format fp8 of the F4 layout: $(tail -2 "$TMP/q_f4.log")"
+fi
+
 echo "--- serve: the official layout through the same command as the W4A8 release"
 . tests/server/serve_lib.sh
 if start_server "$TMP/serve.log" --model "$OFF"; then
@@ -181,6 +202,7 @@ CODE=E_WEIGHT_NAN TENSOR=layers.0.attn.wkv.weight refuse weight_nan nan layers.0
 CODE=E_SHAPE_MISMATCH TENSOR=layers.0.attn.wkv.scale refuse dense_block_shape shape layers.0.attn.wkv.scale 4 2
 CODE=E_SHAPE_MISMATCH TENSOR=layers.0.ffn.experts.0.w1.scale refuse expert_block_shape shape layers.0.ffn.experts.0.w1.scale 32 8
 CODE=E_SHARD_TRUNCATED TENSOR= refuse truncated_shard truncate
+CODE=E_OFFSETS_RANGE TENSOR=layers.0.ffn.experts.1.w3.weight refuse f4_byte_count f4bytes layers.0.ffn.experts.1.w3.weight
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

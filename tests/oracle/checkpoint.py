@@ -472,7 +472,7 @@ class Checkpoint:
             act = "int8" if prefix.endswith(".wo_a") or prefix == "wo_a" else self.activations   # §14: wo_a sees bf16
             if dt == "F8_E4M3":
                 return Linear("float", w=fp8_tile_weights(w, sc, wname), label="FP8", act=act)
-            if dt in ("I8", "U8"):
+            if dt in ("I8", "U8", "F4"):   # F4 [out, in] arrives as its bytes [out, in/2]: the same packing
                 out, half = w.shape
                 if sc.shape != (out, 2 * half // 32):
                     raise CheckpointError(f"{wname}: scale shape {sc.shape}, expected {(out, 2 * half // 32)}")

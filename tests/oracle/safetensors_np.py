@@ -22,7 +22,15 @@ DTYPES = {
     "I64": (np.int64, 8), "I32": (np.int32, 4), "I16": (np.int16, 2), "I8": (np.int8, 1),
     "U64": (np.uint64, 8), "U32": (np.uint32, 4), "U16": (np.uint16, 2), "U8": (np.uint8, 1),
     "BOOL": (np.uint8, 1), "F8_E4M3": (np.uint8, 1), "F8_E5M2": (np.uint8, 1), "F8_E8M0": (np.uint8, 1),
+    "F4": (np.uint8, 1),   # 4-bit floats, two per byte: see packed_bytes()
 }
+
+
+def packed_bytes(dtype, numel):
+    """Bytes that `numel` elements of `dtype` occupy (F4: two elements per byte; None if odd)."""
+    if dtype == "F4":
+        return numel // 2 if numel % 2 == 0 else None
+    return numel * DTYPES[dtype][1]
 HEADER_LIMIT = 100_000_000
 
 
@@ -74,7 +82,7 @@ class SafeTensorsFile:
             if dt not in DTYPES:
                 raise FormatError(f"{path}: {name}: unknown dtype {dt!r}")
             numel = int(np.prod(shape, dtype=np.int64)) if shape else 1
-            if b > e or e - b != numel * DTYPES[dt][1]:
+            if b > e or e - b != packed_bytes(dt, numel):
                 raise FormatError(f"{path}: {name}: data_offsets [{b}, {e}] do not hold {numel} x {dt}")
             if e > self.data_size:
                 raise FormatError(f"{path}: {name}: range end {e} beyond data section of {self.data_size} bytes")
@@ -101,6 +109,8 @@ class SafeTensorsFile:
             raw = np.frombuffer(bytes(self._buf[off:off + t.end - t.begin]), dtype=np.dtype(npdt).newbyteorder("<"))
         else:
             raw = np.frombuffer(self._buf, dtype=np.dtype(npdt).newbyteorder("<"), count=count, offset=off)
+        if t.dtype == "F4":   # the bytes as [..., last / 2], two E2M1 codes per byte (low nibble first)
+            return raw.reshape(tuple(t.shape[:-1]) + (t.shape[-1] // 2,))
         return raw.reshape(t.shape)
 
 

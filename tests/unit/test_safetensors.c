@@ -52,15 +52,18 @@ static const char *repo_root(void) {
 }
 
 TEST(dtype_table) {
-    const char *names[] = {"F32", "F16", "BF16", "I8", "U8", "F8_E4M3", "F8_E8M0", "F64", "I16", "U16", "I32", "U32", "I64", "U64", "BOOL", "F8_E5M2"};
-    const int sizes[] = {4, 2, 2, 1, 1, 1, 1, 8, 2, 2, 4, 4, 8, 8, 1, 1};
+    const char *names[] = {"F32", "F16", "BF16", "I8", "U8", "F8_E4M3", "F8_E8M0", "F64", "I16", "U16", "I32", "U32", "I64", "U64", "BOOL", "F8_E5M2", "F4"};
+    const int bits[] = {32, 16, 16, 8, 8, 8, 8, 64, 16, 16, 32, 32, 64, 64, 8, 8, 4};
+    CHECK(DS_ARRAY_LEN(names) == DS_DT_COUNT && DS_ARRAY_LEN(bits) == DS_DT_COUNT);
     for (int i = 0; i < DS_DT_COUNT; i++) {
         ds_dtype t;
         CHECK(ds_dtype_parse(names[i], &t) == 0 && (int)t == i, "%s", names[i]);
-        CHECK(!strcmp(ds_dtype_name(t), names[i]) && ds_dtype_size(t) == sizes[i], "%s", names[i]);
+        CHECK(!strcmp(ds_dtype_name(t), names[i]) && ds_dtype_bits(t) == bits[i] && ds_dtype_size(t) == (bits[i] + 7) / 8, "%s", names[i]);
+        CHECK(ds_dtype_nbytes(t, 6) == (uint64_t)(6 * bits[i] / 8), "%s", names[i]);
     }
     ds_dtype t;
-    CHECK(ds_dtype_parse("F4", &t) == -1 && ds_dtype_parse("f32", &t) == -1);
+    CHECK(ds_dtype_nbytes(DS_DT_F4, 7) == UINT64_MAX, "an odd F4 count has no byte length");
+    CHECK(ds_dtype_parse("F6_E3M2", &t) == -1 && ds_dtype_parse("f32", &t) == -1);
     CHECK(ds_dtype_is_float(DS_DT_BF16) && ds_dtype_is_float(DS_DT_F16) && !ds_dtype_is_float(DS_DT_I8) && !ds_dtype_is_float(DS_DT_F8_E4M3));
 }
 
@@ -79,7 +82,7 @@ TEST(round_trip_every_dtype) {
         for (int i = 0; i < 120; i++) src[d][i] = (uint8_t)(d * 31 + i * 5);
         char name[32];
         snprintf(name, sizeof name, "t.%s", ds_dtype_name((ds_dtype)d));
-        int64_t shape[2] = {3, 120 / 3 / ds_dtype_size((ds_dtype)d)};
+        int64_t shape[2] = {3, 120 * 8 / 3 / ds_dtype_bits((ds_dtype)d)};
         ds_stw_add(w, name, (ds_dtype)d, 2, shape, src[d], d % 2);
     }
     int64_t sc = 0, zshape[2] = {0, 5}, fshape[1] = {37};
@@ -108,7 +111,7 @@ TEST(round_trip_every_dtype) {
         if (!t) continue;
         CHECK(!memcmp(t->data, src[d], 120), "%s bytes", name);
         CHECK(((uintptr_t)t->data % (uintptr_t)ds_dtype_size(t->dtype)) == 0, "%s aligned", name);
-        CHECK(t->file == f && ds_tensor_numel(t) == 120 / ds_dtype_size(t->dtype));
+        CHECK(t->file == f && ds_tensor_numel(t) == 120 * 8 / ds_dtype_bits(t->dtype));
     }
     const ds_tensor *t = ds_st_find(f, "scalar");
     CHECK(t && t->ndim == 0 && ds_tensor_numel(t) == 1 && ((const float *)t->data)[0] == 2.5f);
@@ -277,6 +280,9 @@ TEST(offset_and_truncation_errors) {
     struct { const char *hdr, *code, *want; size_t data; } c[] = {
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", "E_OFFSETS_RANGE", "a: expected end - begin = 2 elements x 4 bytes = 8, found 4", 8},
         {"{\"a\":{\"dtype\":\"I8\",\"shape\":[0],\"data_offsets\":[4,0]}}", "E_OFFSETS_RANGE", "a: expected begin <= end, found data_offsets [4, 0]", 8},
+        /* F4: two elements per byte, so [2, 8] is 8 bytes and an odd element count has no byte length */
+        {"{\"a\":{\"dtype\":\"F4\",\"shape\":[2,8],\"data_offsets\":[0,16]}}", "E_OFFSETS_RANGE", "a: expected end - begin = 16 elements x 4 bits = 8, found 16", 16},
+        {"{\"a\":{\"dtype\":\"F4\",\"shape\":[3,3],\"data_offsets\":[0,5]}}", "E_HEADER_PARSE", "a: shape: expected a whole number of bytes (2 elements of F4 per byte), found 9 elements", 8},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
          "E_OFFSETS_RANGE", "b: expected no overlap, found range [4, 8) overlapping a [0, 8)", 8},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",

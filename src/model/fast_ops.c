@@ -87,6 +87,25 @@ DS_CLONES float ds_fdot_bb(const ds_bf16 *a, const ds_bf16 *b, int n) {
     return vfinish(v0, v1, v2, v3, t, nt);
 }
 
+/* ds_fdot_fb's order for n = 32 (each lane holds 0 + one product; then vtree), with the 32 outputs
+ * as the vector dimension: every step below is the same IEEE operation on each output's operands. */
+DS_CLONES void ds_frot32_fb(const float *Bt, const ds_bf16 *x, float *o) {
+    float z[32][32], s[8][32];
+    for (int j = 0; j < 32; j++) {
+        const float xj = ds_bf16_to_f32(x[j]);
+#pragma omp simd
+        for (int i = 0; i < 32; i++) z[j][i] = 0.0f + Bt[32 * j + i] * xj;
+    }
+    for (int j = 0; j < 8; j++)   /* lanes j, j+16 (v0 + v2) and j+8, j+24 (v1 + v3), then their sum */
+#pragma omp simd
+        for (int i = 0; i < 32; i++) s[j][i] = (z[j][i] + z[j + 16][i]) + (z[j + 8][i] + z[j + 24][i]);
+    for (int j = 0; j < 4; j++)
+#pragma omp simd
+        for (int i = 0; i < 32; i++) s[j][i] = s[j][i] + s[j + 4][i];
+#pragma omp simd
+    for (int i = 0; i < 32; i++) o[i] = (s[0][i] + s[2][i]) + (s[1][i] + s[3][i]);
+}
+
 DS_CLONES float ds_fdot_fb(const float *a, const ds_bf16 *b, int n) {
     v8f v0 = {0}, v1 = {0}, v2 = {0}, v3 = {0};
     int i = 0;
@@ -185,9 +204,69 @@ void ds_rope_apply_fast(ds_bf16 *v, int len, int rd, const float *cs, int invers
     }
 }
 
-float ds_hc_mix_dot_fast(const ds_hc_params *p, const ds_bf16 *X, int i) {
-    const int n = p->hc * p->dim;
-    return ds_fdot_fb(p->fn + (size_t)i * n, X, n);
+/* 2 mixes x 2 rows of ds_fdot_fb in one pass: every accumulator takes that function's operations
+ * (0 + products, lane k mod 32, the tail added lane by lane, vtree).  The 32 lanes are held as two
+ * 16-wide vectors here (lanes 0-15, 16-31: the same lanes, so the same bits; one zmm each on the
+ * AVX-512 clone), and the accumulators are named variables so that they stay in registers. */
+typedef float v16f __attribute__((vector_size(64)));
+typedef uint32_t v16u __attribute__((vector_size(64)));
+typedef uint16_t v16h __attribute__((vector_size(32)));
+
+static inline __attribute__((always_inline)) v16f load16_f(const float *p) {
+    v16f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline __attribute__((always_inline)) v16f load16_b(const ds_bf16 *p) {
+    v16h h;
+    memcpy(&h, p, sizeof h);
+    v16u u = __builtin_convertvector(h, v16u) << 16;
+    v16f f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static inline __attribute__((always_inline)) float finish16(v16f lo, v16f hi, const float *w, const ds_bf16 *x, int nt) {
+    float l[LANES], t[LANES];
+    memcpy(l, &lo, sizeof lo);
+    memcpy(l + 16, &hi, sizeof hi);
+    for (int j = 0; j < nt; j++) t[j] = w[j] * ds_bf16_to_f32(x[j]);
+    return vfinish(load_f(l), load_f(l + 8), load_f(l + 16), load_f(l + 24), t, nt);
+}
+
+/* W0, W1: two weight rows; X0, X1: two activation rows (a pointer may repeat: that pair is then
+ * computed twice and stored once).  d<mix><row>. */
+static inline __attribute__((always_inline)) void mix_tile22(const float *W0, const float *W1, const ds_bf16 *X0,
+                                                            const ds_bf16 *X1, int n, float d[4]) {
+    v16f a00 = {0}, b00 = {0}, a01 = {0}, b01 = {0}, a10 = {0}, b10 = {0}, a11 = {0}, b11 = {0};
+    int k = 0;
+    for (; k + LANES <= n; k += LANES) {
+        const v16f xa0 = load16_b(X0 + k), xb0 = load16_b(X0 + k + 16), xa1 = load16_b(X1 + k), xb1 = load16_b(X1 + k + 16);
+        const v16f wa0 = load16_f(W0 + k), wb0 = load16_f(W0 + k + 16), wa1 = load16_f(W1 + k), wb1 = load16_f(W1 + k + 16);
+        a00 = a00 + wa0 * xa0;
+        b00 = b00 + wb0 * xb0;
+        a01 = a01 + wa0 * xa1;
+        b01 = b01 + wb0 * xb1;
+        a10 = a10 + wa1 * xa0;
+        b10 = b10 + wb1 * xb0;
+        a11 = a11 + wa1 * xa1;
+        b11 = b11 + wb1 * xb1;
+    }
+    const int nt = n - k;
+    d[0] = finish16(a00, b00, W0 + k, X0 + k, nt);
+    d[1] = finish16(a01, b01, W0 + k, X1 + k, nt);
+    d[2] = finish16(a10, b10, W1 + k, X0 + k, nt);
+    d[3] = finish16(a11, b11, W1 + k, X1 + k, nt);
+}
+
+DS_CLONES void ds_hc_mix_dots_fast(const ds_hc_params *p, const ds_bf16 *X, int nr, int i0, int ni, float *dots) {
+    const int n = p->hc * p->dim, nmix = (2 + p->hc) * p->hc;
+    const float *W0 = p->fn + (size_t)i0 * n, *W1 = ni == 2 ? W0 + n : W0;
+    float d[4];
+    mix_tile22(W0, W1, X, nr == 2 ? X + n : X, n, d);
+    dots[i0] = d[0];
+    if (nr == 2) dots[nmix + i0] = d[1];
+    if (ni == 2) dots[i0 + 1] = d[2];
+    if (ni == 2 && nr == 2) dots[nmix + i0 + 1] = d[3];
 }
 
 /* Row softmax (+eps), then alternating column/row normalizations, all sums in index order. */

@@ -39,6 +39,9 @@ static inline float ds_ftree(float *l) {
 }
 float ds_fdot_bb(const ds_bf16 *a, const ds_bf16 *b, int n);      /* Σ a·b (products exact in fp32) */
 float ds_fdot_fb(const float *a, const ds_bf16 *b, int n);        /* Σ fp32(a·b) */
+/* o[i] = ds_fdot_fb(B + 32·i, x, 32) for i < 32 (the same bits), given Bt = Bᵀ (Bt[32·j + i] =
+ * B[32·i + j]): the 32 dots of a 32×32 block rotation at once, vectorized across i. */
+void ds_frot32_fb(const float *Bt, const ds_bf16 *x, float *o);
 float ds_fdot_ff(const float *a, const float *b, int n);          /* Σ fp32(a·b) */
 float ds_fsum(const float *a, int n);                             /* Σ a */
 float ds_fdot3_fff(const float *a, const float *b, const float *c, int n); /* Σ fp32(fp32(a·b)·c) */
@@ -55,7 +58,11 @@ static inline float ds_fsigmoid(float z) { return 1.0f / (1.0f + ds_fexp(-z)); }
 /* ---- fast versions of the model's building blocks (same arguments as the exact ones) ---- */
 void ds_rmsnorm_bf16_fast(const ds_bf16 *x, const float *w, int n, double eps, ds_bf16 *y);
 void ds_rope_apply_fast(ds_bf16 *v, int len, int rd, const float *cs, int inverse);
-float ds_hc_mix_dot_fast(const ds_hc_params *p, const ds_bf16 *X, int i);
+/* Mix dots i0 .. i0+ni-1 of rows X[0 .. nr) (ni, nr <= 2; rows HC·D apart) into dots[r·nmix + i]:
+ * dot = ds_fdot_fb(fn + i·HC·D, X_r, HC·D) bit for bit, with each weight chunk loaded once for both rows and each
+ * activation chunk once for both mixes (the dots of a step re-read a site's fn once per row pair,
+ * not once per row). */
+void ds_hc_mix_dots_fast(const ds_hc_params *p, const ds_bf16 *X, int nr, int i0, int ni, float *dots);
 void ds_hc_mixes_from_dots_fast(const ds_hc_params *p, const ds_bf16 *X, const float *dots, ds_hc_mix *out);
 void ds_hc_sinkhorn_fast(float *C, int hc, int iters, float eps);
 void ds_hc_collapse_fast(const ds_bf16 *X, const float *w, int hc, int dim, ds_bf16 *y);
@@ -80,9 +87,6 @@ static inline void ds_rmsnorm_t(ds_numerics t, const ds_bf16 *x, const float *w,
 static inline void ds_rope_apply_t(ds_numerics t, ds_bf16 *v, int len, int rd, const float *cs, int inverse) {
     if (t == DS_NUMERICS_FAST) ds_rope_apply_fast(v, len, rd, cs, inverse);
     else ds_rope_apply(v, len, rd, cs, inverse);
-}
-static inline float ds_hc_mix_dot_t(ds_numerics t, const ds_hc_params *p, const ds_bf16 *X, int i) {
-    return t == DS_NUMERICS_FAST ? ds_hc_mix_dot_fast(p, X, i) : ds_hc_mix_dot(p, X, i);
 }
 static inline void ds_hc_mixes_from_dots_t(ds_numerics t, const ds_hc_params *p, const ds_bf16 *X, const float *dots,
                                            ds_hc_mix *out) {

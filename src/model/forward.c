@@ -26,14 +26,25 @@ typedef struct site_ctx {
     ds_bf16 *tmp;                 /* [N][D] collapsed rows before the norm */
 } site_ctx;
 
-/* One long dot product of the mixes: task = row · (2+HC)·HC + i. */
+/* Exact tier: one long dot product of the mixes, task = row · (2+HC)·HC + i. */
 static void mix_dot_task(void *vctx, int t, int thread) {
     (void)thread;
     site_ctx *s = vctx;
     ds_step *st = s->st;
     const int HC = st->c->hc_mult, D = st->c->dim, nmix = (2 + HC) * HC;
     const int r = t / nmix, i = t % nmix;
-    s->dots[t] = ds_hc_mix_dot_t(st->m->numerics, s->hp, st->X + (size_t)r * HC * D, i);
+    s->dots[t] = ds_hc_mix_dot(s->hp, st->X + (size_t)r * HC * D, i);
+}
+
+/* Fast tier: a tile of 2 rows x 2 mixes per task (same bits as mix_dot_task's dots). */
+static void mix_tile_task(void *vctx, int t, int thread) {
+    (void)thread;
+    site_ctx *s = vctx;
+    ds_step *st = s->st;
+    const int HC = st->c->hc_mult, D = st->c->dim, nmix = (2 + HC) * HC, mix_pairs = (nmix + 1) / 2;
+    const int r0 = 2 * (t / mix_pairs), i0 = 2 * (t % mix_pairs);
+    ds_hc_mix_dots_fast(s->hp, st->X + (size_t)r0 * HC * D, DS_MIN(2, st->N - r0), i0, DS_MIN(2, nmix - i0),
+                        s->dots + (size_t)r0 * nmix);
 }
 
 /* Site entry of one row: mixes from X, u = rmsnorm(collapse(X, pre_in)). */
@@ -67,7 +78,8 @@ void ds_mhc_site_enter(ds_step *st, const ds_hc_params *hp, const float *norm) {
     ds_arena_mark mk = ds_arena_mark_get(st->arena);
     s.dots = DS_ARENA_NEW(st->arena, float, (size_t)st->N * nmix);
     s.tmp = DS_ARENA_NEW(st->arena, ds_bf16, (size_t)st->N * st->c->dim);
-    ds_pool_run(st->N * nmix, mix_dot_task, &s);
+    if (st->m->numerics == DS_NUMERICS_FAST) ds_pool_run((st->N + 1) / 2 * ((nmix + 1) / 2), mix_tile_task, &s);
+    else ds_pool_run(st->N * nmix, mix_dot_task, &s);
     ds_pool_run(st->N, site_in_task, &s);
     ds_arena_release(st->arena, mk);
 }

@@ -262,6 +262,51 @@ TEST(fast_reductions_follow_the_documented_order) {
     CHECK(differs, "a sequential sum never differs: the check above would not see a wrong order");
 }
 
+/* The Engram gate's block un-rotation: 32 dots at once must equal 32 calls of the documented dot
+ * (ref_dot_fb, the plain-code 32-lane order), signed zeros and wide magnitudes included. */
+TEST(fast_rotation_block_equals_32_dots) {
+    float B[32 * 32], Bt[32 * 32], o[32];
+    ds_bf16 x[32];
+    uint32_t s = 7;
+    int bad = 0;
+    for (int trial = 0; trial < 200; trial++) {
+        for (int i = 0; i < 32 * 32; i++) B[i] = frand(&s) * ldexpf(1.0f, (int)(s % 40) - 20);
+        for (int j = 0; j < 32; j++) x[j] = ds_f32_to_bf16(frand(&s) * ldexpf(1.0f, (int)(s % 30) - 15));
+        if (trial % 7 == 0) x[trial % 32] = 0x8000;          /* -0 */
+        if (trial % 11 == 0) for (int j = 0; j < 32; j++) x[j] = 0x8000;
+        for (int i = 0; i < 32; i++)
+            for (int j = 0; j < 32; j++) Bt[32 * j + i] = B[32 * i + j];
+        ds_frot32_fb(Bt, x, o);
+        for (int i = 0; i < 32; i++) bad += !same_bits(o[i], ref_dot_fb(B + 32 * i, x, 32));
+    }
+    CHECK(bad == 0, "%d of %d outputs differ from ref_dot_fb", bad, 200 * 32);
+}
+
+/* The mHC mix dots in 2 x 2 tiles: every (row, mix) of every tile shape equals ds_fdot_fb's
+ * documented order (ref_dot_fb), with a tail (HC·D not a multiple of 32). */
+TEST(fast_mix_dot_tiles_equal_single_dots) {
+    enum { HC = 4, D = 50, N = HC * D, NMIX = (2 + HC) * HC };
+    static float fn[NMIX * N];
+    static ds_bf16 X[3 * N];
+    float dots[3 * NMIX];
+    uint32_t s = 5;
+    for (int i = 0; i < NMIX * N; i++) fn[i] = frand(&s) * 0.3f;
+    for (int i = 0; i < 3 * N; i++) X[i] = ds_f32_to_bf16(frand(&s) * 2.0f);
+    ds_hc_params p = {.hc = HC, .dim = D, .fn = fn};
+    int bad = 0, checked = 0;
+    for (int nr = 1; nr <= 2; nr++)
+        for (int ni = 1; ni <= 2; ni++)
+            for (int r0 = 0; r0 + nr <= 3; r0++)
+                for (int i0 = 0; i0 + ni <= NMIX; i0 += 5) {
+                    for (int k = 0; k < 3 * NMIX; k++) dots[k] = -1.0f;
+                    ds_hc_mix_dots_fast(&p, X + (size_t)r0 * N, nr, i0, ni, dots);
+                    for (int r = 0; r < nr; r++)
+                        for (int i = i0; i < i0 + ni; i++, checked++)
+                            bad += !same_bits(dots[r * NMIX + i], ref_dot_fb(fn + (size_t)i * N, X + (size_t)(r0 + r) * N, N));
+                }
+    CHECK(bad == 0 && checked > 0, "%d of %d tile dots differ from ref_dot_fb", bad, checked);
+}
+
 TEST(fast_exp_accuracy_and_vector_equals_scalar) {
     /* against libm's float64 exp (an independent oracle): within 2 ulp of the rounded value */
     double worst = 0;

@@ -79,14 +79,15 @@ static int bind_official(const ds_tensor *wt, const ds_tensor *st, int64_t out, 
     if (wt->dtype == DS_DT_F8_E4M3) {
         if (check_shape(wt, out, in, err) < 0 || check_shape(st, (out + 31) / 32, (in + 31) / 32, err) < 0) return -1;
         L->fmt = DS_LIN_FP8;
-    } else if (wt->dtype == DS_DT_I8 || wt->dtype == DS_DT_U8) {
+    } else if (wt->dtype == DS_DT_I8 || wt->dtype == DS_DT_U8 || wt->dtype == DS_DT_F4) {
         if (in % 32)
             return ds_io_fail(err, "E_SHAPE_MISMATCH", file_of(wt), wt->name, "expected an input width divisible by 32 (MXFP4 "
                               "scales per 32 inputs), found %lld", (long long)in);
-        if (check_shape(wt, out, in / 2, err) < 0 || check_shape(st, out, in / 32, err) < 0) return -1;
+        /* F4 [out, in] and packed bytes [out, in/2] are the same bytes (low nibble = even input) */
+        if (check_shape(wt, out, wt->dtype == DS_DT_F4 ? in : in / 2, err) < 0 || check_shape(st, out, in / 32, err) < 0) return -1;
         L->fmt = DS_LIN_MXFP4;
     } else {
-        return bad_dtype(wt, "F8_E4M3 or packed E2M1 (I8/U8)", err);
+        return bad_dtype(wt, "F8_E4M3 or E2M1 (F4, or packed in I8/U8)", err);
     }
     L->w = wt->data;
     L->w_e8m0 = st->data;

@@ -76,6 +76,13 @@ void ds_attn_head_fast(const ds_bf16 *q, const ds_bf16 *const *keys, int nk, flo
                        float *acc, ds_bf16 *o);
 /* Index score of one entry: Σ_h w[h]·max(0, qi[h]·k) (32-lane order over heads). */
 float ds_index_score_fast(const ds_bf16 *qi, const float *w, const ds_bf16 *k, int nh, int di);
+/* The same scores for n <= 16 keys at once (index_tile.c), bit for bit.  ds_index_query_prep widens
+ * the row's query and weights once, padded with zeros: qf [up(nh,16)][up(di,32)] floats, wp up(nh,16);
+ * kf is scratch of up(di,32) floats (at least 16). */
+#define DS_INDEX_TILE_KEYS 16
+void ds_index_query_prep(const ds_bf16 *qi, const float *w, int nh, int di, float *qf, float *wp);
+void ds_index_scores_fast(const float *qf, const float *wp, int nh, int di, const ds_bf16 *const *keys, int n,
+                          float *kf, float *out);
 /* Softmax-weighted pooling of a ratio-r group per channel (members in position order), as bf16. */
 void ds_pool_group_fast(const float *const *a, const float *const *g, int r, int dh, ds_bf16 *pooled);
 

@@ -31,6 +31,8 @@ typedef struct idx_ctx {
     int64_t max_np, max_nb;
     int heap_n;
     float *scr_I, *scr_bsc;
+    float *scr_qf;                /* [threads][qf_n]: the row's index query in fp32, then key scratch */
+    int64_t qf_n;
     int32_t *scr_heap;
     uint8_t *scr_keep;
 } idx_ctx;
@@ -44,15 +46,34 @@ static int cmp_i32(const void *a, const void *b) {
 
 static int64_t visible(const idx_ctx *x, int row) { return (x->st->pos[row] + 1) / x->ratio; }
 
-/* I[s] for s in [s0, s1): Σ_h w[h]·max(0, qi[h]·idxk[s]) in float64, one rounding. */
-static void score_range(const idx_ctx *x, int row, int64_t s0, int64_t s1, float *I) {
+/* Fast tier: the query widened once, then 16 entries per tile (index_tile.c: the same bits as
+ * ds_index_score_fast per entry). */
+static void score_range_tiled(const idx_ctx *x, int row, int64_t s0, int64_t s1, float *I, int thread) {
+    const ds_step *st = x->st;
+    const int nh = st->c->index_n_heads, di = st->c->index_head_dim;
+    const ds_seq *seq = st->ss[st->row_seq[row]].seq;
+    const ds_bf16 *qi = st->qi + (size_t)row * nh * di;
+    const int nhp = (nh + 15) / 16 * 16, dip = (di + 31) / 32 * 32;
+    float *qf = x->scr_qf + (size_t)thread * x->qf_n, *wp = qf + (size_t)nhp * dip, *kf = wp + nhp;
+    ds_index_query_prep(qi, st->iw + (size_t)row * nh, nh, di, qf, wp);
+    const ds_bf16 *keys[DS_INDEX_TILE_KEYS];
+    for (int64_t s = s0; s < s1; s += DS_INDEX_TILE_KEYS) {
+        const int n = s1 - s < DS_INDEX_TILE_KEYS ? (int)(s1 - s) : DS_INDEX_TILE_KEYS;
+        for (int u = 0; u < n; u++) keys[u] = ds_seq_idx_row(seq, x->src, s + u);
+        ds_index_scores_fast(qf, wp, nh, di, keys, n, kf, I + s);
+    }
+}
+
+/* I[s] for s in [s0, s1): Σ_h w[h]·max(0, qi[h]·idxk[s]) in float64, one rounding (exact tier), or
+ * the fast tier's fp32 order. */
+static void score_range(const idx_ctx *x, int row, int64_t s0, int64_t s1, float *I, int thread) {
     const ds_step *st = x->st;
     const int nh = st->c->index_n_heads, di = st->c->index_head_dim;
     const ds_seq *seq = st->ss[st->row_seq[row]].seq;
     const ds_bf16 *qi = st->qi + (size_t)row * nh * di;
     const float *w = st->iw + (size_t)row * nh;
     if (st->m->numerics == DS_NUMERICS_FAST) {
-        for (int64_t s = s0; s < s1; s++) I[s] = ds_index_score_fast(qi, w, ds_seq_idx_row(seq, x->src, s), nh, di);
+        score_range_tiled(x, row, s0, s1, I, thread);
         return;
     }
     for (int64_t s = s0; s < s1; s++) {
@@ -125,16 +146,15 @@ static void row_task(void *vctx, int row, int thread) {
     const int64_t Np = visible(x, row);
     float *I = x->scr_I + (size_t)thread * x->max_np;
     if (x->st->c->roles[x->layer].cand_source) x->st->n_cand[row] = -1;
-    score_range(x, row, 0, Np, I);
+    score_range(x, row, 0, Np, I, thread);
     select_row(x, row, I, thread);
 }
 
 /* Wide mode: the scan of one row split in chunks of entries. */
 static void chunk_task(void *vctx, int t, int thread) {
-    (void)thread;
     idx_ctx *x = vctx;
     int64_t s0 = (int64_t)t * SCAN_CHUNK, s1 = s0 + SCAN_CHUNK < x->np ? s0 + SCAN_CHUNK : x->np;
-    score_range(x, x->row, s0, s1, x->I);
+    score_range(x, x->row, s0, s1, x->I, thread);
 }
 
 void ds_indexer_run(ds_step *st, int l) {
@@ -150,7 +170,7 @@ void ds_indexer_run(ds_step *st, int l) {
     const float k = (float)(1.0 / sqrt((double)di * (double)nh));
     for (int r = 0; r < N; r++)
         for (int h = 0; h < nh; h++) st->iw[(size_t)r * nh + h] = ds_round_bf16(st->ftmp[(size_t)r * nh + h]) * k;
-    idx_ctx x = {st, l, st->ss[0].seq->pools->lay.src_of_layer[c->roles[l].kv_src], c->roles[l].ratio, 0, NULL, 0, 0, 0, 0, NULL, NULL, NULL, NULL};
+    idx_ctx x = {.st = st, .layer = l, .src = st->ss[0].seq->pools->lay.src_of_layer[c->roles[l].kv_src], .ratio = c->roles[l].ratio};
     int scored = 0;
     for (int r = 0; r < N; r++) {
         scored += needs_scores(&x, r);
@@ -164,6 +184,9 @@ void ds_indexer_run(ds_step *st, int l) {
     x.scr_I = DS_ARENA_NEW(st->arena, float, (size_t)T * x.max_np);
     x.scr_bsc = DS_ARENA_NEW(st->arena, float, (size_t)T * x.max_nb);
     x.scr_heap = DS_ARENA_NEW(st->arena, int32_t, (size_t)T * x.heap_n);
+    const int64_t nhp = (nh + 15) / 16 * 16, dip = (di + 31) / 32 * 32;
+    x.qf_n = (nhp * dip + nhp + dip + 15) / 16 * 16;   /* padded query, weights, key scratch; 64-byte steps */
+    x.scr_qf = DS_ARENA_NEW(st->arena, float, (size_t)T * x.qf_n);
     x.scr_keep = DS_ARENA_NEW(st->arena, uint8_t, (size_t)T * x.max_nb);
     if (scored >= T) {
         ds_pool_run(N, row_task, &x);

@@ -50,7 +50,7 @@ static size_t step_bytes(const ds_config *c, size_t N, size_t T, int64_t max_len
     for (int l = 0; l < c->n_layers; l++)
         if (c->roles[l].ratio > 0 && (min_ratio == 0 || c->roles[l].ratio < min_ratio)) min_ratio = c->roles[l].ratio;
     size_t np = min_ratio ? (size_t)(max_len / min_ratio) : 0;
-    size_t idx = min_ratio ? T * (A64(np * 4) + 2 * A64(np + 1) + A64(max_sz(K, CB) * 4)) : 0;
+    size_t idx = min_ratio ? T * (A64(np * 4) + 2 * A64(np + 1) + A64(max_sz(K, CB) * 4) + A64(((ni + 15) / 16 * 16 + 1) * ((di + 31) / 32 * 32 + 1) * 4 + 64)) : 0;
     size_t eng = c->n_engram ? A64(N * (size_t)c->engram_head_dim * DS_ENGRAM_MAX_COLS * 2) + A64(N * (HC + 1) * D * 4) +
                  2 * A64(T * D * 4) : 0;
     const size_t R = N * k, TT = R + N;

@@ -7,8 +7,8 @@
  * positions ascending (earlier positions from the sequence's WIN pages, this step's positions from
  * scratch), then the selected compressed entries ascending — and every reduction is float64 with
  * one rounding (docs/NUMERICS.md "attention"; the fast tier, ds_attn_head_fast, keeps the same key
- * order with fp32 sums in a fixed order; several rows of one sequence run as one block through
- * attn_tile.c, each row still in its own order), so a row's output is the same whether it arrives
+ * order with fp32 sums in a fixed order; the heads of a row run as blocks of up to DS_ATTN_QB through
+ * attn_tile.c, each head still in its own order), so a row's output is the same whether it arrives
  * in a prefill chunk, a decode step or a batch.  Window rows of this step are persisted into WIN pages
  * after the core has run. */
 #include "model/forward.h"
@@ -32,36 +32,38 @@ typedef struct attn_ctx {
     float *sc;                    /* [threads][max_keys] */
     double *acc;                  /* [threads][d_h] */
     int h0, Hl;                   /* this rank's heads h0..h0+Hl-1 (dist/dist.h); q holds only them */
-    /* fast tier: blocks of up to DS_ATTN_QB consecutive rows of one sequence (attn_tile.h) */
-    int n_blocks;
-    int *blk_row, *blk_n;         /* [n_blocks] first row, rows */
-    int max_u;                    /* union keys of a block at most */
-    const ds_bf16 **ukeys;        /* [threads][max_u] */
-    int32_t *uidx;                /* [threads][max_u][DS_ATTN_QB] */
+    /* fast tier: blocks of up to DS_ATTN_QB heads of one row (attn_tile.h) */
+    int head_groups;              /* blocks per row: ceil(Hl / DS_ATTN_QB) */
+    int32_t *uidx;                /* [threads][max_keys][DS_ATTN_QB] */
     ds_attn_scratch *tile;        /* [threads] */
 } attn_ctx;
+
+/* A row's key list in its fixed order (window positions ascending, then the selected compressed
+ * entries ascending); returns its length. */
+static int row_keys(const attn_ctx *a, int row, const ds_bf16 **keys) {
+    const ds_step *st = a->st;
+    const ds_config *c = st->c;
+    const int dh = c->head_dim;
+    const ds_step_seq *sq = &st->ss[st->row_seq[row]];
+    const int64_t p = st->pos[row];
+    const int64_t lo = p - c->window + 1 > 0 ? p - c->window + 1 : 0;
+    const int n_cmp = a->src >= 0 ? st->n_sel[row] : 0;
+    int k = 0;
+    for (int64_t q = lo; q <= p; q++)
+        keys[k++] = q < sq->p0 ? ds_seq_win_row(sq->seq, a->layer, q) : st->kv + (size_t)(sq->row0 + (q - sq->p0)) * dh;
+    for (int i = 0; i < n_cmp; i++) keys[k++] = ds_seq_ckv_row(sq->seq, a->src, st->sel[(size_t)row * c->index_topk + i]);
+    return k;
+}
 
 /* One (row, head): o[row][h] = bf16(Σ p_k·k), then inverse RoPE at the row's position. */
 static void attn_row_head(attn_ctx *a, int row, int h, int thread) {
     ds_step *st = a->st;
     const ds_config *c = st->c;
     const int H = c->n_heads, dh = c->head_dim, rd = c->rope_head_dim;
-    const ds_step_seq *sq = &st->ss[st->row_seq[row]];
-    const ds_seq *seq = sq->seq;
-    const int64_t p = st->pos[row];
-    int64_t lo = p - c->window + 1;
-    if (lo < 0) lo = 0;
-    const int n_win = (int)(p - lo + 1);
-    const int n_cmp = a->src >= 0 ? st->n_sel[row] : 0;
-    const int nk = n_win + n_cmp;
     const ds_bf16 **keys = a->keys + (size_t)thread * a->max_keys;
+    const int nk = row_keys(a, row, keys);
     float *sc = a->sc + (size_t)thread * a->max_keys;
     double *acc = memset(a->acc + (size_t)thread * dh, 0, sizeof(double) * (size_t)dh);
-    int k = 0;
-    for (int64_t q = lo; q <= p; q++)
-        keys[k++] = q < sq->p0 ? ds_seq_win_row(seq, a->layer, q)
-                               : st->kv + (size_t)(sq->row0 + (q - sq->p0)) * dh;
-    for (int i = 0; i < n_cmp; i++) keys[k++] = ds_seq_ckv_row(seq, a->src, st->sel[(size_t)row * c->index_topk + i]);
 
     const ds_bf16 *qh = st->q + ((size_t)row * a->Hl + (h - a->h0)) * dh;
     const float sink = a->w->attn_sink[h];
@@ -98,104 +100,45 @@ static void attn_task(void *vctx, int task, int thread) {
     attn_row_head(a, task / a->Hl, a->h0 + task % a->Hl, thread);
 }
 
-/* The union of a block's key lists (attn_tile.h): window positions lo(first row)..last position,
- * then the rows' selected compressed entries merged ascending; idx says where each key sits in each
- * row's own list.  Returns the number of union keys. */
-static int block_union(const attn_ctx *a, int row0, int B, const ds_bf16 **keys, int32_t *idx, int *nk) {
-    const ds_step *st = a->st;
-    const ds_config *c = st->c;
-    const int dh = c->head_dim, K = c->index_topk;
-    const ds_step_seq *sq = &st->ss[st->row_seq[row0]];
-    const int64_t P = st->pos[row0];
-    int64_t lo[DS_ATTN_QB];
-    for (int r = 0; r < B; r++) {
-        lo[r] = P + r - c->window + 1 > 0 ? P + r - c->window + 1 : 0;
-        nk[r] = (int)(P + r - lo[r] + 1);
-    }
-    int nu = 0;
-    for (int64_t q = lo[0]; q <= P + B - 1; q++, nu++) {
-        keys[nu] = q < sq->p0 ? ds_seq_win_row(sq->seq, a->layer, q) : st->kv + (size_t)(sq->row0 + (q - sq->p0)) * dh;
-        for (int r = 0; r < DS_ATTN_QB; r++)
-            idx[(size_t)nu * DS_ATTN_QB + r] = r < B && q >= lo[r] && q <= P + r ? (int32_t)(q - lo[r]) : -1;
-    }
-    if (a->src < 0) return nu;
-    int at[DS_ATTN_QB] = {0};
-    for (;;) {
-        int32_t m = INT32_MAX;
-        for (int r = 0; r < B; r++)
-            if (at[r] < st->n_sel[row0 + r] && st->sel[(size_t)(row0 + r) * K + at[r]] < m) m = st->sel[(size_t)(row0 + r) * K + at[r]];
-        if (m == INT32_MAX) break;
-        keys[nu] = ds_seq_ckv_row(sq->seq, a->src, m);
-        for (int r = 0; r < DS_ATTN_QB; r++) {
-            const int take = r < B && at[r] < st->n_sel[row0 + r] && st->sel[(size_t)(row0 + r) * K + at[r]] == m;
-            idx[(size_t)nu * DS_ATTN_QB + r] = take ? nk[r] + at[r]++ : -1;
-        }
-        nu++;
-    }
-    for (int r = 0; r < B; r++) nk[r] += at[r];
-    return nu;
-}
-
-/* Fast tier, one (block of rows, head): rows of a block share every key load (attn_tile.h); a block
- * of one or two rows, rows whose positions are not consecutive, or rows whose selections hardly
- * overlap, run row by row (same bits). */
+/* Fast tier, one (row, group of up to DS_ATTN_QB heads): every head of a row attends the same key
+ * list (one latent KV per position), so the block's queries share each key load and every query
+ * takes every key — nothing of the tile is wasted; each head keeps the bits of its per-head core. */
 static void attn_block_task(void *vctx, int task, int thread) {
     attn_ctx *a = vctx;
     const ds_step *st = a->st;
     const ds_config *c = st->c;
-    const int row0 = a->blk_row[task / a->Hl], B = a->blk_n[task / a->Hl], h = a->h0 + task % a->Hl;
-    int consecutive = 1;
-    for (int r = 1; r < B; r++) consecutive &= st->pos[row0 + r] == st->pos[row0] + r;
-    if (B < 3 || !consecutive) {
-        for (int r = 0; r < B; r++) attn_row_head(a, row0 + r, h, thread);
-        return;
-    }
-    const int dh = c->head_dim, rd = c->rope_head_dim;
-    const ds_bf16 **keys = a->ukeys + (size_t)thread * a->max_u;
-    int32_t *idx = a->uidx + (size_t)thread * a->max_u * DS_ATTN_QB;
-    ds_attn_block b = {.B = B, .dh = dh, .sink = a->w->attn_sink[h], .scale = a->scale, .keys = keys, .idx = idx};
-    b.nu = block_union(a, row0, B, keys, idx, b.nk);
-    /* the tile works on every union key for all its rows, at about a quarter of the per-row cost of
-     * a (row, key): when the rows' selections overlap so little that the union exceeds 4x the mean
-     * list, row by row is cheaper (same bits either way) */
-    int64_t sum_nk = 0;
-    for (int r = 0; r < B; r++) sum_nk += b.nk[r];
-    if ((int64_t)b.nu * B > 4 * sum_nk) {
-        for (int r = 0; r < B; r++) attn_row_head(a, row0 + r, h, thread);
-        return;
-    }
+    const int dh = c->head_dim, rd = c->rope_head_dim, QB = DS_ATTN_QB;
+    const int row = task / a->head_groups, hg = a->h0 + (task % a->head_groups) * QB;
+    const int B = a->h0 + a->Hl - hg < QB ? a->h0 + a->Hl - hg : QB;
+    const ds_bf16 **keys = a->keys + (size_t)thread * a->max_keys;
+    int32_t *idx = a->uidx + (size_t)thread * a->max_keys * QB;
+    ds_attn_block b = {.B = B, .dh = dh, .scale = a->scale, .keys = keys, .idx = idx};
+    b.nu = row_keys(a, row, keys);
+    for (int u = 0; u < b.nu; u++)
+        for (int r = 0; r < QB; r++) idx[(size_t)u * QB + r] = r < B ? u : -1;
     for (int r = 0; r < B; r++) {
-        b.q[r] = st->q + ((size_t)(row0 + r) * a->Hl + (h - a->h0)) * dh;
-        b.o[r] = st->o + ((size_t)(row0 + r) * c->n_heads + h) * dh;
+        b.nk[r] = b.nu;
+        b.sink[r] = a->w->attn_sink[hg + r];
+        b.q[r] = st->q + ((size_t)row * a->Hl + (hg + r - a->h0)) * dh;
+        b.o[r] = st->o + ((size_t)row * c->n_heads + hg + r) * dh;
     }
     ds_attn_block_fast(&b, &a->tile[thread]);
-    const float *cs_all = c->roles[a->layer].ratio > 0 ? st->cs_cmp : st->cs_swa;
-    for (int r = 0; r < B; r++) ds_rope_apply_fast(b.o[r], dh, rd, cs_all + (size_t)(row0 + r) * rd, 1);
+    const float *cs = (c->roles[a->layer].ratio > 0 ? st->cs_cmp : st->cs_swa) + (size_t)row * rd;
+    for (int r = 0; r < B; r++) ds_rope_apply_fast(b.o[r], dh, rd, cs, 1);
 }
 
-/* Splits each sequence's rows into blocks of DS_ATTN_QB and carves the per-thread tile scratch. */
+/* Carves the per-thread tile scratch (a block's keys are one row's list: max_keys at most). */
 static void tile_setup(attn_ctx *a, int T) {
     ds_step *st = a->st;
     const int dh = st->c->head_dim;
-    a->n_blocks = 0;
-    for (int i = 0; i < st->n_seqs; i++) a->n_blocks += (st->ss[i].n + DS_ATTN_QB - 1) / DS_ATTN_QB;
-    a->blk_row = DS_ARENA_NEW(st->arena, int, a->n_blocks);
-    a->blk_n = DS_ARENA_NEW(st->arena, int, a->n_blocks);
-    int nb = 0;
-    for (int i = 0; i < st->n_seqs; i++)
-        for (int j = 0; j < st->ss[i].n; j += DS_ATTN_QB, nb++) {
-            a->blk_row[nb] = st->ss[i].row0 + j;
-            a->blk_n[nb] = st->ss[i].n - j < DS_ATTN_QB ? st->ss[i].n - j : DS_ATTN_QB;
-        }
-    a->max_u = st->c->window + DS_ATTN_QB - 1 + (a->src >= 0 ? DS_ATTN_QB * st->c->index_topk : 0);
-    const size_t U = (size_t)a->max_u, QB = DS_ATTN_QB;
-    a->ukeys = DS_ARENA_NEW(st->arena, const ds_bf16 *, (size_t)T * U);
+    const size_t U = (size_t)a->max_keys, QB = DS_ATTN_QB;
+    a->head_groups = (a->Hl + DS_ATTN_QB - 1) / DS_ATTN_QB;
     a->uidx = DS_ARENA_NEW(st->arena, int32_t, (size_t)T * U * QB);
     a->tile = DS_ARENA_NEW(st->arena, ds_attn_scratch, T);
     for (int t = 0; t < T; t++) {
         ds_attn_scratch *s = &a->tile[t];
         s->max_keys = a->max_keys;
-        s->sc = DS_ARENA_NEW(st->arena, float, QB * (size_t)a->max_keys);
+        s->sc = DS_ARENA_NEW(st->arena, float, QB * U);
         s->qf = DS_ARENA_NEW(st->arena, float, QB * (size_t)dh);
         s->acc = DS_ARENA_NEW(st->arena, float, QB * (size_t)dh);
         s->w = DS_ARENA_NEW(st->arena, float, U * QB);
@@ -297,12 +240,11 @@ void ds_attention_layer(ds_step *st, int l) {
     a.keys = DS_ARENA_NEW(st->arena, const ds_bf16 *, (size_t)T * a.max_keys);
     a.sc = DS_ARENA_NEW(st->arena, float, (size_t)T * a.max_keys);
     a.acc = DS_ARENA_NEW(st->arena, double, (size_t)T * dh);
-    /* the fast tier runs blocks of consecutive rows when a block can hold more than one row and
-     * the head dim fits the tiles (a multiple of 32) */
-    const int tiled = st->m->numerics == DS_NUMERICS_FAST && dh % 32 == 0 && N > st->n_seqs;
-    if (tiled) tile_setup(&a, T);
+    /* the fast tier runs blocks of a row's heads when the head dim fits the tiles (a multiple of 32) */
+    const int tiled = st->m->numerics == DS_NUMERICS_FAST && dh % 32 == 0;
+    if (tiled && Hl > 0) tile_setup(&a, T);
     if (Hl > 0) {
-        if (tiled) ds_pool_run(a.n_blocks * Hl, attn_block_task, &a);
+        if (tiled) ds_pool_run(N * a.head_groups, attn_block_task, &a);
         else ds_pool_run(N * Hl, attn_task, &a);
     }
     ds_arena_release(st->arena, mk);

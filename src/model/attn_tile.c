@@ -130,11 +130,11 @@ void ds_attn_block_fast(const ds_attn_block *b, const ds_attn_scratch *s) {
     float den[QB];
     for (int r = 0; r < B; r++) {
         float *sc = s->sc + (size_t)r * s->max_keys;
-        float mx = b->sink;
+        float mx = b->sink[r];
         for (int i = 0; i < b->nk[r]; i++)
             if (sc[i] > mx) mx = sc[i];
         ds_fexp_sub(sc, mx, b->nk[r]);
-        den[r] = ds_fsum(sc, b->nk[r]) + ds_fexp(b->sink - mx);
+        den[r] = ds_fsum(sc, b->nk[r]) + ds_fexp(b->sink[r] - mx);
     }
     for (int u = 0; u < b->nu; u++) {
         const int32_t *iu = b->idx + (size_t)u * QB;

@@ -41,10 +41,9 @@ static size_t step_bytes(const ds_config *c, size_t N, size_t T, int64_t max_len
     size_t site = A64(N * nmix * 4) + A64(N * D * 2);
     size_t attn = A64(N * D) + A64(N * 4) + T * (A64((size_t)c->window * 8 + K * 8) + A64((size_t)c->window * 4 + K * 4) +
                   A64(dh * 8));
-    /* the fast tier's blocked attention (attention.c tile_setup): block lists and per-thread tiles */
-    const size_t QB = DS_ATTN_QB, U = (size_t)c->window + QB + QB * K;
-    attn += 2 * A64(N * 4) + A64(T * sizeof(ds_attn_scratch)) +
-            T * (A64(U * 8) + 3 * A64(U * QB * 4) + A64(U) + A64(QB * ((size_t)c->window + K) * 4) + 2 * A64(QB * dh * 4));
+    /* the fast tier's blocked attention (attention.c tile_setup): per-thread tiles over one row's keys */
+    const size_t QB = DS_ATTN_QB, U = (size_t)c->window + K;
+    attn += A64(T * sizeof(ds_attn_scratch)) + T * (4 * A64(U * QB * 4) + A64(U) + 2 * A64(QB * dh * 4));
     size_t cmp = 2 * A64(N * dh * 4) + A64(N * 16) + A64(N * dh * 2) + A64(N * di * 4) + 3 * A64(dh * 2);
     int min_ratio = 0;
     for (int l = 0; l < c->n_layers; l++)

@@ -57,9 +57,10 @@ static void run_block(int dh, int B, int nu, double take, int poison, outcome *o
     for (int i = 0; i < nu * dh; i++) kmem[i] = ds_f32_to_bf16(frand() * 2.0f);
     for (int i = 0; i < QB * dh; i++) qmem[i] = ds_f32_to_bf16(frand() * 1.5f);
     for (int u = 0; u < nu; u++) keys[u] = kmem + (size_t)u * dh;
-    ds_attn_block b = {.B = B, .dh = dh, .sink = frand() * 2.0f, .scale = 1.0f / sqrtf((float)dh), .nu = nu, .keys = keys,
+    ds_attn_block b = {.B = B, .dh = dh, .scale = 1.0f / sqrtf((float)dh), .nu = nu, .keys = keys,
                        .idx = idx};
     for (int r = 0; r < QB; r++) {
+        b.sink[r] = frand() * 2.0f;     /* a sink per row, as the heads of one token row have */
         b.q[r] = qmem + (size_t)r * dh;
         b.o[r] = ot + (size_t)r * dh;
         b.nk[r] = 0;
@@ -106,10 +107,10 @@ static void run_block(int dh, int B, int nu, double take, int poison, outcome *o
         int n = 0;
         for (int u = 0; u < nu; u++)
             if (idx[u * QB + r] >= 0) rowkeys[idx[u * QB + r]] = keys[u], n++;
-        ds_attn_head_fast(b.q[r], rowkeys, n, b.sink, b.scale, dh, sc, acc, orow);
+        ds_attn_head_fast(b.q[r], rowkeys, n, b.sink[r], b.scale, dh, sc, acc, orow);
         for (int j = 0; j < dh; j++) out->bad_bits += !same_bf16(orow[j], b.o[r][j]);
         if (poison && r == 0) continue;          /* row 0 took the inf/NaN key: no finite reference */
-        ref_attention(b.q[r], rowkeys, n, b.sink, b.scale, dh, ref);
+        ref_attention(b.q[r], rowkeys, n, b.sink[r], b.scale, dh, ref);
         double err = 0, nrm = 0;
         for (int j = 0; j < dh; j++) {
             const double d = ds_bf16_to_f32(b.o[r][j]) - ref[j];
@@ -163,8 +164,8 @@ TEST(tiled_speed_on_a_mini_sized_block) {
         keys[u] = k + (size_t)u * DH;
         for (int r = 0; r < QB; r++) idx[u * QB + r] = u;
     }
-    ds_attn_block b = {.B = QB, .dh = DH, .sink = 0.5f, .scale = 1.0f / sqrtf(DH), .nu = NK, .keys = keys, .idx = idx};
-    for (int r = 0; r < QB; r++) b.q[r] = q + r * DH, b.o[r] = ot + r * DH, b.nk[r] = NK;
+    ds_attn_block b = {.B = QB, .dh = DH, .scale = 1.0f / sqrtf(DH), .nu = NK, .keys = keys, .idx = idx};
+    for (int r = 0; r < QB; r++) b.q[r] = q + r * DH, b.o[r] = ot + r * DH, b.nk[r] = NK, b.sink[r] = 0.5f - 0.1f * r;
     ds_attn_scratch s = {.max_keys = NK, .sc = malloc(sizeof(float) * QB * NK), .qf = malloc(sizeof(float) * QB * DH),
                          .acc = malloc(sizeof(float) * QB * DH), .w = malloc(sizeof(float) * QB * NK),
                          .mask = malloc(sizeof(uint32_t) * QB * NK), .full = malloc(NK)};
@@ -174,7 +175,7 @@ TEST(tiled_speed_on_a_mini_sized_block) {
         double t0 = ds_now();
         ds_attn_block_fast(&b, &s);
         double t1 = ds_now();
-        for (int r = 0; r < QB; r++) ds_attn_head_fast(b.q[r], keys, NK, b.sink, b.scale, DH, sc, acc, orow + r * DH);
+        for (int r = 0; r < QB; r++) ds_attn_head_fast(b.q[r], keys, NK, b.sink[r], b.scale, DH, sc, acc, orow + r * DH);
         double t2 = ds_now();
         if (t1 - t0 < t_tile) t_tile = t1 - t0;
         if (t2 - t1 < t_row) t_row = t2 - t1;

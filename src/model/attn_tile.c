@@ -16,37 +16,12 @@
  * C, compiled as AVX-512/AVX2/baseline clones under -ffp-contract=off: the same bits on every host. */
 #include "model/attn_tile.h"
 #include "model/fast_ops.h"
-#include <string.h>
+#include "model/fast_vec.h"
 
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__clang__)
-#define DS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define DS_CLONES
-#endif
 #define QB DS_ATTN_QB
-#define AI static inline __attribute__((always_inline))
-
-/* the helpers pass 64-byte vectors by value; they are static and inlined (no ABI boundary) */
-#pragma GCC diagnostic ignored "-Wpsabi"
-typedef float v16f __attribute__((vector_size(64)));
-typedef uint32_t v16u __attribute__((vector_size(64)));
-typedef uint16_t v16h __attribute__((vector_size(32)));
-
-AI v16f ld_f(const float *p) {
-    v16f v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-AI v16f ld_b(const ds_bf16 *p) {
-    v16h h;
-    memcpy(&h, p, sizeof h);
-    const v16u u = __builtin_convertvector(h, v16u) << 16;
-    return (v16f)u;
-}
-#define ST_F(p, v) do { const v16f st_v_ = (v); memcpy((p), &st_v_, sizeof st_v_); } while (0)
 
 /* The rest of ds_ftree once its first level (l[j] + l[j+16], j < 16) is in l. */
-AI float tree_rest(float *l) {
+DS_AI float tree_rest(float *l) {
     for (int j = 0; j < 8; j++) l[j] = l[j] + l[j + 8];
     for (int j = 0; j < 4; j++) l[j] = l[j] + l[j + 4];
     l[0] = l[0] + l[2];
@@ -60,17 +35,17 @@ DS_CLONES static void score_key(const float *qf, int dh, const ds_bf16 *k, float
 #pragma GCC unroll 8
     for (int r = 0; r < QB; r++) a0[r] = a1[r] = (v16f){0};
     for (int i = 0; i < dh; i += 32) {
-        const v16f k0 = ld_b(k + i), k1 = ld_b(k + i + 16);
+        const v16f k0 = ds_v16_ld_b(k + i), k1 = ds_v16_ld_b(k + i + 16);
 #pragma GCC unroll 8
         for (int r = 0; r < QB; r++) {
-            a0[r] = a0[r] + ld_f(qf + (size_t)r * dh + i) * k0;
-            a1[r] = a1[r] + ld_f(qf + (size_t)r * dh + i + 16) * k1;
+            a0[r] = a0[r] + ds_v16_ld_f(qf + (size_t)r * dh + i) * k0;
+            a1[r] = a1[r] + ds_v16_ld_f(qf + (size_t)r * dh + i + 16) * k1;
         }
     }
 #pragma GCC unroll 8
     for (int r = 0; r < QB; r++) {
         float l[16];
-        ST_F(l, a0[r] + a1[r]);
+        DS_V16_ST(l, a0[r] + a1[r]);
         out[r] = tree_rest(l);
     }
 }
@@ -82,7 +57,7 @@ DS_CLONES static void value_chunk(const ds_bf16 *const *keys, const float *w, co
 #pragma GCC unroll 8
     for (int r = 0; r < QB; r++) a0[r] = a1[r] = (v16f){0};
     for (int u = 0; u < nu; u++) {
-        const v16f k0 = ld_b(keys[u] + d0), k1 = ld_b(keys[u] + d0 + 16);
+        const v16f k0 = ds_v16_ld_b(keys[u] + d0), k1 = ds_v16_ld_b(keys[u] + d0 + 16);
         const float *wu = w + (size_t)u * QB;
         if (full[u]) {
 #pragma GCC unroll 8
@@ -101,8 +76,8 @@ DS_CLONES static void value_chunk(const ds_bf16 *const *keys, const float *w, co
     }
 #pragma GCC unroll 8
     for (int r = 0; r < QB; r++) {
-        ST_F(acc + (size_t)r * dh + d0, a0[r]);
-        ST_F(acc + (size_t)r * dh + d0 + 16, a1[r]);
+        DS_V16_ST(acc + (size_t)r * dh + d0, a0[r]);
+        DS_V16_ST(acc + (size_t)r * dh + d0 + 16, a1[r]);
     }
 }
 

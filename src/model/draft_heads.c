@@ -25,12 +25,8 @@
 #include "base/threadpool.h"
 #include <math.h>
 #include <string.h>
+#include "model/fast_vec.h"
 
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__clang__)
-#define DS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define DS_CLONES
-#endif
 
 enum { MK_BLOCK = 256, MK_TASK_BLOCKS = 8, AM_LANES = 16, PF_BLOCK = 64 };
 

@@ -8,13 +8,8 @@
  * start-up); -ffp-contract=off forbids fused multiply-adds in all of them, and nothing here calls
  * libm except sqrtf (correctly rounded by IEEE 754), so every clone gives the same bits. */
 #include "model/fast_ops.h"
+#include "model/fast_vec.h"
 #include <math.h>
-
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__clang__)   /* clang: one version (same bits) */
-#define DS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define DS_CLONES
-#endif
 
 #define LANES DS_FAST_LANES
 
@@ -33,26 +28,6 @@ static inline float tree(float *l) { return ds_ftree(l); }
  * offers, element-wise, so the bits do not depend on it): v[q] holds lanes 8q..8q+7.  The tree of
  * ds_ftree in vector form: l[j] += l[j+16] is v0+v2, v1+v3; l[j] += l[j+8] adds those two; the last
  * three levels run on the remaining eight lanes in ds_ftree's order. */
-/* the helpers below pass 32-byte vectors by value; they are static and inlined, so no ABI boundary
- * exists for the baseline clone to disagree on */
-#pragma GCC diagnostic ignored "-Wpsabi"
-typedef float v8f __attribute__((vector_size(32)));
-typedef uint32_t v8u __attribute__((vector_size(32)));
-typedef uint16_t v8h __attribute__((vector_size(16)));
-
-static inline __attribute__((always_inline)) v8f load_f(const float *p) {
-    v8f v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-static inline __attribute__((always_inline)) v8f load_b(const ds_bf16 *p) {
-    v8h h;
-    memcpy(&h, p, sizeof h);
-    v8u u = __builtin_convertvector(h, v8u) << 16;
-    v8f f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 static inline __attribute__((always_inline)) float vtree(v8f v0, v8f v1, v8f v2, v8f v3, float *l) {
     const v8f s = (v0 + v2) + (v1 + v3);
     memcpy(l, &s, sizeof s);
@@ -69,17 +44,17 @@ static inline __attribute__((always_inline)) float vfinish(v8f v0, v8f v1, v8f v
     memcpy(l + 16, &v2, sizeof v2);
     memcpy(l + 24, &v3, sizeof v3);
     for (int j = 0; j < nt; j++) l[j] = l[j] + tail[j];
-    return vtree(load_f(l), load_f(l + 8), load_f(l + 16), load_f(l + 24), l);
+    return vtree(ds_v8_ld_f(l), ds_v8_ld_f(l + 8), ds_v8_ld_f(l + 16), ds_v8_ld_f(l + 24), l);
 }
 
 DS_CLONES float ds_fdot_bb(const ds_bf16 *a, const ds_bf16 *b, int n) {
     v8f v0 = {0}, v1 = {0}, v2 = {0}, v3 = {0};
     int i = 0;
     for (; i + LANES <= n; i += LANES) {
-        v0 = v0 + load_b(a + i) * load_b(b + i);
-        v1 = v1 + load_b(a + i + 8) * load_b(b + i + 8);
-        v2 = v2 + load_b(a + i + 16) * load_b(b + i + 16);
-        v3 = v3 + load_b(a + i + 24) * load_b(b + i + 24);
+        v0 = v0 + ds_v8_ld_b(a + i) * ds_v8_ld_b(b + i);
+        v1 = v1 + ds_v8_ld_b(a + i + 8) * ds_v8_ld_b(b + i + 8);
+        v2 = v2 + ds_v8_ld_b(a + i + 16) * ds_v8_ld_b(b + i + 16);
+        v3 = v3 + ds_v8_ld_b(a + i + 24) * ds_v8_ld_b(b + i + 24);
     }
     float t[LANES];
     const int nt = n - i;
@@ -110,10 +85,10 @@ DS_CLONES float ds_fdot_fb(const float *a, const ds_bf16 *b, int n) {
     v8f v0 = {0}, v1 = {0}, v2 = {0}, v3 = {0};
     int i = 0;
     for (; i + LANES <= n; i += LANES) {
-        v0 = v0 + load_f(a + i) * load_b(b + i);
-        v1 = v1 + load_f(a + i + 8) * load_b(b + i + 8);
-        v2 = v2 + load_f(a + i + 16) * load_b(b + i + 16);
-        v3 = v3 + load_f(a + i + 24) * load_b(b + i + 24);
+        v0 = v0 + ds_v8_ld_f(a + i) * ds_v8_ld_b(b + i);
+        v1 = v1 + ds_v8_ld_f(a + i + 8) * ds_v8_ld_b(b + i + 8);
+        v2 = v2 + ds_v8_ld_f(a + i + 16) * ds_v8_ld_b(b + i + 16);
+        v3 = v3 + ds_v8_ld_f(a + i + 24) * ds_v8_ld_b(b + i + 24);
     }
     float t[LANES];
     const int nt = n - i;
@@ -125,10 +100,10 @@ DS_CLONES float ds_fdot_ff(const float *a, const float *b, int n) {
     v8f v0 = {0}, v1 = {0}, v2 = {0}, v3 = {0};
     int i = 0;
     for (; i + LANES <= n; i += LANES) {
-        v0 = v0 + load_f(a + i) * load_f(b + i);
-        v1 = v1 + load_f(a + i + 8) * load_f(b + i + 8);
-        v2 = v2 + load_f(a + i + 16) * load_f(b + i + 16);
-        v3 = v3 + load_f(a + i + 24) * load_f(b + i + 24);
+        v0 = v0 + ds_v8_ld_f(a + i) * ds_v8_ld_f(b + i);
+        v1 = v1 + ds_v8_ld_f(a + i + 8) * ds_v8_ld_f(b + i + 8);
+        v2 = v2 + ds_v8_ld_f(a + i + 16) * ds_v8_ld_f(b + i + 16);
+        v3 = v3 + ds_v8_ld_f(a + i + 24) * ds_v8_ld_f(b + i + 24);
     }
     float t[LANES];
     const int nt = n - i;
@@ -208,29 +183,12 @@ void ds_rope_apply_fast(ds_bf16 *v, int len, int rd, const float *cs, int invers
  * (0 + products, lane k mod 32, the tail added lane by lane, vtree).  The 32 lanes are held as two
  * 16-wide vectors here (lanes 0-15, 16-31: the same lanes, so the same bits; one zmm each on the
  * AVX-512 clone), and the accumulators are named variables so that they stay in registers. */
-typedef float v16f __attribute__((vector_size(64)));
-typedef uint32_t v16u __attribute__((vector_size(64)));
-typedef uint16_t v16h __attribute__((vector_size(32)));
-
-static inline __attribute__((always_inline)) v16f load16_f(const float *p) {
-    v16f v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-static inline __attribute__((always_inline)) v16f load16_b(const ds_bf16 *p) {
-    v16h h;
-    memcpy(&h, p, sizeof h);
-    v16u u = __builtin_convertvector(h, v16u) << 16;
-    v16f f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 static inline __attribute__((always_inline)) float finish16(v16f lo, v16f hi, const float *w, const ds_bf16 *x, int nt) {
     float l[LANES], t[LANES];
     memcpy(l, &lo, sizeof lo);
     memcpy(l + 16, &hi, sizeof hi);
     for (int j = 0; j < nt; j++) t[j] = w[j] * ds_bf16_to_f32(x[j]);
-    return vfinish(load_f(l), load_f(l + 8), load_f(l + 16), load_f(l + 24), t, nt);
+    return vfinish(ds_v8_ld_f(l), ds_v8_ld_f(l + 8), ds_v8_ld_f(l + 16), ds_v8_ld_f(l + 24), t, nt);
 }
 
 /* W0, W1: two weight rows; X0, X1: two activation rows (a pointer may repeat: that pair is then
@@ -240,8 +198,8 @@ static inline __attribute__((always_inline)) void mix_tile22(const float *W0, co
     v16f a00 = {0}, b00 = {0}, a01 = {0}, b01 = {0}, a10 = {0}, b10 = {0}, a11 = {0}, b11 = {0};
     int k = 0;
     for (; k + LANES <= n; k += LANES) {
-        const v16f xa0 = load16_b(X0 + k), xb0 = load16_b(X0 + k + 16), xa1 = load16_b(X1 + k), xb1 = load16_b(X1 + k + 16);
-        const v16f wa0 = load16_f(W0 + k), wb0 = load16_f(W0 + k + 16), wa1 = load16_f(W1 + k), wb1 = load16_f(W1 + k + 16);
+        const v16f xa0 = ds_v16_ld_b(X0 + k), xb0 = ds_v16_ld_b(X0 + k + 16), xa1 = ds_v16_ld_b(X1 + k), xb1 = ds_v16_ld_b(X1 + k + 16);
+        const v16f wa0 = ds_v16_ld_f(W0 + k), wb0 = ds_v16_ld_f(W0 + k + 16), wa1 = ds_v16_ld_f(W1 + k), wb1 = ds_v16_ld_f(W1 + k + 16);
         a00 = a00 + wa0 * xa0;
         b00 = b00 + wb0 * xb0;
         a01 = a01 + wa0 * xa1;

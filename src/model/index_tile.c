@@ -18,33 +18,8 @@
  * starts at +0 and adds values is never −0, so adding +0 leaves its bits alone; a padded head's
  * score is +0 and its weight 0, so it adds +0 to its lane. */
 #include "model/fast_ops.h"
-#include <string.h>
+#include "model/fast_vec.h"
 
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__clang__)
-#define DS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define DS_CLONES
-#endif
-#define AI static inline __attribute__((always_inline))
-
-/* the helpers pass 64-byte vectors by value; they are static and inlined (no ABI boundary) */
-#pragma GCC diagnostic ignored "-Wpsabi"
-typedef float v16f __attribute__((vector_size(64)));
-typedef uint32_t v16u __attribute__((vector_size(64)));
-typedef int32_t v16i __attribute__((vector_size(64)));
-typedef uint16_t v16h __attribute__((vector_size(32)));
-
-AI v16f ld_f(const float *p) {
-    v16f v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-AI v16f ld_b(const ds_bf16 *p) {
-    v16h h;
-    memcpy(&h, p, sizeof h);
-    const v16u u = __builtin_convertvector(h, v16u) << 16;
-    return (v16f)u;
-}
 
 /* One level of the transposed tree: from two vectors that each hold g inputs of 2m lanes, one that
  * holds those 2g inputs with lane j + lane j+m of each (j < m). */
@@ -52,7 +27,7 @@ AI v16f ld_b(const ds_bf16 *p) {
 
 /* out lane k = the 16-lane rest of ds_ftree (l[j]+l[j+8], l[j]+l[j+4], l0+l2 and l1+l3, their sum)
  * applied to in[k]. */
-AI v16f tree16(const v16f *in) {
+DS_AI v16f tree16(const v16f *in) {
     const v16i l8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
     const v16i h8 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
     const v16i l4 = {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27};
@@ -72,16 +47,16 @@ AI v16f tree16(const v16f *in) {
 }
 
 /* First tree level of 8 heads' dots with one key (kf: the key in fp32), heads at qf, qf + di, ... */
-AI void dots8(const float *qf, int di, const float *kf, v16f *L) {
+DS_AI void dots8(const float *qf, int di, const float *kf, v16f *L) {
     v16f a0[8], a1[8];
 #pragma GCC unroll 8
     for (int r = 0; r < 8; r++) a0[r] = a1[r] = (v16f){0};
     for (int i = 0; i < di; i += 32) {
-        const v16f k0 = ld_f(kf + i), k1 = ld_f(kf + i + 16);
+        const v16f k0 = ds_v16_ld_f(kf + i), k1 = ds_v16_ld_f(kf + i + 16);
 #pragma GCC unroll 8
         for (int r = 0; r < 8; r++) {
-            a0[r] = a0[r] + ld_f(qf + (size_t)r * di + i) * k0;
-            a1[r] = a1[r] + ld_f(qf + (size_t)r * di + i + 16) * k1;
+            a0[r] = a0[r] + ds_v16_ld_f(qf + (size_t)r * di + i) * k0;
+            a1[r] = a1[r] + ds_v16_ld_f(qf + (size_t)r * di + i + 16) * k1;
         }
     }
 #pragma GCC unroll 8
@@ -100,10 +75,10 @@ void ds_index_query_prep(const ds_bf16 *qi, const float *w, int nh, int di, floa
 
 /* The first tree level of one key's score: lanes h mod 32 (0..15 + 16..31) of Σ_h w[h]·max(0, d_h);
  * nh and di padded, dk the key's length. */
-AI v16f key_lanes(const float *qf, const float *w, int nh, int di, int dk, const ds_bf16 *k, float *kf) {
+DS_AI v16f key_lanes(const float *qf, const float *w, int nh, int di, int dk, const ds_bf16 *k, float *kf) {
     int i = 0;
     for (; i + 16 <= dk; i += 16) {
-        const v16f v = ld_b(k + i);
+        const v16f v = ds_v16_ld_b(k + i);
         memcpy(kf + i, &v, sizeof v);
     }
     for (; i < di; i++) kf[i] = i < dk ? ds_bf16_to_f32(k[i]) : 0.0f;
@@ -113,7 +88,7 @@ AI v16f key_lanes(const float *qf, const float *w, int nh, int di, int dk, const
         dots8(qf + ((size_t)g * 16 + 8) * di, di, kf, L + 8);
         const v16f d = tree16(L);
         const v16f relu = (v16f)((v16u)d & (v16u)(d > 0.0f));   /* NaN and negatives: +0 */
-        half[g & 1] = half[g & 1] + ld_f(w + (size_t)g * 16) * relu;
+        half[g & 1] = half[g & 1] + ds_v16_ld_f(w + (size_t)g * 16) * relu;
     }
     return half[0] + half[1];
 }

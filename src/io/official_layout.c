@@ -95,8 +95,8 @@ static int check_encoded(oc *p, const char *w, ds_official_kind k, int64_t out, 
     const uint32_t e4 = DS_DT_BIT(DS_DT_F8_E4M3), e8 = DS_DT_BIT(DS_DT_F8_E8M0) | DS_DT_BIT(DS_DT_U8);
     int rc;
     if (k == DS_OFF_MXFP4) {
-        if (x->dtype == DS_DT_F4) rc = want(p, x, DS_DT_BIT(DS_DT_F4), "F4", out, in, " (E2M1 codes, two per byte along the input)");
-        else rc = want(p, x, DS_DT_BIT(DS_DT_U8) | DS_DT_BIT(DS_DT_I8), "U8 or I8 (packed E2M1), or F4", out, in / 2, " (two E2M1 codes per byte along the input)");
+        if (x->dtype == DS_DT_F4) rc = want(p, x, DS_DT_BIT(DS_DT_F4), "F4", out, ds_e2m1_cols(x->dtype, in), " (E2M1 codes, two per byte along the input)");
+        else rc = want(p, x, DS_DT_BIT(DS_DT_U8) | DS_DT_BIT(DS_DT_I8), "U8 or I8 (packed E2M1), or F4", out, ds_e2m1_cols(x->dtype, in), " (two E2M1 codes per byte along the input)");
         if (!rc) rc = want(p, sc, e8, "F8_E8M0", out, in / 32, " (one scale per 32 inputs of a row)");
     } else if (k == DS_OFF_ROWS) {
         rc = want(p, x, e4, "F8_E4M3", out, in, " (engram_num_embeddings rows)");

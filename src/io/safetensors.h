@@ -19,6 +19,11 @@ int ds_dtype_size(ds_dtype t);
 int ds_dtype_bits(ds_dtype t);
 /* Bytes of `numel` elements (F4: numel / 2; an odd F4 count has no byte length: UINT64_MAX). */
 uint64_t ds_dtype_nbytes(ds_dtype t, uint64_t numel);
+/* E2M1 expert codes (CHECKPOINT.md §14) are stored as F4 [out, in] or as packed I8/U8 bytes
+ * [out, in/2] — the same bytes either way (two codes per byte, the even input in the low nibble).
+ * The one place that rule is written: stored columns for `in` inputs, and inputs for stored columns. */
+static inline int64_t ds_e2m1_cols(ds_dtype t, int64_t in) { return t == DS_DT_F4 ? in : in / 2; }
+static inline int64_t ds_e2m1_inputs(ds_dtype t, int64_t cols) { return t == DS_DT_F4 ? cols : 2 * cols; }
 int ds_dtype_parse(const char *name, ds_dtype *out); /* -1 if unknown */
 
 #define DS_MAX_DIMS 8

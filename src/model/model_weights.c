@@ -83,8 +83,7 @@ static int bind_official(const ds_tensor *wt, const ds_tensor *st, int64_t out, 
         if (in % 32)
             return ds_io_fail(err, "E_SHAPE_MISMATCH", file_of(wt), wt->name, "expected an input width divisible by 32 (MXFP4 "
                               "scales per 32 inputs), found %lld", (long long)in);
-        /* F4 [out, in] and packed bytes [out, in/2] are the same bytes (low nibble = even input) */
-        if (check_shape(wt, out, wt->dtype == DS_DT_F4 ? in : in / 2, err) < 0 || check_shape(st, out, in / 32, err) < 0) return -1;
+        if (check_shape(wt, out, ds_e2m1_cols(wt->dtype, in), err) < 0 || check_shape(st, out, in / 32, err) < 0) return -1;
         L->fmt = DS_LIN_MXFP4;
     } else {
         return bad_dtype(wt, "F8_E4M3 or E2M1 (F4, or packed in I8/U8)", err);

@@ -316,7 +316,7 @@ static int pair_fp8(ds_fsrc *s, dir_impl *d, const char *dirname, ds_error *err)
             if (engram && cols % 32) sc = NULL;
         } else {
             kind = DS_FP8_MXFP4;
-            in = w->dtype == DS_DT_F4 ? cols : 2 * cols;   /* F4 [out, in] or packed bytes [out, in/2]: the same bytes */
+            in = ds_e2m1_inputs(w->dtype, cols);
             want0 = out;
             want1 = in / 32;
             if (in % 32) sc = NULL;

@@ -225,15 +225,11 @@ static void gate_task_fast(void *vctx, int row, int thread) {
         value = val;
     }
     const float dm05 = 1.0f / sqrtf((float)D);
-    float rot_t[32 * 32];   /* Bᵀ, for the 32 dots of each block at once */
-    if (m->unrotate_gate)
-        for (int i = 0; i < 32; i++)
-            for (int j = 0; j < 32; j++) rot_t[32 * j + i] = m->rot[32 * i + j];
     for (int k = 0; k < HC; k++) {
         ds_bf16 *xk = st->X + ((size_t)row * HC + k) * D;
         const float *key = kvr + (size_t)k * D;
         if (m->unrotate_gate) {
-            for (int b = 0; b < D / 32; b++) ds_frot32_fb(rot_t, xk + b * 32, o + b * 32);   /* = ds_fdot_fb(rot + 32·i, x_b, 32) */
+            for (int b = 0; b < D / 32; b++) ds_frot32_fb(m->rot_t, xk + b * 32, o + b * 32);   /* = ds_fdot_fb(rot + 32·i, x_b, 32) */
         } else {
             for (int d = 0; d < D; d++) o[d] = ds_bf16_to_f32(xk[d]);
         }

@@ -127,6 +127,7 @@ struct ds_model {
     int unrotate_gate;             /* un-rotate h for the gate dot (QuaRot, MODEL.md §3) */
     int rotate_value;              /* rotate the Engram value at run time (value_projection_rotated=false) */
     float rot[32 * 32];            /* B, row-major */
+    float rot_t[32 * 32];          /* Bᵀ (the fast tier's gate un-rotation computes a block's 32 dots at once) */
     /* RoPE */
     ds_rope_table rope_swa;        /* base rope_theta, no YaRN */
     ds_rope_table rope_cmp;        /* base compress_rope_theta with YaRN */

@@ -386,6 +386,8 @@ int ds_model_bind_weights(ds_model *m, ds_error *err) {
         if (bind_engram(m, e, err) < 0) return -1;
     if (c->n_engram && m->ckpt->has_rotation) {
         memcpy(m->rot, m->ckpt->rot_block, sizeof m->rot);
+        for (int i = 0; i < 32; i++)
+            for (int j = 0; j < 32; j++) m->rot_t[32 * j + i] = m->rot[32 * i + j];
         m->unrotate_gate = c->engram_gate_original_basis;
         m->rotate_value = !c->engram_value_rotated;
         if (c->dim % 32)

@@ -194,7 +194,8 @@ sys.exit(0 if a['text']==b['text'] and a['logprobs']==b['logprobs'] and len(a['l
     curl -sN --max-time 60 localhost:$PORT2/v1/completions -H 'content-type: application/json' \
         -d '{"model":"deepseek-v41","prompt":[1,2,3],"max_tokens":3000,"temperature":0,"ignore_eos":true,"stream":true}' > "$TMP/stream.txt" 2>&1 &
     cu=$!
-    sleep 3
+    # kill as soon as the stream is flowing (a fixed sleep let a fast build finish all 3000 tokens first)
+    for _ in $(seq 1 600); do [ "$(grep -c '^data: {' "$TMP/stream.txt" 2>/dev/null)" -ge 20 ] && break; sleep 0.05; done
     victim=""
     for p in $(pgrep -P $s2); do grep -qz '^OMPI_COMM_WORLD_RANK=1$' /proc/$p/environ 2>/dev/null && victim=$p; done
     ranks=$(pgrep -P $s2 | tr '\n' ' ')

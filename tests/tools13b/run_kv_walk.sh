@@ -4,6 +4,7 @@
 #     run recomputed (cached_tokens 0: the cache_salt works);
 #  2. a small KV pool handing out pages from the top (--debug-kv-alloc-order high-first), the
 #     longest prompt the model allows and an occupier: still 0 deviating positions;
+#  2b. pages past byte 2^32 of a pool larger than 4 GiB, handed out high-first: 0 deviating positions;
 #  3. a server with a deliberately corrupted KV page (--debug-kv-fault-page): the walk must FAIL,
 #     with run 0 clean, some later run deviating and some later run clean (the fault is local to
 #     the runs whose pages include it) — proof the detector detects.
@@ -33,6 +34,19 @@ if start_server "$T/s2.log" --kv-cache-memory 48MiB --debug-kv-alloc-order high-
     jcheck "high-first: 0 deviating positions" "$T/w3.json" 'j["deviating_runs"]==0 and j["actual_tokens"]>=4000 and all(r["cached_tokens"]==0 for r in j["runs"])'
     grep -q '"debug-kv-alloc-order":"high-first"' "$T/s2.log" && ok "the server ran high-first" || bad "high-first not in the server's configuration echo"
 else bad "high-first server did not start"; fi
+stop_server
+
+# 2b. pages past byte 2^32 of their pool (the seed stack's 32-bit offset overflow): high-first from a
+#     CKV pool larger than 4 GiB.  The 6 GiB is sized for mini (CKV 4.5 GB there); on tiny it
+#     gives a CKV pool of 4.29 GB, just under 2^32, so this case asks for 8 GiB (CKV 5.7 GB; the
+#     pools are mapped without reserve, only touched pages cost memory).
+if start_server "$T/s5.log" --kv-cache-memory 8GiB --debug-kv-alloc-order high-first; then
+    ckv=$(grep -o 'CKV=[0-9]*' "$T/s5.log" | head -1 | cut -d= -f2)
+    [ "${ckv:-0}" -gt 4294967296 ] && ok "the CKV pool is larger than 4 GiB ($ckv bytes)" || bad "CKV pool ${ckv:-unknown} bytes: not past 2^32"
+    "$B" kv-walk --base-url "$BASE" --tokens 2000 --runs 2 --json-out "$T/w5.json" >"$T/w5.out" 2>&1
+    expect_rc "kv-walk on pages past 4 GiB of the pool (high-first)" 0 $?
+    jcheck "past 4 GiB: 0 deviating positions" "$T/w5.json" 'j["deviating_runs"]==0 and j["actual_tokens"]>=1900 and all(r["cached_tokens"]==0 for r in j["runs"])'
+else bad "8 GiB high-first server did not start"; fi
 stop_server
 
 if start_server "$T/s3.log" --kv-cache-memory 64MiB --debug-kv-fault-page 20; then

@@ -29,29 +29,22 @@ typedef uint32_t v16u __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
 typedef uint16_t v16h __attribute__((vector_size(32)));
 
-DS_AI v8f ds_v8_ld_f(const float *p) {
-    v8f v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-/* bf16 → fp32 is exact: the 16 bits become the high half of the float */
-DS_AI v8f ds_v8_ld_b(const ds_bf16 *p) {
-    v8h h;
-    memcpy(&h, p, sizeof h);
-    const v8u u = __builtin_convertvector(h, v8u) << 16;
-    return (v8f)u;
-}
-DS_AI v16f ds_v16_ld_f(const float *p) {
-    v16f v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-DS_AI v16f ds_v16_ld_b(const ds_bf16 *p) {
-    v16h h;
-    memcpy(&h, p, sizeof h);
-    const v16u u = __builtin_convertvector(h, v16u) << 16;
-    return (v16f)u;
-}
+/* ds_vN_ld_f: N floats; ds_vN_ld_b: N bf16 widened to fp32, which is exact (the 16 bits become the
+ * high half of the float).  One definition for both widths. */
+#define DS_VEC_LOADERS(N, VF, VU, VH)                                   \
+    DS_AI VF ds_v##N##_ld_f(const float *p) {                           \
+        VF v;                                                           \
+        memcpy(&v, p, sizeof v);                                        \
+        return v;                                                       \
+    }                                                                   \
+    DS_AI VF ds_v##N##_ld_b(const ds_bf16 *p) {                         \
+        VH h;                                                           \
+        memcpy(&h, p, sizeof h);                                        \
+        const VU u = __builtin_convertvector(h, VU) << 16;              \
+        return (VF)u;                                                   \
+    }
+DS_VEC_LOADERS(8, v8f, v8u, v8h)
+DS_VEC_LOADERS(16, v16f, v16u, v16h)
 #define DS_V16_ST(p, v) do { const v16f ds_st_v_ = (v); memcpy((p), &ds_st_v_, sizeof ds_st_v_); } while (0)
 
 #endif

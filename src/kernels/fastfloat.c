@@ -19,29 +19,59 @@ static float f32_of_bits(uint32_t u) {
     return f;
 }
 
+/* The activation layouts are laid out per call, n x in values each time: the loops below are
+ * branch-free per element so that the compiler vectorizes them (a 16-row BF16 call of 4096 inputs
+ * spent ~40 us here element by element, as long as its 64-output matrix product); pure data
+ * movement, so no bit depends on how it runs. */
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__clang__)
+#define FF_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define FF_CLONES
+#endif
+
+FF_CLONES static void act_row_dot(const ds_bf16 *xr, int in, int kpad, ds_bf16 *d) {
+#pragma omp simd
+    for (int i = 0; i < in; i++) {
+        const ds_bf16 v = xr[i];
+        d[i] = ((v >> 7) & 0xff) < DS_FF_MIN_EXP_FIELD ? 0 : v;
+    }
+    memset(d + in, 0, sizeof(ds_bf16) * (size_t)(kpad - in));
+}
+
+/* per 32-block: the 16 odd elements (2j+1), then the 16 even ones (2j), widened and flushed */
+FF_CLONES static void act_row_fma(const ds_bf16 *xr, int in, int kpad, float *d) {
+    const int full = in & ~31;
+    for (int b = 0; b < full; b += 32) {
+#pragma omp simd
+        for (int j = 0; j < 16; j++) {
+            const ds_bf16 o = xr[b + 2 * j + 1], e = xr[b + 2 * j];
+            d[b + j] = f32_of_bits((uint32_t)(((o >> 7) & 0xff) < DS_FF_MIN_EXP_FIELD ? 0 : o) << 16);
+            d[b + 16 + j] = f32_of_bits((uint32_t)(((e >> 7) & 0xff) < DS_FF_MIN_EXP_FIELD ? 0 : e) << 16);
+        }
+    }
+    for (int b = full; b < kpad; b += 32)
+        for (int j = 0; j < 16; j++) {
+            int i1 = b + 2 * j + 1, i0 = b + 2 * j;
+            d[b + j] = i1 < in ? f32_of_bits((uint32_t)bf16_flushed(xr[i1]) << 16) : 0.f;
+            d[b + 16 + j] = i0 < in ? f32_of_bits((uint32_t)bf16_flushed(xr[i0]) << 16) : 0.f;
+        }
+}
+
+FF_CLONES static void act_row_f32(const ds_bf16 *xr, int in, int kpad, float *d) {
+#pragma omp simd
+    for (int i = 0; i < in; i++) d[i] = f32_of_bits((uint32_t)xr[i] << 16);
+    for (int i = in; i < kpad; i++) d[i] = 0.f;
+}
+
 void ds_ff_prepare_act(int kind, const ds_bf16 *x, int n, int in, void *buf, ds_ffact *X) {
     const int kpad = kind == DS_FF_F32 ? (in + 15) & ~15 : (in + 31) & ~31;
     const int stride = kpad + (kind == DS_FF_BF16_DOT ? 32 : 16);
     *X = (ds_ffact){.x = buf, .n = n, .kpad = kpad, .kind = kind, .stride = stride};
     for (int r = 0; r < n; r++) {
         const ds_bf16 *xr = x + (size_t)r * in;
-        if (kind == DS_FF_BF16_DOT) {
-            ds_bf16 *d = (ds_bf16 *)buf + (size_t)r * stride;
-            for (int i = 0; i < in; i++) d[i] = bf16_flushed(xr[i]);
-            memset(d + in, 0, sizeof(ds_bf16) * (size_t)(kpad - in));
-        } else if (kind == DS_FF_BF16_FMA) {
-            float *d = (float *)buf + (size_t)r * stride;
-            for (int b = 0; b < kpad; b += 32)
-                for (int j = 0; j < 16; j++) {
-                    int i1 = b + 2 * j + 1, i0 = b + 2 * j;
-                    d[b + j] = i1 < in ? f32_of_bits((uint32_t)bf16_flushed(xr[i1]) << 16) : 0.f;
-                    d[b + 16 + j] = i0 < in ? f32_of_bits((uint32_t)bf16_flushed(xr[i0]) << 16) : 0.f;
-                }
-        } else {
-            float *d = (float *)buf + (size_t)r * stride;
-            for (int i = 0; i < in; i++) d[i] = ds_bf16_to_f32(xr[i]);
-            for (int i = in; i < kpad; i++) d[i] = 0.f;
-        }
+        if (kind == DS_FF_BF16_DOT) act_row_dot(xr, in, kpad, (ds_bf16 *)buf + (size_t)r * stride);
+        else if (kind == DS_FF_BF16_FMA) act_row_fma(xr, in, kpad, (float *)buf + (size_t)r * stride);
+        else act_row_f32(xr, in, kpad, (float *)buf + (size_t)r * stride);
     }
 }
 

@@ -18,6 +18,7 @@
  * rows share the step, on their order or on the thread count (pool tasks are whole rows). */
 #include "model/forward.h"
 #include "model/ops.h"
+#include "model/swiglu_fast.h"
 #include "base/threadpool.h"
 #include "base/phase_prof.h"
 #include <math.h>
@@ -116,22 +117,21 @@ static void swiglu_task(void *vctx, int t, int thread) {
     ds_bf16 *a = x->a + (size_t)t * I;
     const int routed = t < x->nr;
     const float w = routed ? x->rw[t] : 1.0f;
-    for (int i = 0; i < I; i++) {
-        float gg = ds_round_bf16(g[i]), vv = ds_round_bf16(v[i]);
-        if (limit > 0) {
-            if (vv > limit) vv = limit;
-            if (vv < -limit) vv = -limit;
-            if (gg > limit) gg = limit;
-        }
-        float y;
-        if (x->fast) {
-            y = gg / (1.0f + expf(-gg)) * vv;
-        } else {
+    if (x->fast) {
+        ds_swiglu_row_fast(g, v, I, limit, w, routed, a);
+    } else {
+        for (int i = 0; i < I; i++) {
+            float gg = ds_round_bf16(g[i]), vv = ds_round_bf16(v[i]);
+            if (limit > 0) {
+                if (vv > limit) vv = limit;
+                if (vv < -limit) vv = -limit;
+                if (gg > limit) gg = limit;
+            }
             double sg = (double)gg / (1.0 + exp(-(double)gg));
-            y = (float)(sg * (double)vv);
+            float y = (float)(sg * (double)vv);
+            if (routed) y = y * w;
+            a[i] = ds_f32_to_bf16(y);
         }
-        if (routed) y = y * w;
-        a[i] = ds_f32_to_bf16(y);
     }
     if (x->aq) ds_quantize_rows(a, 1, I, x->aq + (size_t)t * I, x->as + t);
 }

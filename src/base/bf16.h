@@ -15,12 +15,13 @@ static inline float ds_bf16_to_f32(ds_bf16 h) {
     return f;
 }
 
+/* Round to nearest even; a NaN keeps its high half, quieted.  Written as a select, not a branch,
+ * so that loops of it vectorize (ds_round_rows_bf16, the MoE sums). */
 static inline ds_bf16 ds_f32_to_bf16(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (ds_bf16)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (ds_bf16)(u >> 16);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, quiet = (u >> 16) | 0x40u;
+    return (ds_bf16)((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
 }
 
 /* fp32 -> bf16 -> fp32: the value a bf16 store would keep. */

@@ -138,6 +138,15 @@ static void swiglu_task(void *vctx, int t, int thread) {
 
 /* ---- per-row sum: selected experts in ascending id, then the shared expert ---- */
 
+/* tot[d] += bf16(y[d]) for every d: one addition per element, so vectorizing keeps every bit */
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static void add_rounded(float *tot, const float *y, int D) {
+#pragma omp simd
+    for (int d = 0; d < D; d++) tot[d] += ds_round_bf16(y[d]);
+}
+
 static void sum_task(void *vctx, int r, int thread) {
     moe_ctx *x = vctx;
     ds_step *st = x->st;
@@ -149,9 +158,9 @@ static void sum_task(void *vctx, int r, int thread) {
         for (int d = 0; d < D; d++) tot[d] = 0.0f;
         for (int j = 0; j < k; j++) {
             const float *ye = x->yo + (size_t)pos[j] * D;
-            for (int d = 0; d < D; d++) tot[d] += ds_round_bf16(ye[d]);
+            add_rounded(tot, ye, D);
         }
-        for (int d = 0; d < D; d++) tot[d] += ds_round_bf16(ysh[d]);
+        add_rounded(tot, ysh, D);
     } else {
         double *acc = x->acc + (size_t)thread * D;
         for (int d = 0; d < D; d++) acc[d] = 0.0;
@@ -257,10 +266,10 @@ static void sum_fast_allreduce(moe_ctx *x) {
             const int e = x->sel[(size_t)r * k + j];
             if (e < x->e0 || e >= x->e1) continue;
             const float *ye = x->yo + (size_t)x->pos[(size_t)r * k + j] * D;
-            for (int d = 0; d < D; d++) t[d] += ds_round_bf16(ye[d]);
+            add_rounded(t, ye, D);
         }
         if (st->m->shard.rank == 0)
-            for (int d = 0; d < D; d++) t[d] += ds_round_bf16(x->yo[(size_t)(x->nr + r) * D + d]);
+            add_rounded(t, x->yo + (size_t)(x->nr + r) * D, D);
     }
     ds_dist_allreduce_f32(tot, (size_t)x->N * D);
     ds_round_rows_bf16(tot, (size_t)x->N * D, st->y);

@@ -134,7 +134,9 @@ int ds_swiglu_allow_vector(int allow) {
     return prev;
 }
 
-static int use_vector(void) { return SW_VECTOR && g_allow && ds_swiglu_vector_available(); }
+#if SW_VECTOR
+static int use_vector(void) { return g_allow && ds_swiglu_vector_available(); }
+#endif
 
 float ds_swiglu_expf(float x) {
 #if SW_VECTOR

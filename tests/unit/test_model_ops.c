@@ -8,6 +8,8 @@
 #include "tools/quant_fp8.h"
 #include <math.h>
 #include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
 
 static uint64_t rng = 88172645463325252ULL;
 static double urand(void) {
@@ -220,6 +222,54 @@ TEST(official_number_formats_match_the_quantizer_decoders) {
         CHECK(ds_e2m1_value(n) == ds_e2m1_to_f32((uint8_t)n), "E2M1 %d", n);
         CHECK(fabsf(ds_e2m1_value(n)) == grid[n & 7] && (n < 8 || n == 8 || ds_e2m1_value(n) < 0), "E2M1 table %d", n);
     }
+}
+
+/* fp32 -> bf16 against an oracle in exact double arithmetic: the two bf16 neighbours of the value
+ * (2^128 standing for the one past the largest finite), the nearer one, ties to the even mantissa;
+ * NaN quieted with its high half kept.  Both the scalar rule and the vectorized row rounding. */
+static uint16_t bf16_oracle(uint32_t u) {
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    if ((u & 0x7fffffffu) == 0x7f800000u) return (uint16_t)(u >> 16);
+    uint32_t lo = u & 0xffff0000u, sign = u & 0x80000000u;
+    if (lo == u) return (uint16_t)(u >> 16);
+    float fv, fl;
+    memcpy(&fv, &u, 4);
+    memcpy(&fl, &lo, 4);
+    uint32_t hi = lo + 0x10000u;
+    double v = fabs((double)fv), a = fabs((double)fl), b;
+    if ((hi & 0x7fffffffu) == 0x7f800000u) b = ldexp(1.0, 128);
+    else { float fh; memcpy(&fh, &hi, 4); b = fabs((double)fh); }
+    uint32_t pick = v - a < b - v ? lo : v - a > b - v ? hi : ((lo >> 16) & 1 ? hi : lo);
+    return (uint16_t)((pick & 0x7fffffffu) >> 16 | sign >> 16);
+}
+
+TEST(bf16_rounding_matches_exact_oracle) {
+    enum { N = 1 << 20 };
+    float *x = malloc(sizeof(float) * N);
+    ds_bf16 *y = malloc(sizeof(ds_bf16) * N);
+    uint64_t st = 88172645463325252ull;
+    static const uint32_t edges[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u,
+                                     0xffbfffffu, 0x7f7fffffu, 0x7f7f8000u, 0x7f7f7fffu, 0x3f808000u, 0x3f818000u,
+                                     0x3f807fffu, 0x00008000u, 0x00018000u, 0x80007fffu, 0x00000001u};
+    for (int i = 0; i < N; i++) {
+        st ^= st << 13; st ^= st >> 7; st ^= st << 17;
+        uint32_t u = i < (int)(sizeof edges / 4) ? edges[i] : (uint32_t)(st >> 16);
+        if (i % 4 == 1) u = (u & 0xffff0000u) | 0x8000u;   /* exact ties */
+        memcpy(&x[i], &u, 4);
+    }
+    ds_round_rows_bf16(x, N, y);
+    int bad_scalar = 0, bad_rows = 0;
+    for (int i = 0; i < N; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        uint16_t want = bf16_oracle(u);
+        bad_scalar += ds_f32_to_bf16(x[i]) != want;
+        bad_rows += y[i] != want;
+    }
+    CHECK(bad_scalar == 0, "%d of %d scalar roundings differ from the oracle", bad_scalar, N);
+    CHECK(bad_rows == 0, "%d of %d row roundings differ from the oracle", bad_rows, N);
+    free(x);
+    free(y);
 }
 
 RUN_ALL()

@@ -36,13 +36,20 @@ static void mix_dot_task(void *vctx, int t, int thread) {
     s->dots[t] = ds_hc_mix_dot(s->hp, st->X + (size_t)r * HC * D, i);
 }
 
-/* Fast tier: a tile of 2 rows x 2 mixes per task (same bits as mix_dot_task's dots). */
+/* Fast tier: a tile of 2 rows x 2 mixes per task (same bits as mix_dot_task's dots).  Tasks run
+ * in blocks of MIX_ROW_PAIRS row pairs; inside a block the mix pair changes slowest, so one pair of
+ * weight rows (2 x HC·D fp32, 64 KiB on mini) serves the block's rows from cache while the block's
+ * rows (256 KiB) stay in L2.  Row pair by row pair, each pair re-read every site's whole mix weight
+ * (768 KiB on mini) from L3: a 512-row prefill chunk did that 256 times per site. */
+#define MIX_ROW_PAIRS 8
 static void mix_tile_task(void *vctx, int t, int thread) {
     (void)thread;
     site_ctx *s = vctx;
     ds_step *st = s->st;
     const int HC = st->c->hc_mult, D = st->c->dim, nmix = (2 + HC) * HC, mix_pairs = (nmix + 1) / 2;
-    const int r0 = 2 * (t / mix_pairs), i0 = 2 * (t % mix_pairs);
+    const int row_pairs = (st->N + 1) / 2, blk = t / (MIX_ROW_PAIRS * mix_pairs), rem = t % (MIX_ROW_PAIRS * mix_pairs);
+    const int rp0 = blk * MIX_ROW_PAIRS, nrp = DS_MIN(MIX_ROW_PAIRS, row_pairs - rp0);
+    const int r0 = 2 * (rp0 + rem % nrp), i0 = 2 * (rem / nrp);
     ds_hc_mix_dots_fast(s->hp, st->X + (size_t)r0 * HC * D, DS_MIN(2, st->N - r0), i0, DS_MIN(2, nmix - i0),
                         s->dots + (size_t)r0 * nmix);
 }

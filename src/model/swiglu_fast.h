@@ -6,9 +6,12 @@
 #include "base/bf16.h"
 
 void ds_swiglu_row_fast(const float *g, const float *v, int n, float limit, float w, int weighted, ds_bf16 *a);
-/* Tests: whether the vector path can run here; allow (1) or forbid (0) it (returns the previous
- * setting); the exp the active path computes, for one value. */
-int ds_swiglu_vector_available(void);
-int ds_swiglu_allow_vector(int allow);
+
+/* Tests: the paths, whether one can run here (vector paths: this CPU has the ISA and the build is
+ * not a sanitizer build), forcing one (-1: the best available; returns the previous setting), and
+ * the exp the active path computes for one value. */
+enum { DS_SWIGLU_SCALAR = 0, DS_SWIGLU_AVX2 = 1, DS_SWIGLU_AVX512 = 2 };
+int ds_swiglu_path_available(int path);
+int ds_swiglu_force_path(int path);
 float ds_swiglu_expf(float x);
 #endif

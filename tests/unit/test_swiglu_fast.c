@@ -2,8 +2,8 @@
  * Oracles: libm's expf (the vector exp must equal it bit for bit: a million spread inputs, every
  * exponent's edges, the overflow / underflow thresholds and their neighbours, ±0, ±inf, NaN), and
  * the plain scalar formula written out here (silu(gg)·vv·w rounded to bf16) on rows of every length
- * 1..40 with tails, clamps, weights, huge, tiny and non-finite values.  Where the vector path is
- * not built (sanitizer builds) or the CPU lacks AVX-512, the cases say so and check the scalar path. */
+ * 1..40 with tails, clamps, weights, huge, tiny and non-finite values, on every path this CPU and
+ * build can run (AVX-512, AVX2, scalar); a path that cannot run here is named as such. */
 #include "check.h"
 #include "model/swiglu_fast.h"
 #include <math.h>
@@ -20,13 +20,10 @@ static uint32_t rnd(void) {
     return (uint32_t)(g_rng >> 11);
 }
 
-TEST(vector_exp_equals_libm_expf) {
-    if (!ds_swiglu_vector_available()) {
-        printf("  (vector path not available: no AVX-512 on this CPU, or a sanitizer build; the rows use libm's expf)\n");
-        CHECK(ds_swiglu_expf(1.5f) == expf(1.5f), "scalar path is libm's expf");
-        return;
-    }
-    ds_swiglu_allow_vector(1);
+static const char *const k_path_name[] = {"scalar", "avx2", "avx512"};
+
+/* The vector exp of one path against libm on the spread, the exponent edges and the special cases. */
+static long exp_mismatches(long *n_out) {
     long bad = 0, n = 0;
     for (int i = 0; i < 1000000; i++, n++) {   /* spread over every bit pattern */
         float x = f_of(rnd() | (rnd() & 1u) << 31);
@@ -49,8 +46,25 @@ TEST(vector_exp_equals_libm_expf) {
             if (!ok) printf("  x = %a: vector %a, expf %a\n", x, ds_swiglu_expf(x), expf(x));
         }
     }
-    CHECK(bad == 0, "%ld of %ld inputs differ from libm's expf", bad, n);
-    printf("  vector exp vs libm expf: %ld inputs, %ld differ\n", n, bad);
+    *n_out = n;
+    return bad;
+}
+
+TEST(vector_exp_equals_libm_expf) {
+    int ran = 0;
+    for (int path = DS_SWIGLU_AVX2; path <= DS_SWIGLU_AVX512; path++) {
+        if (!ds_swiglu_path_available(path)) {
+            printf("  (%s path not available: not on this CPU, or a sanitizer build)\n", k_path_name[path]);
+            continue;
+        }
+        ds_swiglu_force_path(path);
+        long n = 0, bad = exp_mismatches(&n);
+        CHECK(bad == 0, "%s: %ld of %ld inputs differ from libm's expf", k_path_name[path], bad, n);
+        printf("  %s exp vs libm expf: %ld inputs, %ld differ\n", k_path_name[path], n, bad);
+        ran++;
+    }
+    ds_swiglu_force_path(-1);
+    if (!ran) CHECK(ds_swiglu_expf(1.5f) == expf(1.5f), "scalar path is libm's expf");
 }
 
 static ds_bf16 plain(float g, float v, float limit, float w, int weighted) {
@@ -76,12 +90,12 @@ static float spread_value(int i) {
 
 TEST(rows_equal_the_plain_formula) {
     int runs = 0;
-    for (int vec = 0; vec < 2; vec++) {
-        if (vec && !ds_swiglu_vector_available()) {
-            printf("  (vector path not available here: scalar rows only)\n");
+    for (int path = DS_SWIGLU_SCALAR; path <= DS_SWIGLU_AVX512; path++) {
+        if (!ds_swiglu_path_available(path)) {
+            printf("  (%s rows not available here)\n", k_path_name[path]);
             continue;
         }
-        ds_swiglu_allow_vector(vec);
+        ds_swiglu_force_path(path);
         long bad = 0, n = 0;
         for (int len = 1; len <= 40; len++)
             for (int rep = 0; rep < 50; rep++) {
@@ -96,10 +110,10 @@ TEST(rows_equal_the_plain_formula) {
                     bad += a[i] != want && !both_nan;
                 }
             }
-        CHECK(bad == 0, "%s rows: %ld of %ld values differ", vec ? "vector" : "scalar", bad, n);
+        CHECK(bad == 0, "%s rows: %ld of %ld values differ", k_path_name[path], bad, n);
         runs++;
     }
-    ds_swiglu_allow_vector(1);
+    ds_swiglu_force_path(-1);
     CHECK(runs >= 1, "no path ran");
 }
 

@@ -8,6 +8,7 @@
  * compute the same IEEE operations.  Activations are flushed when they are laid out per call
  * (cheap: n x in); weights are flushed once, in the load-time copy (ds_ff_pack). */
 #include "kernels/kern_internal.h"
+#include "base/clones.h"
 #include "base/hugemem.h"
 #include <string.h>
 
@@ -23,13 +24,7 @@ static float f32_of_bits(uint32_t u) {
  * branch-free per element so that the compiler vectorizes them (a 16-row BF16 call of 4096 inputs
  * spent ~40 us here element by element, as long as its 64-output matrix product); pure data
  * movement, so no bit depends on how it runs. */
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__clang__)
-#define FF_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define FF_CLONES
-#endif
-
-FF_CLONES static void act_row_dot(const ds_bf16 *xr, int in, int kpad, ds_bf16 *d) {
+DS_CLONES static void act_row_dot(const ds_bf16 *xr, int in, int kpad, ds_bf16 *d) {
 #pragma omp simd
     for (int i = 0; i < in; i++) {
         const ds_bf16 v = xr[i];
@@ -39,7 +34,7 @@ FF_CLONES static void act_row_dot(const ds_bf16 *xr, int in, int kpad, ds_bf16 *
 }
 
 /* per 32-block: the 16 odd elements (2j+1), then the 16 even ones (2j), widened and flushed */
-FF_CLONES static void act_row_fma(const ds_bf16 *xr, int in, int kpad, float *d) {
+DS_CLONES static void act_row_fma(const ds_bf16 *xr, int in, int kpad, float *d) {
     const int full = in & ~31;
     for (int b = 0; b < full; b += 32) {
 #pragma omp simd
@@ -57,7 +52,7 @@ FF_CLONES static void act_row_fma(const ds_bf16 *xr, int in, int kpad, float *d)
         }
 }
 
-FF_CLONES static void act_row_f32(const ds_bf16 *xr, int in, int kpad, float *d) {
+DS_CLONES static void act_row_f32(const ds_bf16 *xr, int in, int kpad, float *d) {
 #pragma omp simd
     for (int i = 0; i < in; i++) d[i] = f32_of_bits((uint32_t)xr[i] << 16);
     for (int i = in; i < kpad; i++) d[i] = 0.f;

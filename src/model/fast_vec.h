@@ -12,12 +12,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "base/bf16.h"
-
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__clang__)   /* clang: one version (same bits) */
-#define DS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define DS_CLONES
-#endif
+#include "base/clones.h"
 #define DS_AI static inline __attribute__((always_inline))
 
 #pragma GCC diagnostic ignored "-Wpsabi"

@@ -19,6 +19,7 @@
 #include "model/forward.h"
 #include "model/ops.h"
 #include "model/swiglu_fast.h"
+#include "base/clones.h"
 #include "base/threadpool.h"
 #include "base/phase_prof.h"
 #include <math.h>
@@ -121,12 +122,8 @@ static void swiglu_task(void *vctx, int t, int thread) {
         ds_swiglu_row_fast(g, v, I, limit, w, routed, a);
     } else {
         for (int i = 0; i < I; i++) {
-            float gg = ds_round_bf16(g[i]), vv = ds_round_bf16(v[i]);
-            if (limit > 0) {
-                if (vv > limit) vv = limit;
-                if (vv < -limit) vv = -limit;
-                if (gg > limit) gg = limit;
-            }
+            float gg, vv;
+            ds_swiglu_inputs(g[i], v[i], limit, &gg, &vv);
             double sg = (double)gg / (1.0 + exp(-(double)gg));
             float y = (float)(sg * (double)vv);
             if (routed) y = y * w;
@@ -139,10 +136,7 @@ static void swiglu_task(void *vctx, int t, int thread) {
 /* ---- per-row sum: selected experts in ascending id, then the shared expert ---- */
 
 /* tot[d] += bf16(y[d]) for every d: one addition per element, so vectorizing keeps every bit */
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__clang__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-static void add_rounded(float *tot, const float *y, int D) {
+DS_CLONES static void add_rounded(float *tot, const float *y, int D) {
 #pragma omp simd
     for (int d = 0; d < D; d++) tot[d] += ds_round_bf16(y[d]);
 }

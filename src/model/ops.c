@@ -1,5 +1,6 @@
 /* Numeric building blocks (see ops.h for the evaluation contract). */
 #include "model/ops.h"
+#include "base/clones.h"
 #include <stdlib.h>
 
 void ds_rmsnorm_bf16(const ds_bf16 *x, const float *w, int n, double eps, ds_bf16 *y) {
@@ -12,10 +13,7 @@ void ds_rmsnorm_bf16(const ds_bf16 *x, const float *w, int n, double eps, ds_bf1
 }
 
 /* every linear output a sublayer keeps in bf16 passes here: vectorized (the same bits) */
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__clang__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-void ds_round_rows_bf16(const float *x, size_t n, ds_bf16 *y) {
+DS_CLONES void ds_round_rows_bf16(const float *x, size_t n, ds_bf16 *y) {
 #pragma omp simd
     for (size_t i = 0; i < n; i++) y[i] = ds_f32_to_bf16(x[i]);
 }

@@ -16,12 +16,8 @@
 
 /* One output value, as the scalar loop has always computed it (the fast branch of moe.c). */
 static inline ds_bf16 swiglu_one(float g, float v, float limit, float w, int weighted) {
-    float gg = ds_round_bf16(g), vv = ds_round_bf16(v);
-    if (limit > 0) {
-        if (vv > limit) vv = limit;
-        if (vv < -limit) vv = -limit;
-        if (gg > limit) gg = limit;
-    }
+    float gg, vv;
+    ds_swiglu_inputs(g, v, limit, &gg, &vv);
     float y = gg / (1.0f + expf(-gg)) * vv;
     if (weighted) y = y * w;
     return ds_f32_to_bf16(y);

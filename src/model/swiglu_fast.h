@@ -5,6 +5,17 @@
 #define DS_MODEL_SWIGLU_FAST_H
 #include "base/bf16.h"
 
+/* The SwiGLU inputs of both tiers: bf16 roundings of the w1 / w3 outputs, clamped (limit > 0). */
+static inline void ds_swiglu_inputs(float g, float v, float limit, float *gg, float *vv) {
+    *gg = ds_round_bf16(g);
+    *vv = ds_round_bf16(v);
+    if (limit > 0) {
+        if (*vv > limit) *vv = limit;
+        if (*vv < -limit) *vv = -limit;
+        if (*gg > limit) *gg = limit;
+    }
+}
+
 void ds_swiglu_row_fast(const float *g, const float *v, int n, float limit, float w, int weighted, ds_bf16 *a);
 
 /* Tests: the paths, whether one can run here (vector paths: this CPU has the ISA and the build is

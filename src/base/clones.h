@@ -1,0 +1,14 @@
+/* DS_CLONES: compile a function as AVX-512, AVX2 and baseline versions, picked at load by the CPU.
+ *
+ * Why one definition: the loops that carry it are written so that every version computes the same
+ * IEEE operations in the same order (element-wise work, or the fixed lane order of the fast tier),
+ * so the clones change speed, never bits.  Sanitizer builds and clang get one version (the same
+ * bits; ASan and target_clones do not mix well, and clang spells the attribute differently). */
+#ifndef DS_BASE_CLONES_H
+#define DS_BASE_CLONES_H
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__clang__)
+#define DS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define DS_CLONES
+#endif
+#endif

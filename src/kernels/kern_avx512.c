@@ -538,74 +538,76 @@ UNROLL8
  * from `tail` if given.  Prefetch: line positions in 1/65536 steps, `pos` at the start, `rate`
  * per iteration, up to `lend` lines of nb. */
 AI void ffm_tile(const uint8_t *wb, size_t rowb, const uint8_t *xb, size_t xrowb, int nit, const uint8_t *tail,
-                 const uint8_t *nb, unsigned pos, unsigned rate, unsigned lend, const int RR, const int KIND,
+                 const uint8_t *nb, unsigned pos, unsigned rate, unsigned lend, const int RO, const int RR, const int KIND,
                  int first, int last, float *part, float *y, int ystride) {
     const size_t xstep = KIND == DS_FF_BF16_FMA ? 128 : 64;
     __m512 acc[8][6];
 UNROLL8
-    for (int j = 0; j < 4; j++)
+    for (int j = 0; j < RO; j++)
 UNROLL8
         for (int i = 0; i < RR; i++)
-            acc[j][i] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(part + (size_t)(i * 4 + j) * 16);
+            acc[j][i] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(part + (size_t)(i * RO + j) * 16);
     unsigned line = pos >> 16;
     for (int it = 0; it < nit; it++) {
         pos += rate;
         for (const unsigned target = DS_MIN(pos >> 16, lend); line < target; line++)
-            _mm_prefetch((const char *)(nb + (size_t)(line & 3) * rowb + (size_t)(line >> 2) * 64), _MM_HINT_T0);
-        __m512i w[4];
+            _mm_prefetch((const char *)(nb + (size_t)(line % (unsigned)RO) * rowb + (size_t)(line / (unsigned)RO) * 64),
+                         _MM_HINT_T0);
+        __m512i w[8];
 UNROLL8
-        for (int j = 0; j < 4; j++) w[j] = _mm512_loadu_si512((const void *)(wb + (size_t)j * rowb + (size_t)it * 64));
-        ff_step(w, xb + (size_t)it * xstep, xrowb, 4, RR, KIND, acc);
+        for (int j = 0; j < RO; j++) w[j] = _mm512_loadu_si512((const void *)(wb + (size_t)j * rowb + (size_t)it * 64));
+        ff_step(w, xb + (size_t)it * xstep, xrowb, RO, RR, KIND, acc);
     }
     if (tail) {
-        __m512i w[4];
+        __m512i w[8];
 UNROLL8
-        for (int j = 0; j < 4; j++) w[j] = _mm512_loadu_si512((const void *)(tail + 64 * j));
-        ff_step(w, xb + (size_t)nit * xstep, xrowb, 4, RR, KIND, acc);
+        for (int j = 0; j < RO; j++) w[j] = _mm512_loadu_si512((const void *)(tail + 64 * j));
+        ff_step(w, xb + (size_t)nit * xstep, xrowb, RO, RR, KIND, acc);
     }
     if (!last) {
 UNROLL8
         for (int i = 0; i < RR; i++)
 UNROLL8
-            for (int j = 0; j < 4; j++) _mm512_storeu_ps(part + (size_t)(i * 4 + j) * 16, acc[j][i]);
+            for (int j = 0; j < RO; j++) _mm512_storeu_ps(part + (size_t)(i * RO + j) * 16, acc[j][i]);
         return;
     }
 UNROLL8
     for (int i = 0; i < RR; i++)
 UNROLL8
-        for (int j = 0; j < 4; j++) y[(size_t)i * ystride + j] = ff_reduce(acc[j][i]);
+        for (int j = 0; j < RO; j++) y[(size_t)i * ystride + j] = ff_reduce(acc[j][i]);
 }
 
-/* Outputs [o, o + 4) of rows [c0, r1) (o + 4 <= o1), inputs in blocks of KB. */
+/* Outputs [o, o + RO) of rows [c0, r1) (o + RO <= o1), inputs in blocks of KB; RO x RRMAX
+ * accumulators (RRMAX = 24 / RO, 4 for BF16 via FMA at RO = 4). */
 AI void ffm_rows(const ds_ffw *W, const ds_ffact *X, int o, int o1, int c0, int r1, int KB, float *part, float *y,
-                 int ystride, const int KIND) {
-    const int RRMAX = KIND == DS_FF_BF16_FMA ? 4 : 6, step = KIND == DS_FF_F32 ? 16 : 32;
+                 int ystride, const int RO, const int KIND) {
+    const int RRMAX = KIND == DS_FF_BF16_FMA ? 4 : 24 / RO, step = KIND == DS_FF_F32 ? 16 : 32;
     const size_t esz = KIND == DS_FF_F32 ? 4 : 2, rowb = (size_t)W->in * esz;
     const size_t xrowb = (size_t)X->stride * (KIND == DS_FF_BF16_DOT ? 2 : 4);
     const int full = W->in & ~(step - 1), nrows = r1 - c0, tiles = (nrows + RRMAX - 1) / RRMAX;
     const int prefetch = (size_t)W->out * rowb >= FF_PREFETCH_MIN_BYTES;
-    _Alignas(64) uint8_t tailbuf[64 * 4];
-    if (full < W->in) ff_tail_copy(W, o, 4, tailbuf);
+    _Alignas(64) uint8_t tailbuf[64 * 8];
+    if (full < W->in) ff_tail_copy(W, o, RO, tailbuf);
     const uint8_t *wo = (const uint8_t *)W->w + (size_t)o * rowb;
     for (int k0 = 0; k0 < X->kpad; k0 += KB) {
         const int k1 = DS_MIN(X->kpad, k0 + KB), nit = (DS_MIN(k1, full) - k0) / step;
         const uint8_t *tail = k1 > full ? tailbuf : NULL, *wb = wo + (size_t)k0 * esz;
         const uint8_t *xb = (const uint8_t *)X->x + (size_t)k0 * (KIND == DS_FF_BF16_DOT ? 2 : 4);
-        /* the next block: inputs from k1 of these rows, else the first block of the next 4 rows */
-        const uint8_t *nb = k1 < X->kpad ? wo + (size_t)k1 * esz : o + 8 <= o1 ? wo + 4 * rowb : NULL;
-        const unsigned lend = prefetch && nb ? 4u * (unsigned)(((size_t)KB * esz + 63) / 64) : 0;
+        /* the next block: inputs from k1 of these rows, else the first block of the next RO rows */
+        const uint8_t *nb = k1 < X->kpad ? wo + (size_t)k1 * esz : o + 2 * RO <= o1 ? wo + (size_t)RO * rowb : NULL;
+        const unsigned lend = prefetch && nb ? (unsigned)RO * (unsigned)(((size_t)KB * esz + 63) / 64) : 0;
         const uint64_t iters = (uint64_t)tiles * (uint64_t)nit;
         const unsigned rate = lend && nit ? (unsigned)((((uint64_t)lend << 16) + iters - 1) / iters) : 0;
         for (int t = 0; t < tiles; t++) {
             const int r = c0 + t * RRMAX;
             const unsigned pos = (unsigned)t * (unsigned)nit * rate;
             const uint8_t *xr = xb + (size_t)r * xrowb;
-            float *pr = part + (size_t)(r - c0) * 64, *yr = y + (size_t)r * ystride + o;
-#define FFM(RR) ffm_tile(wb, rowb, xr, xrowb, nit, tail, nb, pos, rate, lend, RR, KIND, k0 == 0, k1 == X->kpad, pr, yr, ystride)
+            float *pr = part + (size_t)(r - c0) * RO * 16, *yr = y + (size_t)r * ystride + o;
+#define FFM(RR) ffm_tile(wb, rowb, xr, xrowb, nit, tail, nb, pos, rate, lend, RO, RR, KIND, k0 == 0, k1 == X->kpad, pr, yr, ystride)
             switch (DS_MIN(RRMAX, r1 - r)) {
-            case 6: if (RRMAX == 6) FFM(6); break;
-            case 5: if (RRMAX == 6) FFM(5); break;
-            case 4: FFM(4); break;
+            case 6: if (RRMAX >= 6) FFM(6); break;
+            case 5: if (RRMAX >= 5) FFM(5); break;
+            case 4: if (RRMAX >= 4) FFM(4); break;
             case 3: FFM(3); break;
             case 2: FFM(2); break;
             default: FFM(1); break;
@@ -620,6 +622,23 @@ AI void ffm_rows(const ds_ffw *W, const ds_ffact *X, int o, int o1, int c0, int 
  * rows use input blocks (below). */
 #define FF_FEW_ROWS 6
 
+/* More than FF_FEW_ROWS rows: groups of FFM_RO = 6 weight rows x 4 activation rows (24
+ * accumulators + 6 weights + 1 activation vector: 31 of the 32 registers) where a block is one
+ * vector per row, else 4 x RRMAX.  Every activation vector comes from L2 (the chunk's rows do not
+ * fit L1 beside the weights) and serves one FMA per weight row of the group, so 6 rows read a
+ * fifth less L2 per FMA than 4 x 6 tiles; 8 x 3 spills the weights and ran 1.5x slower.
+ * Alternated calls, 2 threads, medians of 5 (fast path 4 x 6 -> 6 x 4): head [129280, 2048] F32
+ * x 16 rows 35.8 -> 33.5 ms, x 32 63.5 -> 53.7 ms; Engram [10240, 6144] BF16 (vdpbf16ps) x 16
+ * 4.49 -> 3.73 ms, x 32 7.48 -> 6.96 ms (decision 133). */
+#define FFM_RO 6
+
+/* Input block of a group of ro weight rows: about 16 KiB of weights per block, the input split
+ * into blocks of equal size (a short last block pays the saving of the lanes for few FMAs). */
+static inline int ffm_block(int kpad, int esz, int step, int ro) {
+    const int nb = (int)(((size_t)kpad * esz * ro + 16383) / 16384);
+    return ((kpad + nb - 1) / nb + step - 1) / step * step;
+}
+
 /* Weight rows per tile of a few-row call: the most streams with RO x rows <= 24 accumulators
  * (calls alternated with the blocked path on the mini head [129280, 2048], F32, medians: 2 rows
  * 30.4 -> 25.8 ms, 3 rows 32.3 -> 27.4 ms, 4 rows 31.5 -> 27.8 ms; more streams than 8, or 8 x 3
@@ -632,9 +651,10 @@ static inline int ff_few_outputs(int n, int kind) {
 
 /* RRMAX activation rows per tile: 6 (24 accumulators + 4 weights) where a block is one vector per
  * row, 4 for BF16 via FMA (which also holds the odd and even halves of 4 weight vectors).
- * More than FF_FEW_ROWS rows: inputs are walked in blocks of KB so that the 4 weight rows (16 KiB)
- * and the tile's activation rows of one block stay in L1 while every row tile of the chunk runs
- * against them; the partial lanes wait in `part` (the lanes' order of operations is unchanged).
+ * More than FF_FEW_ROWS rows: groups of FFM_RO weight rows (above; the 4-row tiles for BF16 via
+ * FMA and for the last outputs of a range), inputs walked in blocks (KB, KB6) so that the group's
+ * weight rows of one block (16 KiB) stay in L1 while every row tile of the chunk runs against
+ * them; the partial lanes wait in `part` (the lanes' order of operations is unchanged).
  * Few rows: the whole input is one block (`part` is never used), each weight row streams from
  * memory once, and the tile takes every row; one activation row (decode) walks 8 weight rows per
  * tile: eight streams in flight hide more memory latency (alternated runs on mini: 1-row steps
@@ -644,19 +664,25 @@ AI void ff_rows_kind(const ds_ffw *W, const ds_ffact *X, int o0, int o1, float *
     const size_t rowbytes = (size_t)X->stride * (KIND == DS_FF_BF16_DOT ? 2 : 4);
     const int few = X->n <= FF_FEW_ROWS, few_ro = ff_few_outputs(X->n, KIND);
     const int KB = few ? X->kpad : KIND == DS_FF_BF16_DOT ? 2048 : 1024;
+    const int KB6 = ffm_block(X->kpad, KIND == DS_FF_F32 ? 4 : 2, KIND == DS_FF_F32 ? 16 : 32, FFM_RO);
     enum { MAXCHUNK = 96 };
-    _Alignas(64) float part[MAXCHUNK * 4 * 16];
+    _Alignas(64) float part[MAXCHUNK * FFM_RO * 16];
     /* rows per chunk: their activations (<= 1 MiB) are re-read from L2 for every output tile,
      * while each weight row streams from memory once per chunk */
     int chunk = DS_MAX(RRMAX, (int)(((size_t)1 << 20) / rowbytes) / RRMAX * RRMAX);
-    if (KB < X->kpad) chunk = DS_MIN(chunk, MAXCHUNK);
+    if (KB < X->kpad || (!few && KB6 < X->kpad)) chunk = DS_MIN(chunk, MAXCHUNK); /* lanes wait in `part` */
     for (int c0 = 0; c0 < X->n; c0 += chunk) {
         const int r1 = DS_MIN(X->n, c0 + chunk);
         for (int o = o0; o < o1;) {
             const int ro = few && o + few_ro <= o1 ? few_ro : o + 4 <= o1 ? 4 : 1;
             if (!few && ro == 4) {
-                ffm_rows(W, X, o, o1, c0, r1, KB, part, y, ystride, KIND);
-                o += 4;
+                if (KIND != DS_FF_BF16_FMA && o + FFM_RO <= o1) {
+                    ffm_rows(W, X, o, o1, c0, r1, KB6, part, y, ystride, FFM_RO, KIND);
+                    o += FFM_RO;
+                } else {
+                    ffm_rows(W, X, o, o1, c0, r1, KB, part, y, ystride, 4, KIND);
+                    o += 4;
+                }
                 continue;
             }
             for (int k0 = 0; k0 < X->kpad; k0 += KB) {

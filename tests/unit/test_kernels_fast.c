@@ -155,20 +155,24 @@ TEST(every_path_equals_reference_bit_for_bit) {
                     tk_free(&t);
                     runs++;
                 }
-        /* long rows (several input blocks per tile, partial lanes saved between them) and more
-         * rows than one activation chunk holds */
-        for (int f = 0; f < 2; f++) {
-            tk_lin t = fast_lin(f ? DS_LIN_F32 : DS_LIN_BF16, 9, 4133);
-            int n = 101;
-            ds_bf16 *x = malloc(sizeof(ds_bf16) * n * 4133);
-            tk_fill_bf16(x, (size_t)n * 4133, 1.f);
-            CHECK(forward_equals_reference(&t, x, n, 1) == 0, "%s dot=%d fmt %d: long rows x 101", k_var[v].path,
-                  k_var[v].dot, f);
-            free(x);
-            tk_free(&t);
-            runs++;
-        }
-        printf("  %s%s: %d linears (n = 1..40, 101) bit-identical to the reference\n", k_var[v].path,
+        /* long rows (several input blocks per tile, partial lanes saved between them), more rows
+         * than one activation chunk holds, and 97 outputs: 16 per task, so the 6-output groups of
+         * the blocked path run beside a 4-output one; then 200 rows of 1000 inputs, split into
+         * input blocks by the 6-output groups only (the chunk of rows must still fit `part`) */
+        static const int long_in[] = {4133, 1000}, long_n[] = {101, 200};
+        for (int s = 0; s < 2; s++)
+            for (int f = 0; f < 2; f++) {
+                const int in = long_in[s], n = long_n[s];
+                tk_lin t = fast_lin(f ? DS_LIN_F32 : DS_LIN_BF16, 97, in);
+                ds_bf16 *x = malloc(sizeof(ds_bf16) * n * in);
+                tk_fill_bf16(x, (size_t)n * in, 1.f);
+                CHECK(forward_equals_reference(&t, x, n, 1) == 0, "%s dot=%d fmt %d: 97 x %d inputs x %d rows",
+                      k_var[v].path, k_var[v].dot, f, in, n);
+                free(x);
+                tk_free(&t);
+                runs++;
+            }
+        printf("  %s%s: %d linears (n = 1..40, 101, 200) bit-identical to the reference\n", k_var[v].path,
                k_var[v].dot ? "+vdpbf16ps" : "", runs);
         ran++;
     }

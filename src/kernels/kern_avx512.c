@@ -437,7 +437,7 @@ static void ff_tail_copy(const ds_ffw *W, int o, int RO, uint8_t *tail) {
                (size_t)(W->in - full) * esz);
 }
 
-/* Row i of rows `stride` bytes apart from p, addressed as (p or p + stride) + stride x {0, 1, 2, 4}:
+/* Row i of rows `stride` bytes apart from p, addressed as (p or p + stride) + stride x {0, 2, 4}:
  * rows 0..5 from two base registers and one index, where 6 precomputed offsets would spill. */
 AI const uint8_t *row_at(const uint8_t *p, size_t stride, int i) {
     const uint8_t *p1 = p + stride;
@@ -448,8 +448,7 @@ AI const uint8_t *row_at(const uint8_t *p, size_t stride, int i) {
     case 3: return p1 + 2 * stride;
     case 4: return p + 4 * stride;
     case 5: return p1 + 4 * stride;
-    case 6: return p + 2 * stride + 4 * stride;
-    default: return p1 + 2 * stride + 4 * stride;
+    default: return p + (size_t)i * stride;
     }
 }
 

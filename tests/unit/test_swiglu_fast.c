@@ -50,14 +50,20 @@ static long exp_mismatches(long *n_out) {
     return bad;
 }
 
+/* Run the next checks on `path` if this build and CPU have it (else say so and skip it). */
+static int use_path(int path, const char *what) {
+    if (!ds_swiglu_path_available(path)) {
+        printf("  (%s %s not available: not on this CPU, or a sanitizer build)\n", k_path_name[path], what);
+        return 0;
+    }
+    ds_swiglu_force_path(path);
+    return 1;
+}
+
 TEST(vector_exp_equals_libm_expf) {
     int ran = 0;
     for (int path = DS_SWIGLU_AVX2; path <= DS_SWIGLU_AVX512; path++) {
-        if (!ds_swiglu_path_available(path)) {
-            printf("  (%s path not available: not on this CPU, or a sanitizer build)\n", k_path_name[path]);
-            continue;
-        }
-        ds_swiglu_force_path(path);
+        if (!use_path(path, "path")) continue;
         long n = 0, bad = exp_mismatches(&n);
         CHECK(bad == 0, "%s: %ld of %ld inputs differ from libm's expf", k_path_name[path], bad, n);
         printf("  %s exp vs libm expf: %ld inputs, %ld differ\n", k_path_name[path], n, bad);
@@ -91,11 +97,7 @@ static float spread_value(int i) {
 TEST(rows_equal_the_plain_formula) {
     int runs = 0;
     for (int path = DS_SWIGLU_SCALAR; path <= DS_SWIGLU_AVX512; path++) {
-        if (!ds_swiglu_path_available(path)) {
-            printf("  (%s rows not available here)\n", k_path_name[path]);
-            continue;
-        }
-        ds_swiglu_force_path(path);
+        if (!use_path(path, "rows")) continue;
         long bad = 0, n = 0;
         for (int len = 1; len <= 40; len++)
             for (int rep = 0; rep < 50; rep++) {

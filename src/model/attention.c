@@ -34,7 +34,6 @@ typedef struct attn_ctx {
     int h0, Hl;                   /* this rank's heads h0..h0+Hl-1 (dist/dist.h); q holds only them */
     /* fast tier: blocks of up to DS_ATTN_QB heads of one row (attn_tile.h) */
     int head_groups;              /* blocks per row: ceil(Hl / DS_ATTN_QB) */
-    int32_t *uidx;                /* [threads][max_keys][DS_ATTN_QB] */
     ds_attn_scratch *tile;        /* [threads] */
 } attn_ctx;
 
@@ -111,11 +110,8 @@ static void attn_block_task(void *vctx, int task, int thread) {
     const int row = task / a->head_groups, hg = a->h0 + (task % a->head_groups) * QB;
     const int B = a->h0 + a->Hl - hg < QB ? a->h0 + a->Hl - hg : QB;
     const ds_bf16 **keys = a->keys + (size_t)thread * a->max_keys;
-    int32_t *idx = a->uidx + (size_t)thread * a->max_keys * QB;
-    ds_attn_block b = {.B = B, .dh = dh, .scale = a->scale, .keys = keys, .idx = idx};
+    ds_attn_block b = {.B = B, .dh = dh, .scale = a->scale, .keys = keys, .dense = 1};
     b.nu = row_keys(a, row, keys);
-    for (int u = 0; u < b.nu; u++)
-        for (int r = 0; r < QB; r++) idx[(size_t)u * QB + r] = r < B ? u : -1;
     for (int r = 0; r < B; r++) {
         b.nk[r] = b.nu;
         b.sink[r] = a->w->attn_sink[hg + r];
@@ -133,17 +129,13 @@ static void tile_setup(attn_ctx *a, int T) {
     const int dh = st->c->head_dim;
     const size_t U = (size_t)a->max_keys, QB = DS_ATTN_QB;
     a->head_groups = (a->Hl + DS_ATTN_QB - 1) / DS_ATTN_QB;
-    a->uidx = DS_ARENA_NEW(st->arena, int32_t, (size_t)T * U * QB);
     a->tile = DS_ARENA_NEW(st->arena, ds_attn_scratch, T);
     for (int t = 0; t < T; t++) {
-        ds_attn_scratch *s = &a->tile[t];
-        s->max_keys = a->max_keys;
-        s->sc = DS_ARENA_NEW(st->arena, float, QB * U);
-        s->qf = DS_ARENA_NEW(st->arena, float, QB * (size_t)dh);
-        s->acc = DS_ARENA_NEW(st->arena, float, QB * (size_t)dh);
-        s->w = DS_ARENA_NEW(st->arena, float, U * QB);
-        s->mask = DS_ARENA_NEW(st->arena, uint32_t, U * QB);
-        s->full = DS_ARENA_NEW(st->arena, uint8_t, U);
+        /* dense blocks only (attn_block_task): no sparse weight or mask tables */
+        a->tile[t] = (ds_attn_scratch){.max_keys = a->max_keys,
+                                      .sc = DS_ARENA_NEW(st->arena, float, QB * U),
+                                      .qf = DS_ARENA_NEW(st->arena, float, QB * (size_t)dh),
+                                      .acc = DS_ARENA_NEW(st->arena, float, QB * (size_t)dh)};
     }
 }
 

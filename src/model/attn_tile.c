@@ -5,7 +5,9 @@
  * tile holds the 32 fp32 lanes of DS_ATTN_QB dot products in registers while one key streams past
  * (the key is converted once for all rows; the queries are converted to fp32 once per block), and
  * the value tile holds 32 output channels of every row in registers over the whole key list, so
- * each key chunk is loaded once per block and no accumulator leaves the registers.
+ * each key chunk is loaded once per block and no accumulator leaves the registers.  A dense block
+ * (every row takes every key: the heads of one token row, the engine's case) skips the per-key
+ * weight and mask tables a sparse block needs: its value tile reads each row's weights in place.
  *
  * Bits: a lane of a score is the sum, in element order, of exact bf16×bf16 products, combined by
  * the fixed tree of ds_ftree — the order of ds_fdot_bb (lanes 0..15 in one 16-wide vector, 16..31
@@ -17,6 +19,7 @@
 #include "model/attn_tile.h"
 #include "model/fast_ops.h"
 #include "model/fast_vec.h"
+#include "model/ops.h"
 
 #define QB DS_ATTN_QB
 
@@ -81,20 +84,68 @@ DS_CLONES static void value_chunk(const ds_bf16 *const *keys, const float *w, co
     }
 }
 
+/* A dense block's value tile: every row takes every key, row r's weight of key u is wr[r][u]. */
+DS_CLONES static void value_chunk_dense(const ds_bf16 *const *keys, const float *const *wr, int nu, int d0, int dh,
+                                        float *acc) {
+    v16f a0[QB], a1[QB];
+#pragma GCC unroll 8
+    for (int r = 0; r < QB; r++) a0[r] = a1[r] = (v16f){0};
+    for (int u = 0; u < nu; u++) {
+        const v16f k0 = ds_v16_ld_b(keys[u] + d0), k1 = ds_v16_ld_b(keys[u] + d0 + 16);
+#pragma GCC unroll 8
+        for (int r = 0; r < QB; r++) {
+            a0[r] = a0[r] + k0 * wr[r][u];
+            a1[r] = a1[r] + k1 * wr[r][u];
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < QB; r++) {
+        DS_V16_ST(acc + (size_t)r * dh + d0, a0[r]);
+        DS_V16_ST(acc + (size_t)r * dh + d0 + 16, a1[r]);
+    }
+}
+
+/* The queries widened to fp32 (rows past B: copies of row 0, computed and never read back). */
+DS_CLONES static void widen_queries(const ds_attn_block *b, float *qf) {
+    const int dh = b->dh;
+    for (int r = 0; r < QB; r++) {
+        const ds_bf16 *q = b->q[r < b->B ? r : 0];
+        for (int d = 0; d < dh; d += 16) DS_V16_ST(qf + (size_t)r * dh + d, ds_v16_ld_b(q + d));
+    }
+}
+
+/* x[i] / den for i < n (the value weight e_k/den of ds_attn_head_fast, one fp32 division each). */
+DS_CLONES static void divide_by(float *x, float den, int n) {
+#pragma omp simd
+    for (int i = 0; i < n; i++) x[i] = x[i] / den;
+}
+
 /* Scores of every (row, key) into the rows' own lists, scaled. */
 static void block_scores(const ds_attn_block *b, const ds_attn_scratch *s) {
     const int dh = b->dh;
-    for (int r = 0; r < QB; r++) {
-        const ds_bf16 *q = b->q[r < b->B ? r : 0];      /* rows past B: a copy, never read back */
-        for (int d = 0; d < dh; d++) s->qf[(size_t)r * dh + d] = ds_bf16_to_f32(q[d]);
-    }
+    widen_queries(b, s->qf);
     float out[QB];
     for (int u = 0; u < b->nu; u++) {
         score_key(s->qf, dh, b->keys[u], out);
+        if (b->dense) {
+            for (int r = 0; r < b->B; r++) s->sc[(size_t)r * s->max_keys + u] = out[r] * b->scale;
+            continue;
+        }
         const int32_t *iu = b->idx + (size_t)u * QB;
         for (int r = 0; r < b->B; r++)
             if (iu[r] >= 0) s->sc[(size_t)r * s->max_keys + iu[r]] = out[r] * b->scale;
     }
+}
+
+/* Dense block: each row's weights divided in place, then the value tile reads them row by row
+ * (no transposed weight or mask table: every row takes every key). */
+static void dense_values(const ds_attn_block *b, const ds_attn_scratch *s, const float *den) {
+    const float *wr[QB];
+    for (int r = 0; r < QB; r++) {
+        wr[r] = s->sc + (size_t)(r < b->B ? r : 0) * s->max_keys;     /* rows past B: row 0's, unread */
+        if (r < b->B) divide_by(s->sc + (size_t)r * s->max_keys, den[r], b->nu);
+    }
+    for (int d0 = 0; d0 < b->dh; d0 += 32) value_chunk_dense(b->keys, wr, b->nu, d0, b->dh, s->acc);
 }
 
 void ds_attn_block_fast(const ds_attn_block *b, const ds_attn_scratch *s) {
@@ -105,11 +156,17 @@ void ds_attn_block_fast(const ds_attn_block *b, const ds_attn_scratch *s) {
     float den[QB];
     for (int r = 0; r < B; r++) {
         float *sc = s->sc + (size_t)r * s->max_keys;
+        const int nk = b->dense ? b->nu : b->nk[r];
         float mx = b->sink[r];
-        for (int i = 0; i < b->nk[r]; i++)
+        for (int i = 0; i < nk; i++)
             if (sc[i] > mx) mx = sc[i];
-        ds_fexp_sub(sc, mx, b->nk[r]);
-        den[r] = ds_fsum(sc, b->nk[r]) + ds_fexp(b->sink[r] - mx);
+        ds_fexp_sub(sc, mx, nk);
+        den[r] = ds_fsum(sc, nk) + ds_fexp(b->sink[r] - mx);
+    }
+    if (b->dense) {
+        dense_values(b, s, den);
+        for (int r = 0; r < B; r++) ds_round_rows_bf16(s->acc + (size_t)r * dh, (size_t)dh, b->o[r]);
+        return;
     }
     for (int u = 0; u < b->nu; u++) {
         const int32_t *iu = b->idx + (size_t)u * QB;
@@ -125,6 +182,5 @@ void ds_attn_block_fast(const ds_attn_block *b, const ds_attn_scratch *s) {
         s->full[u] = (uint8_t)all;
     }
     for (int d0 = 0; d0 < dh; d0 += 32) value_chunk(b->keys, s->w, s->mask, s->full, b->nu, d0, dh, s->acc);
-    for (int r = 0; r < B; r++)
-        for (int d = 0; d < dh; d++) b->o[r][d] = ds_f32_to_bf16(s->acc[(size_t)r * dh + d]);
+    for (int r = 0; r < B; r++) ds_round_rows_bf16(s->acc + (size_t)r * dh, (size_t)dh, b->o[r]);
 }

@@ -30,6 +30,7 @@ typedef struct ds_attn_block {
     int nu;                     /* union keys */
     const ds_bf16 *const *keys; /* [nu] */
     const int32_t *idx;         /* [nu][DS_ATTN_QB]: index of key u in row r's list, -1 = not in it */
+    int dense;                  /* 1: every row's list is the whole union in its order (idx not read) */
 } ds_attn_block;
 
 /* Scratch of one thread (the caller carves it from the step arena). */
@@ -41,6 +42,7 @@ typedef struct ds_attn_scratch {
     float *w;                   /* [max_u][DS_ATTN_QB] value weights, 0 where a row skips the key */
     uint32_t *mask;             /* [max_u][DS_ATTN_QB] all ones where the row takes the key */
     uint8_t *full;              /* [max_u] 1 when every row of the block takes the key */
+                                /* (w, mask, full: sparse blocks only; a dense block may leave them NULL) */
 } ds_attn_scratch;
 
 /* o[r] = bf16(attention of row r), bit-identical to ds_attn_head_fast(q[r], row r's keys in its

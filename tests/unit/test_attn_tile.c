@@ -49,7 +49,7 @@ typedef struct {
 
 /* One random block: B rows, nu union keys, each row taking key u with probability `take` (every row
  * at least one key); poison != 0 fills one key that only row 0 takes with inf and NaN. */
-static void run_block(int dh, int B, int nu, double take, int poison, outcome *out) {
+static void run_block(int dh, int B, int nu, double take, int poison, int dense, outcome *out) {
     ds_bf16 *kmem = malloc(sizeof(ds_bf16) * (size_t)nu * dh), *qmem = malloc(sizeof(ds_bf16) * QB * (size_t)dh);
     ds_bf16 *ot = malloc(sizeof(ds_bf16) * QB * (size_t)dh), *orow = malloc(sizeof(ds_bf16) * (size_t)dh);
     const ds_bf16 *keys[NU_MAX], *rowkeys[NU_MAX];
@@ -58,7 +58,7 @@ static void run_block(int dh, int B, int nu, double take, int poison, outcome *o
     for (int i = 0; i < QB * dh; i++) qmem[i] = ds_f32_to_bf16(frand() * 1.5f);
     for (int u = 0; u < nu; u++) keys[u] = kmem + (size_t)u * dh;
     ds_attn_block b = {.B = B, .dh = dh, .scale = 1.0f / sqrtf((float)dh), .nu = nu, .keys = keys,
-                       .idx = idx};
+                       .idx = idx, .dense = dense};
     for (int r = 0; r < QB; r++) {
         b.sink[r] = frand() * 2.0f;     /* a sink per row, as the heads of one token row have */
         b.q[r] = qmem + (size_t)r * dh;
@@ -131,10 +131,11 @@ TEST(tiled_rows_equal_the_per_row_core_bit_for_bit) {
     static const int dhs[] = {64, 512};
     for (size_t d = 0; d < sizeof dhs / sizeof dhs[0]; d++)
         for (int B = 1; B <= QB; B++) {
-            run_block(dhs[d], B, 1 + (B * 11) % NU_MAX, 1.0, 0, &o);     /* every row takes every key */
-            run_block(dhs[d], B, 40 + B, 0.6, 0, &o);                    /* sparse per-row subsets */
-            run_block(dhs[d], B, NU_MAX, 0.95, 0, &o);
-            blocks += 3;
+            for (int dense = 0; dense <= 1; dense++)   /* every row takes every key: both block kinds */
+                run_block(dhs[d], B, 1 + (B * 11) % NU_MAX, 1.0, 0, dense, &o);
+            run_block(dhs[d], B, 40 + B, 0.6, 0, 0, &o);                    /* sparse per-row subsets */
+            run_block(dhs[d], B, NU_MAX, 0.95, 0, 0, &o);
+            blocks += 4;
         }
     printf("  %d blocks: %d output values differ from ds_attn_head_fast, worst relative L2 vs float64 %.2e\n", blocks,
            o.bad_bits, o.worst_rel);
@@ -144,7 +145,7 @@ TEST(tiled_rows_equal_the_per_row_core_bit_for_bit) {
 
 TEST(a_key_a_row_skips_never_reaches_it) {
     outcome o = {0};
-    for (int B = 2; B <= QB; B++) run_block(512, B, 50, 0.8, 1, &o);
+    for (int B = 2; B <= QB; B++) run_block(512, B, 50, 0.8, 1, 0, &o);
     CHECK(o.bad_bits == 0, "%d outputs differ from the per-row core", o.bad_bits);
     CHECK(o.poisoned == 0, "%d outputs of rows that skip the inf/NaN key are not finite", o.poisoned);
     CHECK(o.bad_ref == 0, "%d rows off the float64 reference (worst %.2e)", o.bad_ref, o.worst_rel);
@@ -170,20 +171,30 @@ TEST(tiled_speed_on_a_mini_sized_block) {
                          .acc = malloc(sizeof(float) * QB * DH), .w = malloc(sizeof(float) * QB * NK),
                          .mask = malloc(sizeof(uint32_t) * QB * NK), .full = malloc(NK)};
     float *sc = malloc(sizeof(float) * NK), *acc = malloc(sizeof(float) * DH);
-    double t_tile = 1e9, t_row = 1e9;
+    ds_bf16 *od = malloc(sizeof(ds_bf16) * QB * DH);
+    ds_attn_block bd = b;
+    bd.dense = 1;
+    for (int r = 0; r < QB; r++) bd.o[r] = od + r * DH;
+    double t_tile = 1e9, t_dense = 1e9, t_row = 1e9;
     for (int rep = 0; rep < REPS; rep++) {
         double t0 = ds_now();
         ds_attn_block_fast(&b, &s);
         double t1 = ds_now();
         for (int r = 0; r < QB; r++) ds_attn_head_fast(b.q[r], keys, NK, b.sink[r], b.scale, DH, sc, acc, orow + r * DH);
         double t2 = ds_now();
+        ds_attn_block_fast(&bd, &s);
+        double t3 = ds_now();
         if (t1 - t0 < t_tile) t_tile = t1 - t0;
         if (t2 - t1 < t_row) t_row = t2 - t1;
+        if (t3 - t2 < t_dense) t_dense = t3 - t2;
     }
     const double flop = 4.0 * QB * NK * DH;
-    printf("  %d rows x %d keys x d_h %d: tiled %.3f ms (%.1f GFLOP/s), per row %.3f ms (%.1f GFLOP/s), %.2fx\n", QB, NK,
-           DH, 1e3 * t_tile, flop / t_tile / 1e9, 1e3 * t_row, flop / t_row / 1e9, t_row / t_tile);
+    printf("  %d rows x %d keys x d_h %d: tiled dense %.3f ms (%.1f GFLOP/s), tiled with per-row lists %.3f ms (%.1f), "
+           "per row %.3f ms (%.1f)\n", QB, NK, DH, 1e3 * t_dense, flop / t_dense / 1e9, 1e3 * t_tile,
+           flop / t_tile / 1e9, 1e3 * t_row, flop / t_row / 1e9);
     CHECK(!memcmp(ot, orow, sizeof(ds_bf16) * QB * DH), "tiled and per-row outputs differ");
+    CHECK(!memcmp(od, orow, sizeof(ds_bf16) * QB * DH), "dense tiled and per-row outputs differ");
+    free(od);
     free(k), free(q), free(ot), free(orow), free(keys), free(idx), free(sc), free(acc);
     free(s.sc), free(s.qf), free(s.acc), free(s.w), free(s.mask), free(s.full);
 }

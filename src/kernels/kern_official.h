@@ -49,6 +49,15 @@ int ds_mx_rows_avx512(const uint8_t *codes, const uint8_t *sc, const uint8_t *co
 static inline int ds_mx_int32_ok(int terms, int spread) {
     return spread <= 31 && ((int64_t)DS_MX_LANE_MAX * terms << spread) <= INT32_MAX;
 }
+/* total · 2^(lo − 128), the last step of the exact branch: lo is a scale byte, so the power lies in
+ * [2^-128, 2^127] and is built from its exponent bits; the product of the rounded total and it is a
+ * normal double (or 0), so exact: the bits of ldexp, without its call. */
+static inline double ds_mx_scale_total(int64_t total, int lo) {
+    const uint64_t bits = (uint64_t)(lo - 128 + 1023) << 52;
+    double p;
+    memcpy(&p, &bits, sizeof p);
+    return (double)total * p;
+}
 /* |2·e2m1(c)| with the sign: c = 0..15, code ^ 8 negates. */
 #define DS_MX_SIGNED_LUT 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12
 

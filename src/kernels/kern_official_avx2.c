@@ -92,7 +92,7 @@ static double row_int32(const uint8_t *codes, const uint8_t *sc, const ds_mx_act
         ds_mx_bsum_avx2(codes + 16 * b, a->xe + 16 * b, a->xo + 16 * b, 1, &last);
         total += (int64_t)last * ((int64_t)1 << (sc[b] - lo));
     }
-    return ldexp((double)total, lo - 128);
+    return ds_mx_scale_total(total, lo);
 }
 
 /* One row (contract in kern_official.h): the int32 route where its lanes cannot overflow, else two
@@ -129,7 +129,7 @@ double ds_mx_row_avx2(const uint8_t *codes, const uint8_t *sc, const ds_mx_act *
         ds_mx_bsum_avx2(codes + 16 * b, xe + 16 * b, xo + 16 * b, 1, &last);
         total += (int64_t)last * ((int64_t)1 << (sc[b] - lo));
     }
-    return ldexp((double)total, lo - 128);
+    return ds_mx_scale_total(total, lo);
 }
 /* FP8 fast-tier decode, 8 codes per step (the rule of ds_fp8_bf16_one, lane by lane). */
 void ds_fp8_decode_avx2(const uint8_t *codes, const uint8_t *sc, int in, ds_bf16 *dst) {

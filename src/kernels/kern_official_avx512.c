@@ -141,7 +141,7 @@ static double row_int32(const uint8_t *codes, const uint8_t *sc, const ds_mx_act
     _mm512_storeu_si512(v, acc);
     int64_t total = 0;
     for (int i = 0; i < 16; i++) total += v[i];
-    return ldexp((double)total, lo - 128);
+    return ds_mx_scale_total(total, lo);
 }
 
 /* One row (contract in kern_official.h).  The int32 route where its lanes cannot overflow (every
@@ -180,7 +180,69 @@ double DS_MX_ROW_AVX512(const uint8_t *codes, const uint8_t *sc, const ds_mx_act
     }
     int64_t v[4];
     _mm256_storeu_si256((__m256i *)v, acc);
-    return ldexp((double)(v[0] + v[1] + v[2] + v[3]), lo - 128);
+    return ds_mx_scale_total(v[0] + v[1] + v[2] + v[3], lo);
+}
+
+/* VPDPBUSD through a tied asm operand (as kern_avx512.c: GCC 12 otherwise copies the accumulator
+ * before every instruction); the emulated build runs the intrinsic. */
+#ifndef DS_AVX512_EMULATE
+static inline __attribute__((always_inline)) __m512i mx_dp(__m512i acc, __m512i u, __m512i s) {
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
+    return acc;
+}
+#define MX_AI static inline __attribute__((always_inline))
+#define MX_UNROLL8 _Pragma("GCC unroll 8")
+#else
+#define mx_dp(acc, u, s) _mm512_dpbusd_epi32((acc), (u), (s))
+#define MX_AI static inline
+#define MX_UNROLL8
+#endif
+
+/* NR activation rows (a compile-time count, so that the NR accumulators and row pointers stay in
+ * registers) against one output row; tot[r] = the exact shifted total of row r. */
+MX_AI void mx_rows_tile(const uint8_t *codes, const uint8_t *sc, const uint8_t *const *xb, size_t part, const int NR,
+                        int nb, int lo, int64_t *tot) {
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(DS_MX_SIGNED_LUT)), low4 = _mm512_set1_epi8(15);
+    const __m512i k128 = _mm512_set1_epi8((char)0x80), vlo = _mm512_set1_epi32(lo);
+    __m512i idx[4];
+    for (int g = 0; g < 4; g++) idx[g] = _mm512_add_epi32(_mm512_set1_epi32(4 * g), _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+    __m512i ar[DS_MX_ROWS_MAX];
+    const uint8_t *xr[DS_MX_ROWS_MAX];
+MX_UNROLL8
+    for (int r = 0; r < NR; r++) ar[r] = _mm512_setzero_si512(), xr[r] = xb[r];
+    for (int b = 0; b < nb; b += 16) {
+        /* the 16 scale bytes straight from the row; a last partial stretch through a padded copy
+         * (copying every stretch made each load wait on a failed store forward) */
+        uint8_t s16[16];
+        const uint8_t *s = sc + b;
+        if (nb - b < 16) {
+            memset(s16, lo, sizeof s16);   /* past nb: no group reads these */
+            memcpy(s16, sc + b, (size_t)(nb - b));
+            s = s16;
+        }
+        __m512i sh = _mm512_sub_epi32(MX_CVTEPU8_EPI32(_mm_loadu_si128((const __m128i *)s)), vlo);
+        for (int g = 0; g < 4 && b + 4 * g < nb; g++) {
+            const size_t k16 = 16 * (size_t)(b + 4 * g);
+            _mm_prefetch((const char *)(codes + k16 + MX_PREFETCH), _MM_HINT_T0);
+            __m512i c = _mm512_loadu_si512(codes + k16);
+            __m512i wl = _mm512_shuffle_epi8(lut, _mm512_and_si512(c, low4));
+            __m512i wh = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(c, 4), low4));
+            __m512i bias = mx_dp(mx_dp(_mm512_setzero_si512(), k128, wl), k128, wh);
+            __m512i start = _mm512_sub_epi32(_mm512_setzero_si512(), bias), shg = _mm512_permutexvar_epi32(idx[g], sh);
+MX_UNROLL8
+            for (int r = 0; r < NR; r++) {
+                __m512i t = mx_dp(mx_dp(start, _mm512_loadu_si512(xr[r] + k16), wl), _mm512_loadu_si512(xr[r] + part + k16), wh);
+                ar[r] = _mm512_add_epi32(ar[r], _mm512_sllv_epi32(t, shg));
+            }
+        }
+    }
+    for (int r = 0; r < NR; r++) {
+        int32_t v[16];
+        _mm512_storeu_si512(v, ar[r]);
+        int64_t total = 0;
+        for (int i = 0; i < 16; i++) total += v[i];
+        tot[r] = total;
+    }
 }
 
 /* Several activation rows of one output row (kern_official.h, ds_mx_rows_fn): the int32 route of
@@ -194,40 +256,19 @@ double DS_MX_ROW_AVX512(const uint8_t *codes, const uint8_t *sc, const ds_mx_act
 int DS_MX_ROWS_AVX512(const uint8_t *codes, const uint8_t *sc, const uint8_t *const *xb, size_t part, int nr, int nb, double *acc) {
     int lo, hi;
     ds_mx_exp_range(sc, nb, &lo, &hi);
-    if (nr > DS_MX_ROWS_MAX || nb % 4 || hi - lo > DS_MX_EXACT_SPREAD || !ds_mx_int32_ok(nb / 4, hi - lo)) return 0;
-    const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(DS_MX_SIGNED_LUT)), low4 = _mm512_set1_epi8(15);
-    const __m512i k128 = _mm512_set1_epi8((char)0x80), vlo = _mm512_set1_epi32(lo);
-    __m512i idx[4];
-    for (int g = 0; g < 4; g++) idx[g] = _mm512_add_epi32(_mm512_set1_epi32(4 * g), _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
-    __m512i ar[DS_MX_ROWS_MAX];
-    for (int r = 0; r < nr; r++) ar[r] = _mm512_setzero_si512();
-    for (int b = 0; b < nb; b += 16) {
-        uint8_t s16[16];
-        memset(s16, lo, sizeof s16);   /* past nb: no group reads these */
-        memcpy(s16, sc + b, (size_t)DS_MIN(16, nb - b));
-        __m512i sh = _mm512_sub_epi32(MX_CVTEPU8_EPI32(_mm_loadu_si128((const __m128i *)s16)), vlo);
-        for (int g = 0; g < 4 && b + 4 * g < nb; g++) {
-            const int k = b + 4 * g;
-            _mm_prefetch((const char *)(codes + 16 * k + MX_PREFETCH), _MM_HINT_T0);
-            __m512i c = _mm512_loadu_si512(codes + 16 * k);
-            __m512i wl = _mm512_shuffle_epi8(lut, _mm512_and_si512(c, low4));
-            __m512i wh = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(c, 4), low4));
-            __m512i bias = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), k128, wl), k128, wh);
-            __m512i start = _mm512_sub_epi32(_mm512_setzero_si512(), bias), shg = _mm512_permutexvar_epi32(idx[g], sh);
-            for (int r = 0; r < nr; r++) {
-                const uint8_t *e = xb[r] + 16 * k, *o = xb[r] + part + 16 * k;
-                __m512i t = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(start, _mm512_loadu_si512(e), wl), _mm512_loadu_si512(o), wh);
-                ar[r] = _mm512_add_epi32(ar[r], _mm512_sllv_epi32(t, shg));
-            }
-        }
+    if (nr > DS_MX_ROWS_MAX || nr < 1 || nb % 4 || hi - lo > DS_MX_EXACT_SPREAD || !ds_mx_int32_ok(nb / 4, hi - lo)) return 0;
+    int64_t tot[DS_MX_ROWS_MAX];
+    switch (nr) {
+    case 1: mx_rows_tile(codes, sc, xb, part, 1, nb, lo, tot); break;
+    case 2: mx_rows_tile(codes, sc, xb, part, 2, nb, lo, tot); break;
+    case 3: mx_rows_tile(codes, sc, xb, part, 3, nb, lo, tot); break;
+    case 4: mx_rows_tile(codes, sc, xb, part, 4, nb, lo, tot); break;
+    case 5: mx_rows_tile(codes, sc, xb, part, 5, nb, lo, tot); break;
+    case 6: mx_rows_tile(codes, sc, xb, part, 6, nb, lo, tot); break;
+    case 7: mx_rows_tile(codes, sc, xb, part, 7, nb, lo, tot); break;
+    default: mx_rows_tile(codes, sc, xb, part, 8, nb, lo, tot); break;
     }
-    for (int r = 0; r < nr; r++) {
-        int32_t v[16];
-        _mm512_storeu_si512(v, ar[r]);
-        int64_t total = 0;
-        for (int i = 0; i < 16; i++) total += v[i];
-        acc[r] = ldexp((double)total, lo - 128);
-    }
+    for (int r = 0; r < nr; r++) acc[r] = ds_mx_scale_total(tot[r], lo);
     return 1;
 }
 

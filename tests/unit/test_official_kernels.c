@@ -39,10 +39,12 @@ static double mx_weight(const mx_lin *m, int o, int i) {
 
 TEST(mxfp4_paths_equal_scalar_and_the_decoded_weights) {
     static const int outs[] = {1, 7, 16, 17, 40, 64};
-    static const int ins[] = {32, 64, 96, 128, 160, 224, 512};
+    /* 640 and 1152: 20 and 36 blocks, a whole stretch of 16 scale bytes and a partial one;
+     * n up to 19: several groups of DS_MX_ROWS_MAX rows, 40 and 64 outputs: several output blocks */
+    static const int ins[] = {32, 64, 96, 128, 160, 224, 512, 640, 1152};
     int runs = 0;
-    for (int trial = 0; trial < 40; trial++) {
-        int out = outs[tk_range(0, 5)], in = ins[tk_range(0, 6)], n = tk_range(1, 9);
+    for (int trial = 0; trial < 48; trial++) {
+        int out = outs[tk_range(0, 5)], in = ins[tk_range(0, 8)], n = trial % 4 ? tk_range(1, 9) : tk_range(10, 19);
         mx_lin m = mx_make(out, in, trial % 5 ? -8 : -40, trial % 5 ? 2 : 30);   /* every fifth: wide exponent spread */
         int8_t *q = malloc((size_t)n * in);
         float *s = malloc(sizeof(float) * n);

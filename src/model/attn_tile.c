@@ -120,13 +120,85 @@ DS_CLONES static void divide_by(float *x, float den, int n) {
     for (int i = 0; i < n; i++) x[i] = x[i] / den;
 }
 
+/* ---- 8-wide tiles (hosts without AVX-512) ----
+ * GCC keeps 64-byte vector values in memory when the target has no 512-bit registers, so the tiles
+ * above run ~20x slower in the AVX2 clone than in the AVX-512 one.  These hold every value in 8-wide
+ * vectors with at most 12 live accumulator/key registers, in the same orders: a score's 32 lanes as
+ * four vectors combined as ds_fdot_bb combines them, a value channel summed over the keys in order
+ * whichever channels share a vector (each channel is its own sum). */
+
+/* ds_fdot_bb(q_r, k, dh) for the QB rows, two rows per pass over the key. */
+DS_CLONES static void score_key_narrow(const float *qf, int dh, const ds_bf16 *k, float *out) {
+    for (int r0 = 0; r0 < QB; r0 += 2) {
+        v8f a[2][4];
+#pragma GCC unroll 8
+        for (int r = 0; r < 2; r++) a[r][0] = a[r][1] = a[r][2] = a[r][3] = (v8f){0};
+        for (int i = 0; i < dh; i += 32) {
+            v8f kv[4];
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) kv[j] = ds_v8_ld_b(k + i + 8 * j);
+#pragma GCC unroll 8
+            for (int r = 0; r < 2; r++)
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) a[r][j] = a[r][j] + ds_v8_ld_f(qf + (size_t)(r0 + r) * dh + i + 8 * j) * kv[j];
+        }
+        for (int r = 0; r < 2; r++) {
+            float l[8];
+            const v8f s8 = (a[r][0] + a[r][2]) + (a[r][1] + a[r][3]);   /* ds_ftree's first two levels */
+            memcpy(l, &s8, sizeof s8);
+            for (int j = 0; j < 4; j++) l[j] = l[j] + l[j + 4];
+            l[0] = l[0] + l[2];
+            l[1] = l[1] + l[3];
+            out[r0 + r] = l[0] + l[1];
+        }
+    }
+}
+
+/* value_chunk for channels [d0, d0 + 8). */
+DS_CLONES static void value_chunk_narrow(const ds_bf16 *const *keys, const float *w, const uint32_t *mask,
+                                         const uint8_t *full, int nu, int d0, int dh, float *acc) {
+    v8f a[QB];
+#pragma GCC unroll 8
+    for (int r = 0; r < QB; r++) a[r] = (v8f){0};
+    for (int u = 0; u < nu; u++) {
+        const v8f k = ds_v8_ld_b(keys[u] + d0);
+        const float *wu = w + (size_t)u * QB;
+        if (full[u]) {
+#pragma GCC unroll 8
+            for (int r = 0; r < QB; r++) a[r] = a[r] + k * wu[r];
+        } else {
+            const uint32_t *mu = mask + (size_t)u * QB;
+#pragma GCC unroll 8
+            for (int r = 0; r < QB; r++) a[r] = a[r] + (v8f)((v8u)(k * wu[r]) & mu[r]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < QB; r++) memcpy(acc + (size_t)r * dh + d0, &a[r], sizeof a[r]);
+}
+
+/* value_chunk_dense for channels [d0, d0 + 8). */
+DS_CLONES static void value_chunk_dense_narrow(const ds_bf16 *const *keys, const float *const *wr, int nu, int d0, int dh,
+                                               float *acc) {
+    v8f a[QB];
+#pragma GCC unroll 8
+    for (int r = 0; r < QB; r++) a[r] = (v8f){0};
+    for (int u = 0; u < nu; u++) {
+        const v8f k = ds_v8_ld_b(keys[u] + d0);
+#pragma GCC unroll 8
+        for (int r = 0; r < QB; r++) a[r] = a[r] + k * wr[r][u];
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < QB; r++) memcpy(acc + (size_t)r * dh + d0, &a[r], sizeof a[r]);
+}
+
 /* Scores of every (row, key) into the rows' own lists, scaled. */
 static void block_scores(const ds_attn_block *b, const ds_attn_scratch *s) {
     const int dh = b->dh;
     widen_queries(b, s->qf);
     float out[QB];
+    const int wide = ds_fast_wide_tiles();
     for (int u = 0; u < b->nu; u++) {
-        score_key(s->qf, dh, b->keys[u], out);
+        (wide ? score_key : score_key_narrow)(s->qf, dh, b->keys[u], out);
         if (b->dense) {
             for (int r = 0; r < b->B; r++) s->sc[(size_t)r * s->max_keys + u] = out[r] * b->scale;
             continue;
@@ -145,7 +217,10 @@ static void dense_values(const ds_attn_block *b, const ds_attn_scratch *s, const
         wr[r] = s->sc + (size_t)(r < b->B ? r : 0) * s->max_keys;     /* rows past B: row 0's, unread */
         if (r < b->B) divide_by(s->sc + (size_t)r * s->max_keys, den[r], b->nu);
     }
-    for (int d0 = 0; d0 < b->dh; d0 += 32) value_chunk_dense(b->keys, wr, b->nu, d0, b->dh, s->acc);
+    if (ds_fast_wide_tiles())
+        for (int d0 = 0; d0 < b->dh; d0 += 32) value_chunk_dense(b->keys, wr, b->nu, d0, b->dh, s->acc);
+    else
+        for (int d0 = 0; d0 < b->dh; d0 += 8) value_chunk_dense_narrow(b->keys, wr, b->nu, d0, b->dh, s->acc);
 }
 
 void ds_attn_block_fast(const ds_attn_block *b, const ds_attn_scratch *s) {
@@ -181,6 +256,9 @@ void ds_attn_block_fast(const ds_attn_block *b, const ds_attn_scratch *s) {
         }
         s->full[u] = (uint8_t)all;
     }
-    for (int d0 = 0; d0 < dh; d0 += 32) value_chunk(b->keys, s->w, s->mask, s->full, b->nu, d0, dh, s->acc);
+    if (ds_fast_wide_tiles())
+        for (int d0 = 0; d0 < dh; d0 += 32) value_chunk(b->keys, s->w, s->mask, s->full, b->nu, d0, dh, s->acc);
+    else
+        for (int d0 = 0; d0 < dh; d0 += 8) value_chunk_narrow(b->keys, s->w, s->mask, s->full, b->nu, d0, dh, s->acc);
     for (int r = 0; r < B; r++) ds_round_rows_bf16(s->acc + (size_t)r * dh, (size_t)dh, b->o[r]);
 }

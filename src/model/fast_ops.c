@@ -47,6 +47,15 @@ static inline __attribute__((always_inline)) float vfinish(v8f v0, v8f v1, v8f v
     return vtree(ds_v8_ld_f(l), ds_v8_ld_f(l + 8), ds_v8_ld_f(l + 16), ds_v8_ld_f(l + 24), l);
 }
 
+static _Atomic int g_tile_width;   /* 0: by the CPU, 1: narrow, 2: wide */
+void ds_fast_tile_width(int width) { g_tile_width = width; }
+int ds_fast_wide_tiles(void) {
+    const int w = g_tile_width;
+    if (w) return w == 2;
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+}
+
 DS_CLONES float ds_fdot_bb(const ds_bf16 *a, const ds_bf16 *b, int n) {
     v8f v0 = {0}, v1 = {0}, v2 = {0}, v3 = {0};
     int i = 0;

@@ -37,6 +37,14 @@ static inline float ds_ftree(float *l) {
     l[1] = l[1] + l[3];
     return l[0] + l[1];
 }
+/* Width of the fast tier's tiles (attn_tile.c, index_tile.c): 16-wide vectors where the CPU has
+ * AVX-512 (x86-64-v4: the clone the loader picks), else 8-wide attention tiles and the per-entry
+ * indexer core, because GCC keeps 64-byte vector values in memory when the target has no 512-bit
+ * registers (the 16-wide tiles ran 8-20x slower in the AVX2 clone).  The same bits either way;
+ * ds_fast_tile_width(1) forces the narrow routes, 2 the wide ones, 0 goes back to the CPU's choice
+ * (tests run both on every host). */
+int ds_fast_wide_tiles(void);
+void ds_fast_tile_width(int width);
 float ds_fdot_bb(const ds_bf16 *a, const ds_bf16 *b, int n);      /* Σ a·b (products exact in fp32) */
 float ds_fdot_fb(const float *a, const ds_bf16 *b, int n);        /* Σ fp32(a·b) */
 /* o[i] = ds_fdot_fb(B + 32·i, x, 32) for i < 32 (the same bits), given Bt = Bᵀ (Bt[32·j + i] =

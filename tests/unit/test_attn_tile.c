@@ -129,15 +129,18 @@ TEST(tiled_rows_equal_the_per_row_core_bit_for_bit) {
     outcome o = {0};
     int blocks = 0;
     static const int dhs[] = {64, 512};
+    for (int width = 1; width <= 2; width++)    /* the 8-wide and the 16-wide tiles, on every host */
     for (size_t d = 0; d < sizeof dhs / sizeof dhs[0]; d++)
         for (int B = 1; B <= QB; B++) {
+            ds_fast_tile_width(width);
             for (int dense = 0; dense <= 1; dense++)   /* every row takes every key: both block kinds */
                 run_block(dhs[d], B, 1 + (B * 11) % NU_MAX, 1.0, 0, dense, &o);
             run_block(dhs[d], B, 40 + B, 0.6, 0, 0, &o);                    /* sparse per-row subsets */
             run_block(dhs[d], B, NU_MAX, 0.95, 0, 0, &o);
             blocks += 4;
         }
-    printf("  %d blocks: %d output values differ from ds_attn_head_fast, worst relative L2 vs float64 %.2e\n", blocks,
+    ds_fast_tile_width(0);
+    printf("  %d blocks (both tile widths): %d output values differ from ds_attn_head_fast, worst relative L2 vs float64 %.2e\n", blocks,
            o.bad_bits, o.worst_rel);
     CHECK(o.bad_bits == 0, "%d bf16 outputs differ from the per-row fast core", o.bad_bits);
     CHECK(o.bad_ref == 0, "%d rows farther than 8e-3 (relative L2) from float64 attention", o.bad_ref);
@@ -145,7 +148,11 @@ TEST(tiled_rows_equal_the_per_row_core_bit_for_bit) {
 
 TEST(a_key_a_row_skips_never_reaches_it) {
     outcome o = {0};
-    for (int B = 2; B <= QB; B++) run_block(512, B, 50, 0.8, 1, 0, &o);
+    for (int width = 1; width <= 2; width++) {
+        ds_fast_tile_width(width);
+        for (int B = 2; B <= QB; B++) run_block(512, B, 50, 0.8, 1, 0, &o);
+    }
+    ds_fast_tile_width(0);
     CHECK(o.bad_bits == 0, "%d outputs differ from the per-row core", o.bad_bits);
     CHECK(o.poisoned == 0, "%d outputs of rows that skip the inf/NaN key are not finite", o.poisoned);
     CHECK(o.bad_ref == 0, "%d rows off the float64 reference (worst %.2e)", o.bad_ref, o.worst_rel);
@@ -175,7 +182,7 @@ TEST(tiled_speed_on_a_mini_sized_block) {
     ds_attn_block bd = b;
     bd.dense = 1;
     for (int r = 0; r < QB; r++) bd.o[r] = od + r * DH;
-    double t_tile = 1e9, t_dense = 1e9, t_row = 1e9;
+    double t_tile = 1e9, t_dense = 1e9, t_row = 1e9, t_narrow = 1e9;
     for (int rep = 0; rep < REPS; rep++) {
         double t0 = ds_now();
         ds_attn_block_fast(&b, &s);
@@ -184,14 +191,20 @@ TEST(tiled_speed_on_a_mini_sized_block) {
         double t2 = ds_now();
         ds_attn_block_fast(&bd, &s);
         double t3 = ds_now();
+        ds_fast_tile_width(1);
+        ds_attn_block_fast(&bd, &s);
+        ds_fast_tile_width(0);
+        double t4 = ds_now();
+        if (t4 - t3 < t_narrow) t_narrow = t4 - t3;
         if (t1 - t0 < t_tile) t_tile = t1 - t0;
         if (t2 - t1 < t_row) t_row = t2 - t1;
         if (t3 - t2 < t_dense) t_dense = t3 - t2;
     }
     const double flop = 4.0 * QB * NK * DH;
     printf("  %d rows x %d keys x d_h %d: tiled dense %.3f ms (%.1f GFLOP/s), tiled with per-row lists %.3f ms (%.1f), "
-           "per row %.3f ms (%.1f)\n", QB, NK, DH, 1e3 * t_dense, flop / t_dense / 1e9, 1e3 * t_tile,
-           flop / t_tile / 1e9, 1e3 * t_row, flop / t_row / 1e9);
+           "per row %.3f ms (%.1f); dense with 8-wide tiles %.3f ms (%.1f)\n", QB, NK, DH, 1e3 * t_dense,
+           flop / t_dense / 1e9, 1e3 * t_tile, flop / t_tile / 1e9, 1e3 * t_row, flop / t_row / 1e9, 1e3 * t_narrow,
+           flop / t_narrow / 1e9);
     CHECK(!memcmp(ot, orow, sizeof(ds_bf16) * QB * DH), "tiled and per-row outputs differ");
     CHECK(!memcmp(od, orow, sizeof(ds_bf16) * QB * DH), "dense tiled and per-row outputs differ");
     free(od);

@@ -139,6 +139,15 @@ TEST(fast_tier_fidelity_200_positions) {
         kl += kl_row(a, b, V);
     }
     const double rel_l2 = sqrt(sd / se), mean_kl = kl / P;
+    /* the narrow tile routes (hosts without AVX-512) must give the same bits as the wide ones */
+    float *ln = malloc(sizeof(float) * (size_t)P * V);
+    const int wide = ds_fast_wide_tiles();
+    ds_fast_tile_width(wide ? 1 : 2);
+    CHECK(all_logits(mf, t, P, ln) == 0);
+    ds_fast_tile_width(0);
+    CHECK(!memcmp(ln, lf, sizeof(float) * (size_t)P * V), "fast-tier logits differ between the %s and the %s tile routes",
+          wide ? "16-wide" : "8-wide", wide ? "8-wide" : "16-wide");
+    free(ln);
     /* FNV-1a of the fast logits: equal on every host and vector path (compare across builds) */
     uint64_t hsh = 1469598103934665603ull;
     const unsigned char *bytes = (const unsigned char *)lf;

@@ -303,12 +303,15 @@ TEST(fast_mix_dot_tiles_equal_single_dots) {
     for (int i = 0; i < 3 * N; i++) X[i] = ds_f32_to_bf16(frand(&s) * 2.0f);
     ds_hc_params p = {.hc = HC, .dim = D, .fn = fn};
     int bad = 0, checked = 0;
+    for (int width = 1; width <= 2; width++)   /* the per-dot route (no AVX-512) and the 2 x 2 tile */
     for (int nr = 1; nr <= 2; nr++)
         for (int ni = 1; ni <= 2; ni++)
             for (int r0 = 0; r0 + nr <= 3; r0++)
                 for (int i0 = 0; i0 + ni <= NMIX; i0 += 5) {
                     for (int k = 0; k < 3 * NMIX; k++) dots[k] = -1.0f;
+                    ds_fast_tile_width(width);
                     ds_hc_mix_dots_fast(&p, X + (size_t)r0 * N, nr, i0, ni, dots);
+                    ds_fast_tile_width(0);
                     for (int r = 0; r < nr; r++)
                         for (int i = i0; i < i0 + ni; i++, checked++)
                             bad += !same_bits(dots[r * NMIX + i], ref_dot_fb(fn + (size_t)i * N, X + (size_t)(r0 + r) * N, N));

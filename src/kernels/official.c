@@ -181,20 +181,36 @@ int ds_official_task_split(int out, double work, int *per) {
 
 static size_t mx_part(int in) { return ((size_t)(in / 32) * 16 + 63) & ~(size_t)63; }   /* 64-byte aligned rows */
 
-/* Rows xq [n][in] into the layout of kern_official.h at dst ([n][MX_PLANES][part]). */
-static void mx_layout(const int8_t *xq, int n, int in, uint8_t *dst) {
+/* Rows [r0, r1) of xq [n][in] into the layout of kern_official.h at dst ([n][MX_PLANES][part]), one
+ * 32-input block at a time: its 16 even and 16 odd inputs to the xe / xo planes, their magnitudes,
+ * sign bytes (8 where negative) and biased copies (q + 128, for the multi-row function). */
+static void mx_layout_rows(const int8_t *xq, int r0, int r1, int in, uint8_t *dst) {
     const size_t part = mx_part(in);
-    for (int r = 0; r < n; r++) {
+    for (int r = r0; r < r1; r++) {
+        const int8_t *x = xq + (size_t)r * in;
         uint8_t *d = dst + (size_t)r * MX_PLANES * part;
-        for (int i = 0; i < in; i++) {
-            int8_t v = xq[(size_t)r * in + i];
-            size_t k = (size_t)(i / 32) * 16 + (size_t)(i % 32) / 2 + (i % 2 ? part : 0);
-            d[k] = (uint8_t)v;
-            d[2 * part + k] = (uint8_t)(v < 0 ? -v : v);   /* |q| <= 127 */
-            d[4 * part + k] = v < 0 ? 8 : 0;
-            d[6 * part + k] = (uint8_t)(v + 128);           /* biased, for the multi-row function */
+        for (int b = 0; b < in / 32; b++) {
+            const int8_t *xb = x + 32 * b;
+            for (int h = 0; h < 2; h++) {   /* h = 0: even inputs (xe plane), 1: odd (xo) */
+                uint8_t *o = d + (size_t)h * part + 16 * (size_t)b;
+                for (int j = 0; j < 16; j++) {
+                    const int8_t v = xb[2 * j + h];
+                    o[j] = (uint8_t)v;
+                    o[2 * part + j] = (uint8_t)(v < 0 ? -v : v);   /* |q| <= 127 */
+                    o[4 * part + j] = v < 0 ? 8 : 0;
+                    o[6 * part + j] = (uint8_t)(v + 128);
+                }
+            }
         }
     }
+}
+
+/* One layout task: rows [r0, r1) of one job. */
+typedef struct mxlay { const int8_t *xq; uint8_t *dst; int in, r0, r1; } mxlay;
+static void mx_layout_task(void *vctx, int t, int thread) {
+    (void)thread;
+    const mxlay *l = &((const mxlay *)vctx)[t];
+    mx_layout_rows(l->xq, l->r0, l->r1, l->in, l->dst);
 }
 
 /* Every job's rows laid out, every job cut into output slices, one pool dispatch for all of them
@@ -210,18 +226,38 @@ static void mx_run_many(const ds_linear_job *jobs, int n_jobs, ds_mx_row_fn fn, 
         n_tasks += (jobs[j].L->out + 15) / 16;
     }
     uint8_t *buf = ds_kern_scratch(DS_SLOT_OFF_ACT, bytes);
-    mxjob *mj = ds_kern_scratch(DS_SLOT_OFF_JOBS, sizeof(mxjob) * (size_t)n_jobs + sizeof(mxtask) * (size_t)n_tasks + 64);
+    /* layout tasks of about MX_LAYOUT_BYTES input bytes: a 512-row prefill chunk's rows are laid
+     * out by every thread (one thread alone took ~5% of an official prefill, the others waiting) */
+    enum { MX_LAYOUT_BYTES = 64 << 10 };
+    int n_lay = 0;
+    size_t lay_bytes = 0;
+    for (int j = 0; j < n_jobs; j++)
+        if (jobs[j].n > 0) {
+            n_lay += (int)DS_MIN((size_t)jobs[j].n, ((size_t)jobs[j].n * jobs[j].L->in + MX_LAYOUT_BYTES - 1) / MX_LAYOUT_BYTES);
+            lay_bytes += (size_t)jobs[j].n * jobs[j].L->in;
+        }
+    mxjob *mj = ds_kern_scratch(DS_SLOT_OFF_JOBS, sizeof(mxjob) * (size_t)n_jobs + sizeof(mxtask) * (size_t)n_tasks +
+                                                      sizeof(mxlay) * (size_t)n_lay + 64);
     mxtask *tasks = (mxtask *)(mj + n_jobs);
-    int nt = 0, nj = 0;
+    mxlay *lay = (mxlay *)(tasks + n_tasks);
+    int nt = 0, nj = 0, nl = 0;
     for (int j = 0; j < n_jobs; j++) {
         const ds_linear *L = jobs[j].L;
-        if (jobs[j].n <= 0) continue;
-        mx_layout(jobs[j].xq, jobs[j].n, L->in, buf);
+        const int n = jobs[j].n;
+        if (n <= 0) continue;
+        const int parts = (int)DS_MIN((size_t)n, ((size_t)n * L->in + MX_LAYOUT_BYTES - 1) / MX_LAYOUT_BYTES);
+        for (int p = 0; p < parts; p++)
+            lay[nl++] = (mxlay){jobs[j].xq, buf, L->in, (int)((long)n * p / parts), (int)((long)n * (p + 1) / parts)};
         mj[nj] = (mxjob){.L = L, .act = buf, .xs = jobs[j].xs, .n = jobs[j].n, .y = jobs[j].y};
         buf += (size_t)jobs[j].n * MX_PLANES * mx_part(L->in);
         int per, cnt = ds_official_task_split(L->out, (double)L->out * L->in * jobs[j].n, &per);
         for (int t = 0; t < cnt; t++) tasks[nt++] = (mxtask){nj, t * per, DS_MIN(L->out, (t + 1) * per)};
         nj++;
+    }
+    if (lay_bytes >= 4 * (size_t)MX_LAYOUT_BYTES && nl > 1) {
+        ds_pool_run(nl, mx_layout_task, lay);
+    } else {   /* a decode step's few rows: inline, no extra pool round */
+        for (int l = 0; l < nl; l++) mx_layout_task(lay, l, 0);
     }
     mxrun c = {.jobs = mj, .tasks = tasks, .fn = fn, .rows = rows};
     if (nt) ds_pool_run(nt, mx_task, &c);

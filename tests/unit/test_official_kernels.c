@@ -82,6 +82,35 @@ TEST(mxfp4_paths_equal_scalar_and_the_decoded_weights) {
     CHECK(runs >= 80, "only %d runs", runs);
 }
 
+/* A call large enough that its activation layout runs as pool tasks (official.c: from 256 KiB of
+ * rows), against the spec-side value of every output. */
+TEST(mxfp4_pool_layout_of_a_prefill_sized_call) {
+    enum { OUT = 16, IN = 2048, N = 160 };
+    mx_lin m = mx_make(OUT, IN, -8, 2);
+    int8_t *q = malloc((size_t)N * IN);
+    float *s = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * N * OUT);
+    for (int i = 0; i < N * IN; i++) q[i] = (int8_t)tk_range(-127, 127);
+    for (int r = 0; r < N; r++) s[r] = (float)tk_range(1, 1000) * 1e-3f;
+    const int native = ds_kernels_available("avx512-vnni");
+    ds_mx_row_fn paths[3] = {ds_mx_row_ref, ds_mx_row_avx512_emu, native ? ds_mx_row_avx512 : NULL};
+    ds_mx_rows_fn multi[3] = {NULL, ds_mx_rows_avx512_emu, native ? ds_mx_rows_avx512 : NULL};
+    int bad = 0;
+    for (int p = 0; p < 3; p++) {
+        if (!paths[p]) continue;
+        tk_poison(y, (size_t)N * OUT);
+        ds_mx_forward_q_with(&m.L, q, s, N, y, paths[p], multi[p]);
+        for (int r = 0; r < N; r += 7)
+            for (int o = 0; o < OUT; o++) {
+                double acc = 0;
+                for (int i = 0; i < IN; i++) acc += mx_weight(&m, o, i) * q[(size_t)r * IN + i];
+                const float want = (float)(acc * (double)s[r]);
+                bad += memcmp(&want, &y[(size_t)r * OUT + o], 4) != 0;
+            }
+    }
+    CHECK(bad == 0, "%d outputs differ from the spec-side value", bad);
+    free(q); free(s); free(y); free(m.codes); free(m.sc);
+}
+
 /* Codes of the largest magnitude (12 as 2·e2m1), positive or negative by case. */
 static int o_sign_codes(size_t k) { return k % 3 ? 0x77 : 0xFF; }
 

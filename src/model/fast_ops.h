@@ -38,8 +38,8 @@ static inline float ds_ftree(float *l) {
     return l[0] + l[1];
 }
 /* Width of the fast tier's tiles (attn_tile.c, index_tile.c, the mHC mix dots): 16-wide vectors
- * where the CPU has AVX-512 (x86-64-v4: the clone the loader picks), else 8-wide attention tiles, the
- * per-entry indexer core and one ds_fdot_fb per mix dot, because GCC keeps 64-byte vector values in memory when the target has no 512-bit
+ * where the CPU has AVX-512 (x86-64-v4: the clone the loader picks), else 8-wide attention and
+ * indexer tiles and one ds_fdot_fb per mix dot, because GCC keeps 64-byte vector values in memory when the target has no 512-bit
  * registers (the 16-wide tiles ran 8-20x slower in the AVX2 clone).  The same bits either way;
  * ds_fast_tile_width(1) forces the narrow routes, 2 the wide ones, 0 goes back to the CPU's choice
  * (tests run both on every host). */

@@ -93,9 +93,81 @@ DS_AI v16f key_lanes(const float *qf, const float *w, int nh, int di, int dk, co
     return half[0] + half[1];
 }
 
+/* ---- 8-wide route (hosts without AVX-512, see ds_fast_wide_tiles) ----
+ * The same additions in 8-lane vectors: a head's 32 dot lanes as four vectors whose first two tree
+ * levels are (v0 + v2) + (v1 + v3), the head terms in four quarters (lanes h mod 32: heads 8g..8g+7
+ * go to quarter g mod 4) combined the same way, and the remaining levels (+4, +2, +1) run
+ * transposed over eight heads or eight keys by tree8. */
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+/* out lane k = (l[j] + l[j+4], then l0 + l2 and l1 + l3, then their sum) of in[k]. */
+DS_AI v8f tree8(const v8f *in) {
+    const v8i l4 = {0, 1, 2, 3, 8, 9, 10, 11}, h4 = {4, 5, 6, 7, 12, 13, 14, 15};
+    const v8i l2 = {0, 1, 4, 5, 8, 9, 12, 13}, h2 = {2, 3, 6, 7, 10, 11, 14, 15};
+    const v8i l1 = {0, 2, 4, 6, 8, 10, 12, 14}, h1 = {1, 3, 5, 7, 9, 11, 13, 15};
+    v8f m[4], n[2];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) m[i] = PAIR_LEVEL(in[2 * i], in[2 * i + 1], l4, h4);   /* 2 inputs × 4 */
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; i++) n[i] = PAIR_LEVEL(m[2 * i], m[2 * i + 1], l2, h2);     /* 4 inputs × 2 */
+    return PAIR_LEVEL(n[0], n[1], l1, h1);                                              /* 8 inputs */
+}
+
+/* The first two tree levels of 2 heads' dots with one key (12 live vectors: fits 16 ymm). */
+DS_AI void dots2(const float *qf, int di, const float *kf, v8f *L) {
+    v8f a[2][4];
+#pragma GCC unroll 2
+    for (int r = 0; r < 2; r++) a[r][0] = a[r][1] = a[r][2] = a[r][3] = (v8f){0};
+    for (int i = 0; i < di; i += 32) {
+        v8f kv[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) kv[j] = ds_v8_ld_f(kf + i + 8 * j);
+#pragma GCC unroll 2
+        for (int r = 0; r < 2; r++)
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) a[r][j] = a[r][j] + ds_v8_ld_f(qf + (size_t)r * di + i + 8 * j) * kv[j];
+    }
+#pragma GCC unroll 2
+    for (int r = 0; r < 2; r++) L[r] = (a[r][0] + a[r][2]) + (a[r][1] + a[r][3]);
+}
+
+/* key_lanes' result after one more level: the score's lanes l[j] + l[j+8] (j < 8) of the first level. */
+DS_AI v8f key_lanes8(const float *qf, const float *w, int nh, int di, int dk, const ds_bf16 *k, float *kf) {
+    int i = 0;
+    for (; i + 8 <= dk; i += 8) {
+        const v8f v = ds_v8_ld_b(k + i);
+        memcpy(kf + i, &v, sizeof v);
+    }
+    for (; i < di; i++) kf[i] = i < dk ? ds_bf16_to_f32(k[i]) : 0.0f;
+    v8f q[4] = {{0}, {0}, {0}, {0}}, L[8];
+    for (int g = 0; g < nh / 8; g++) {
+        for (int p = 0; p < 4; p++) dots2(qf + ((size_t)g * 8 + 2 * p) * di, di, kf, L + 2 * p);
+        const v8f d = tree8(L);
+        const v8f relu = (v8f)((v8u)d & (v8u)(d > 0.0f));   /* NaN and negatives: +0 */
+        q[g & 3] = q[g & 3] + ds_v8_ld_f(w + (size_t)g * 8) * relu;
+    }
+    return (q[0] + q[2]) + (q[1] + q[3]);
+}
+
+DS_AI void scores_narrow(const float *qf, const float *wp, int nhp, int dip, int di, const ds_bf16 *const *keys, int n,
+                          float *kf, float *out) {
+    for (int u0 = 0; u0 < n; u0 += 8) {
+        v8f U[8];
+        for (int u = 0; u < 8; u++) U[u] = u0 + u < n ? key_lanes8(qf, wp, nhp, dip, di, keys[u0 + u], kf) : (v8f){0};
+        const v8f s = tree8(U);
+        float o[8];
+        memcpy(o, &s, sizeof s);
+        for (int u = 0; u < 8 && u0 + u < n; u++) out[u0 + u] = o[u];
+    }
+}
+
 DS_CLONES void ds_index_scores_fast(const float *qf, const float *wp, int nh, int di, const ds_bf16 *const *keys, int n,
                                     float *kf, float *out) {
     const int nhp = up(nh, 16), dip = up(di, 32);
+    if (!ds_fast_wide_tiles()) {
+        scores_narrow(qf, wp, nhp, dip, di, keys, n, kf, out);
+        return;
+    }
     v16f U[16];
     for (int u = 0; u < 16; u++) U[u] = u < n ? key_lanes(qf, wp, nhp, dip, di, keys[u], kf) : (v16f){0};
     const v16f s = tree16(U);

@@ -72,12 +72,8 @@ static void score_range(const idx_ctx *x, int row, int64_t s0, int64_t s1, float
     const ds_seq *seq = st->ss[st->row_seq[row]].seq;
     const ds_bf16 *qi = st->qi + (size_t)row * nh * di;
     const float *w = st->iw + (size_t)row * nh;
-    if (st->m->numerics == DS_NUMERICS_FAST && ds_fast_wide_tiles()) {
+    if (st->m->numerics == DS_NUMERICS_FAST) {
         score_range_tiled(x, row, s0, s1, I, thread);
-        return;
-    }
-    if (st->m->numerics == DS_NUMERICS_FAST) {   /* without AVX-512: the per-entry core (fast_ops.h) */
-        for (int64_t s = s0; s < s1; s++) I[s] = ds_index_score_fast(qi, w, ds_seq_idx_row(seq, x->src, s), nh, di);
         return;
     }
     for (int64_t s = s0; s < s1; s++) {

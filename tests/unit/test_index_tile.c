@@ -88,11 +88,15 @@ static void run_row(int nh, int di, int nk, int fill, int spread, int poison, ta
 TEST(tiled_scores_equal_the_per_entry_scores_bit_for_bit) {
     static const int shapes[][2] = {{4, 32}, {32, 128}, {64, 128}, {16, 64}, {20, 40}, {1, 7}, {48, 96}};
     tally t = {0};
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        for (int fill = 1; fill <= DS_INDEX_TILE_KEYS; fill += (fill < 4 ? 1 : 5)) {
-            run_row(shapes[i][0], shapes[i][1], 37, fill, 0, 0, &t);
-            run_row(shapes[i][0], shapes[i][1], 16, fill, 20, 0, &t);
-        }
+    for (int width = 1; width <= 2; width++) {   /* the 8-wide route (no AVX-512) and the 16-wide tile */
+        ds_fast_tile_width(width);
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            for (int fill = 1; fill <= DS_INDEX_TILE_KEYS; fill += (fill < 4 ? 1 : 5)) {
+                run_row(shapes[i][0], shapes[i][1], 37, fill, 0, 0, &t);
+                run_row(shapes[i][0], shapes[i][1], 16, fill, 20, 0, &t);
+            }
+    }
+    ds_fast_tile_width(0);
     printf("  %d scores: %d differ in bits from ds_index_score_fast, %d off the float64 score\n", t.scores, t.bad_bits,
            t.bad_ref);
     CHECK(t.scores > 1000, "only %d scores compared", t.scores);
@@ -102,7 +106,11 @@ TEST(tiled_scores_equal_the_per_entry_scores_bit_for_bit) {
 
 TEST(keys_with_inf_and_nan_give_the_per_entry_bits) {
     tally t = {0};
-    for (int fill = 1; fill <= DS_INDEX_TILE_KEYS; fill++) run_row(32, 128, 24, fill, 2, 1, &t);
+    for (int width = 1; width <= 2; width++) {
+        ds_fast_tile_width(width);
+        for (int fill = 1; fill <= DS_INDEX_TILE_KEYS; fill++) run_row(32, 128, 24, fill, 2, 1, &t);
+    }
+    ds_fast_tile_width(0);
     CHECK(t.bad_bits == 0, "%d of %d scores differ from the per-entry fast score", t.bad_bits, t.scores);
 }
 
@@ -112,11 +120,11 @@ TEST(tiled_speed_on_mini_shapes) {
     enum { NH = 32, DI = 128, NK = 2048, REPS = 5 };
     ds_bf16 *qi = malloc(sizeof(ds_bf16) * NH * DI), *kmem = malloc(sizeof(ds_bf16) * NK * DI);
     float w[NH], wp[NH], kf[DI], *qf = malloc(sizeof(float) * NH * DI);
-    float *a = malloc(sizeof(float) * NK), *b = malloc(sizeof(float) * NK);
+    float *a = malloc(sizeof(float) * NK), *b = malloc(sizeof(float) * NK), *c = malloc(sizeof(float) * NK);
     for (int i = 0; i < NH * DI; i++) qi[i] = ds_f32_to_bf16(frand());
     for (int i = 0; i < NK * DI; i++) kmem[i] = ds_f32_to_bf16(frand());
     for (int h = 0; h < NH; h++) w[h] = frand();
-    double t_tile = 1e9, t_entry = 1e9;
+    double t_tile = 1e9, t_entry = 1e9, t_narrow = 1e9;
     for (int rep = 0; rep < REPS; rep++) {
         double t0 = ds_now();
         ds_index_query_prep(qi, w, NH, DI, qf, wp);
@@ -128,14 +136,25 @@ TEST(tiled_speed_on_mini_shapes) {
         double t1 = ds_now();
         for (int s = 0; s < NK; s++) b[s] = ds_index_score_fast(qi, w, kmem + (size_t)s * DI, NH, DI);
         double t2 = ds_now();
+        ds_fast_tile_width(1);
+        for (int s = 0; s < NK; s += DS_INDEX_TILE_KEYS) {
+            const ds_bf16 *keys[DS_INDEX_TILE_KEYS];
+            for (int u = 0; u < DS_INDEX_TILE_KEYS; u++) keys[u] = kmem + (size_t)(s + u) * DI;
+            ds_index_scores_fast(qf, wp, NH, DI, keys, DS_INDEX_TILE_KEYS, kf, c + s);
+        }
+        ds_fast_tile_width(0);
+        double t3 = ds_now();
         if (t1 - t0 < t_tile) t_tile = t1 - t0;
         if (t2 - t1 < t_entry) t_entry = t2 - t1;
+        if (t3 - t2 < t_narrow) t_narrow = t3 - t2;
     }
     const double flop = 2.0 * NH * DI * NK;
-    printf("  %d heads x %d x %d entries: tiled %.3f ms (%.1f GFLOP/s), per entry %.3f ms (%.1f GFLOP/s), %.2fx\n", NH,
-           DI, NK, 1e3 * t_tile, flop / t_tile / 1e9, 1e3 * t_entry, flop / t_entry / 1e9, t_entry / t_tile);
+    printf("  %d heads x %d x %d entries: tiled %.3f ms (%.1f GFLOP/s), per entry %.3f ms (%.1f GFLOP/s), %.2fx; "
+           "8-wide tiles %.3f ms\n", NH, DI, NK, 1e3 * t_tile, flop / t_tile / 1e9, 1e3 * t_entry, flop / t_entry / 1e9,
+           t_entry / t_tile, 1e3 * t_narrow);
     CHECK(!memcmp(a, b, sizeof(float) * NK), "tiled and per-entry scores differ");
-    free(qi), free(kmem), free(qf), free(a), free(b);
+    CHECK(!memcmp(c, b, sizeof(float) * NK), "8-wide tiled and per-entry scores differ");
+    free(qi), free(kmem), free(qf), free(a), free(b), free(c);
 }
 
 RUN_ALL()

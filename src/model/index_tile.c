@@ -16,7 +16,8 @@
  * every host.  Any shape: heads are padded to a multiple of 16 and the head dimension to one of 32
  * with zeros (query, weight and key), which is exact — a padded product is +0, and a lane that
  * starts at +0 and adds values is never −0, so adding +0 leaves its bits alone; a padded head's
- * score is +0 and its weight 0, so it adds +0 to its lane. */
+ * score is +0 and its weight 0, so it adds +0 to its lane.  Hosts without AVX-512 take an 8-wide
+ * version of the same tile (see ds_fast_wide_tiles: 64-byte vectors live in memory there). */
 #include "model/fast_ops.h"
 #include "model/fast_vec.h"
 

@@ -130,22 +130,11 @@ DS_CLONES static void divide_by(float *x, float den, int n) {
 /* ds_fdot_bb(q_r, k, dh) for the QB rows, two rows per pass over the key. */
 DS_CLONES static void score_key_narrow(const float *qf, int dh, const ds_bf16 *k, float *out) {
     for (int r0 = 0; r0 < QB; r0 += 2) {
-        v8f a[2][4];
-#pragma GCC unroll 8
-        for (int r = 0; r < 2; r++) a[r][0] = a[r][1] = a[r][2] = a[r][3] = (v8f){0};
-        for (int i = 0; i < dh; i += 32) {
-            v8f kv[4];
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) kv[j] = ds_v8_ld_b(k + i + 8 * j);
-#pragma GCC unroll 8
-            for (int r = 0; r < 2; r++)
-#pragma GCC unroll 4
-                for (int j = 0; j < 4; j++) a[r][j] = a[r][j] + ds_v8_ld_f(qf + (size_t)(r0 + r) * dh + i + 8 * j) * kv[j];
-        }
-        for (int r = 0; r < 2; r++) {
+        v8f s8[2];
+        ds_dot2_levels(qf + (size_t)r0 * dh, (size_t)dh, k, NULL, dh, s8);
+        for (int r = 0; r < 2; r++) {   /* the rest of ds_ftree: +4, +2, +1 */
             float l[8];
-            const v8f s8 = (a[r][0] + a[r][2]) + (a[r][1] + a[r][3]);   /* ds_ftree's first two levels */
-            memcpy(l, &s8, sizeof s8);
+            memcpy(l, &s8[r], sizeof s8[r]);
             for (int j = 0; j < 4; j++) l[j] = l[j] + l[j + 4];
             l[0] = l[0] + l[2];
             l[1] = l[1] + l[3];

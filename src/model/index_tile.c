@@ -114,24 +114,6 @@ DS_AI v8f tree8(const v8f *in) {
     return PAIR_LEVEL(n[0], n[1], l1, h1);                                              /* 8 inputs */
 }
 
-/* The first two tree levels of 2 heads' dots with one key (12 live vectors: fits 16 ymm). */
-DS_AI void dots2(const float *qf, int di, const float *kf, v8f *L) {
-    v8f a[2][4];
-#pragma GCC unroll 2
-    for (int r = 0; r < 2; r++) a[r][0] = a[r][1] = a[r][2] = a[r][3] = (v8f){0};
-    for (int i = 0; i < di; i += 32) {
-        v8f kv[4];
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) kv[j] = ds_v8_ld_f(kf + i + 8 * j);
-#pragma GCC unroll 2
-        for (int r = 0; r < 2; r++)
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) a[r][j] = a[r][j] + ds_v8_ld_f(qf + (size_t)r * di + i + 8 * j) * kv[j];
-    }
-#pragma GCC unroll 2
-    for (int r = 0; r < 2; r++) L[r] = (a[r][0] + a[r][2]) + (a[r][1] + a[r][3]);
-}
-
 /* key_lanes' result after one more level: the score's lanes l[j] + l[j+8] (j < 8) of the first level. */
 DS_AI v8f key_lanes8(const float *qf, const float *w, int nh, int di, int dk, const ds_bf16 *k, float *kf) {
     int i = 0;
@@ -142,7 +124,7 @@ DS_AI v8f key_lanes8(const float *qf, const float *w, int nh, int di, int dk, co
     for (; i < di; i++) kf[i] = i < dk ? ds_bf16_to_f32(k[i]) : 0.0f;
     v8f q[4] = {{0}, {0}, {0}, {0}}, L[8];
     for (int g = 0; g < nh / 8; g++) {
-        for (int p = 0; p < 4; p++) dots2(qf + ((size_t)g * 8 + 2 * p) * di, di, kf, L + 2 * p);
+        for (int p = 0; p < 4; p++) ds_dot2_levels(qf + ((size_t)g * 8 + 2 * p) * di, (size_t)di, NULL, kf, di, L + 2 * p);
         const v8f d = tree8(L);
         const v8f relu = (v8f)((v8u)d & (v8u)(d > 0.0f));   /* NaN and negatives: +0 */
         q[g & 3] = q[g & 3] + ds_v8_ld_f(w + (size_t)g * 8) * relu;

@@ -24,7 +24,11 @@ static float frand(void) {
     g_seed = g_seed * 1664525u + 1013904223u;
     return (float)((g_seed >> 8) & 0xffff) / 32768.0f - 1.0f;
 }
-static int same_bf16(ds_bf16 a, ds_bf16 b) { return a == b; }
+/* Equal bits, or both NaN: a NaN's sign and payload follow which operand of a commutative add the
+ * compiler put first, which no fp32 order pins down (the row that takes an inf/NaN key is NaN
+ * through both routes). */
+static int is_nan_bf16(ds_bf16 v) { return (v & 0x7fff) > 0x7f80; }
+static int same_bf16(ds_bf16 a, ds_bf16 b) { return a == b || (is_nan_bf16(a) && is_nan_bf16(b)); }
 
 /* float64 attention of one row with the sink: Σ_k softmax_k · k */
 static void ref_attention(const ds_bf16 *q, const ds_bf16 *const *keys, int nk, float sink, float scale, int dh, double *o) {

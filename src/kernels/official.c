@@ -207,6 +207,9 @@ static void mx_layout_rows(const int8_t *xq, int r0, int r1, int in, uint8_t *ds
 
 /* One layout task: rows [r0, r1) of one job. */
 typedef struct mxlay { const int8_t *xq; uint8_t *dst; int in, r0, r1; } mxlay;
+/* mx_run_many carves jobs, then layout tasks, then output tasks from one scratch block */
+_Static_assert(sizeof(mxjob) % _Alignof(mxlay) == 0 && sizeof(mxlay) % _Alignof(mxtask) == 0,
+               "scratch records must keep the next array aligned");
 static void mx_layout_task(void *vctx, int t, int thread) {
     (void)thread;
     const mxlay *l = &((const mxlay *)vctx)[t];
@@ -238,8 +241,8 @@ static void mx_run_many(const ds_linear_job *jobs, int n_jobs, ds_mx_row_fn fn, 
         }
     mxjob *mj = ds_kern_scratch(DS_SLOT_OFF_JOBS, sizeof(mxjob) * (size_t)n_jobs + sizeof(mxtask) * (size_t)n_tasks +
                                                       sizeof(mxlay) * (size_t)n_lay + 64);
-    mxtask *tasks = (mxtask *)(mj + n_jobs);
-    mxlay *lay = (mxlay *)(tasks + n_tasks);
+    mxlay *lay = (mxlay *)(mj + n_jobs);            /* pointer-aligned after the jobs (both hold pointers) */
+    mxtask *tasks = (mxtask *)(lay + n_lay);        /* int-only records last */
     int nt = 0, nj = 0, nl = 0;
     for (int j = 0; j < n_jobs; j++) {
         const ds_linear *L = jobs[j].L;

@@ -48,6 +48,12 @@ int ds_kernels_bf16dot_active(void) {
     return g_ops && g_ops->ff_dot && g_bf16dot && g_bf16dot_allowed;
 }
 
+int ds_fast_pair_scores_native(void) { return ds_kernels_bf16dot_active() && g_ops->pair_scores8; }
+
+void ds_fast_pair_scores8(const ds_bf16 *q, int n, const ds_bf16 *const *keys, int nk, float *out) {
+    g_ops->pair_scores8(q, n, keys, nk, out);
+}
+
 int ds_kernels_available(const char *name) {
     __builtin_cpu_init();
     if (!name || !strcmp(name, "auto") || !strcmp(name, "reference")) return 1;

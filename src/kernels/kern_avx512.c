@@ -728,6 +728,64 @@ static void ff_dot(const ds_ffw *W, const ds_ffact *X, int o0, int o1, float *y,
     ff_rows_kind(W, X, o0, o1, y, ystride, DS_FF_BF16_DOT);
 }
 
+/* ---- fast-tier attention scores (ds_fast_pair_scores8) ----
+ * vdpbf16ps computes exactly the pair order (odd product, then even, into each of 16 lanes) once
+ * its operands obey the flush rule, which the queries do already and each key chunk is made to here
+ * (one mask per 32 values, shared by the 8 rows).  Two keys per pass: 16 accumulators, each query
+ * vector loaded once for both keys.  The 16 dots are then finished together: each level of the
+ * order's tree (l[j] + l[j+8], then +4, +2, +1) is one add of two shuffled vectors that holds that
+ * level for two, four, eight and sixteen dots at once: 15 adds and 30 shuffles instead of 16
+ * separate reductions; every lane adds the same two values the tree adds. */
+AI __m512i pair_flush(__m512i k) {
+    const __m512i expm = _mm512_set1_epi16(0x7f80), lim = _mm512_set1_epi16(DS_FF_MIN_EXP_FIELD << 7);
+    return _mm512_maskz_mov_epi16(_mm512_cmpge_epu16_mask(_mm512_and_si512(k, expm), lim), k);
+}
+
+/* 128-bit lanes of a and b as _mm512_shuffle_f32x4 picks them (the integer form: SIMDe has it). */
+#define SHUF128(a, b, imm) \
+    _mm512_castsi512_ps(_mm512_shuffle_i32x4(_mm512_castps_si512(a), _mm512_castps_si512(b), (imm)))
+
+/* A[i] -> lane i of the result, i < 16, each the tree of its 16 lanes. */
+AI __m512 pair_finish16(const __m512 A[16]) {
+    __m512 l1[8], l2[4], l3[2];
+    for (int p = 0; p < 8; p++)   /* lanes 0-7: A[2p]'s l[j] + l[j+8]; lanes 8-15: A[2p+1]'s */
+        l1[p] = _mm512_add_ps(SHUF128(A[2 * p], A[2 * p + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                              SHUF128(A[2 * p], A[2 * p + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    for (int p = 0; p < 4; p++)   /* 128-bit lane m: A[4p + m]'s + 4 level */
+        l2[p] = _mm512_add_ps(SHUF128(l1[2 * p], l1[2 * p + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                              SHUF128(l1[2 * p], l1[2 * p + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    for (int p = 0; p < 2; p++)   /* lane m: A[8p + m]'s +2 level (2 values), then A[8p + 4 + m]'s */
+        l3[p] = _mm512_add_ps(_mm512_shuffle_ps(l2[2 * p], l2[2 * p + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm512_shuffle_ps(l2[2 * p], l2[2 * p + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    /* lane m, element t: A[4t + m]'s last level; permuted so that element i is A[i]'s */
+    const __m512 y = _mm512_add_ps(_mm512_shuffle_ps(l3[0], l3[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_ps(l3[0], l3[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_ps(order, y);
+}
+
+static void pair_scores8(const ds_bf16 *q, int n, const ds_bf16 *const *keys, int nk, float *out) {
+    for (int u = 0; u < nk; u += 2) {
+        const ds_bf16 *k0 = keys[u], *k1 = keys[u + 1 < nk ? u + 1 : u];
+        __m512 A[16];
+UNROLL8
+        for (int i = 0; i < 16; i++) A[i] = _mm512_setzero_ps();
+        for (int b = 0; b < n; b += 32) {
+            const __m512i x0 = pair_flush(_mm512_loadu_si512((const void *)(k0 + b)));
+            const __m512i x1 = pair_flush(_mm512_loadu_si512((const void *)(k1 + b)));
+UNROLL8
+            for (int r = 0; r < 8; r++) {
+                const __m512i qv = _mm512_loadu_si512((const void *)(q + (size_t)r * n + b));
+                A[r] = DPBF16(A[r], qv, x0);
+                A[8 + r] = DPBF16(A[8 + r], qv, x1);
+            }
+        }
+        const __m512 y = pair_finish16(A);
+        if (u + 1 < nk) _mm512_storeu_ps(out + (size_t)u * 8, y);
+        else _mm256_storeu_ps(out + (size_t)u * 8, _mm512_castps512_ps256(y));
+    }
+}
+
 #ifndef DS_AVX512_EMULATE
 /* Whether vdpbf16ps rounds as the fast order says (odd product first, one rounding per product):
  * operands chosen so that the other orders and a single rounding of both products each give a
@@ -770,4 +828,5 @@ const ds_kern_ops DS_AVX512_OPS = {
     .quantize_row = DS_QUANTIZE_ROW,
     .ff_rows = ff_rows,
     .ff_dot = ff_dot,
+    .pair_scores8 = pair_scores8,
 };

@@ -52,7 +52,6 @@ typedef struct ds_qact {
  * of the order want, so a repack would buy nothing.  The only copy ever made is a flushed one,
  * for a BF16 matrix that holds values below 2^-50 (none in trained checkpoints; the load-time
  * scan proves it).  Tail blocks are read through a zero-padded copy on the stack. */
-#define DS_FF_MIN_EXP_FIELD 77   /* bf16 exponent field of 2^-50 */
 #define DS_PACK_KIND_FF 2
 float ds_ff_bf16_value(ds_bf16 v);          /* the flush rule: |v| < 2^-50 -> 0 */
 float ds_ff_reduce16(const float a[16]);    /* the fixed lane-combination tree */
@@ -94,6 +93,8 @@ typedef struct ds_kern_ops {
      * path has no native bf16 dot product (X->kind DS_FF_BF16_DOT goes only there). */
     void (*ff_rows)(const ds_ffw *W, const ds_ffact *X, int o0, int o1, float *y, int ystride);
     void (*ff_dot)(const ds_ffw *W, const ds_ffact *X, int o0, int o1, float *y, int ystride);
+    /* ds_fast_pair_scores8 on vdpbf16ps (NULL where the path has none) */
+    void (*pair_scores8)(const ds_bf16 *q, int n, const ds_bf16 *const *keys, int nk, float *out);
 } ds_kern_ops;
 
 /* Whether the AVX-512 path may use vdpbf16ps: CPUID reports avx512-bf16 and a probe on

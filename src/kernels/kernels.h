@@ -128,6 +128,17 @@ void ds_moe_groups_free(ds_moe_groups *g);
 void ds_gather_rows_q(const int8_t *xq, const float *xs, int k, const int *rows, int n,
                       int8_t *dq, float *ds);
 
+/* The fast tier's flush rule (docs/NUMERICS.md "Fast tier"): a bf16 operand whose exponent field
+ * is below this (|v| < 2^-50, subnormals included) counts as 0 in every bf16 product of that tier. */
+#define DS_FF_MIN_EXP_FIELD 77
+/* Fast-tier attention scores on the active path's bf16 dot-product instruction (vdpbf16ps), in
+ * the pair order of docs/NUMERICS.md: out[8·u + r] = the pair-order dot of query row r and key u,
+ * for 8 query rows (bf16, already flushed, zero padded to n, a multiple of 32, rows n apart) and nk
+ * keys (n values each, flushed here).  Only where ds_fast_pair_scores_native() says so; elsewhere
+ * the caller's vector code gives the same bits. */
+int ds_fast_pair_scores_native(void);
+void ds_fast_pair_scores8(const ds_bf16 *q, int n, const ds_bf16 *const *keys, int nk, float *out);
+
 /* Kernel path selection.  name: "auto", "avx512-vnni", "avx2", "reference".  An explicit path the
  * CPU cannot run is an error (never a silent fallback). */
 int ds_kernels_select(const char *name, ds_error *err);

@@ -2,20 +2,24 @@
  *
  * Why these two tiles: the per-row core (ds_attn_head_fast) streams every key twice per row and
  * keeps its value accumulator in memory (a load and a store of dh floats per key).  Here the score
- * tile holds the 32 fp32 lanes of DS_ATTN_QB dot products in registers while one key streams past
- * (the key is converted once for all rows; the queries are converted to fp32 once per block), and
+ * tile holds the 16 fp32 lanes of DS_ATTN_QB dot products in registers while one key streams past
+ * (the key is split once for all rows; the queries are laid out once per block), and
  * the value tile holds 32 output channels of every row in registers over the whole key list, so
  * each key chunk is loaded once per block and no accumulator leaves the registers.  A dense block
  * (every row takes every key: the heads of one token row, the engine's case) skips the per-key
  * weight and mask tables a sparse block needs: its value tile reads each row's weights in place.
  *
- * Bits: a lane of a score is the sum, in element order, of exact bf16×bf16 products, combined by
- * the fixed tree of ds_ftree — the order of ds_fdot_bb (lanes 0..15 in one 16-wide vector, 16..31
- * in the other: their sum is the tree's first level, the rest follows ds_ftree).  A value channel
- * is acc + fp32(p·k) over the row's keys in its order, as ds_faxpy_bf16.  A key a row does not take
- * adds exactly +0 to its accumulators (the product's bits are masked to zero, so even an inf or NaN
- * key of another row cannot leak in; the sum is never −0, so +0 changes nothing).  Portable vector
- * C, compiled as AVX-512/AVX2/baseline clones under -ffp-contract=off: the same bits on every host. */
+ * Bits: a score is the pair-order dot of ds_fdot_bb_pair (docs/NUMERICS.md, decision 137): on
+ * AVX512-BF16 hosts the kernels compute the block's scores with vdpbf16ps (ds_fast_pair_scores8,
+ * the queries laid out flushed), elsewhere the vector routes below read the queries in the pair
+ * layout (per 32 elements the 16 odd ones, then the 16 even ones) and each key through the same
+ * split.  A value channel is acc + fp32(p·k) over the row's keys in its order, as ds_faxpy_bf16;
+ * the 16-wide value tiles hold the odd and the even channels of a key chunk in separate vectors (no
+ * shuffle per key; the channels are put back in order once, at the store).  A key a row does not
+ * take adds exactly +0 to its accumulators (the product's bits are masked to zero, so even an inf or
+ * NaN key of another row cannot leak in; the sum is never −0, so +0 changes nothing).  Portable
+ * vector C, compiled as AVX-512/AVX2/baseline clones under -ffp-contract=off: the same bits on every
+ * host. */
 #include "model/attn_tile.h"
 #include "model/fast_ops.h"
 #include "model/fast_vec.h"
@@ -23,94 +27,113 @@
 
 #define QB DS_ATTN_QB
 
-/* The rest of ds_ftree once its first level (l[j] + l[j+16], j < 16) is in l. */
-DS_AI float tree_rest(float *l) {
-    for (int j = 0; j < 8; j++) l[j] = l[j] + l[j + 8];
-    for (int j = 0; j < 4; j++) l[j] = l[j] + l[j + 4];
-    l[0] = l[0] + l[2];
-    l[1] = l[1] + l[3];
-    return l[0] + l[1];
-}
-
-/* out[r] = ds_fdot_bb(q_r, k, dh) for the QB rows of qf (fp32 copies of bf16 queries). */
+/* out[r] = ds_fdot_bb_pair(q_r, k, dh) for the QB rows of qf (the queries in the pair layout). */
 DS_CLONES static void score_key(const float *qf, int dh, const ds_bf16 *k, float *out) {
-    v16f a0[QB], a1[QB];
+    v16f a[QB];
 #pragma GCC unroll 8
-    for (int r = 0; r < QB; r++) a0[r] = a1[r] = (v16f){0};
+    for (int r = 0; r < QB; r++) a[r] = (v16f){0};
     for (int i = 0; i < dh; i += 32) {
-        const v16f k0 = ds_v16_ld_b(k + i), k1 = ds_v16_ld_b(k + i + 16);
+        v16f ko, ke;
+        ds_v16_ld_pairs(k + i, &ko, &ke);
 #pragma GCC unroll 8
         for (int r = 0; r < QB; r++) {
-            a0[r] = a0[r] + ds_v16_ld_f(qf + (size_t)r * dh + i) * k0;
-            a1[r] = a1[r] + ds_v16_ld_f(qf + (size_t)r * dh + i + 16) * k1;
+            const float *qr = qf + (size_t)r * dh + i;
+            a[r] = a[r] + ds_v16_ld_f(qr) * ko;
+            a[r] = a[r] + ds_v16_ld_f(qr + 16) * ke;
         }
     }
 #pragma GCC unroll 8
     for (int r = 0; r < QB; r++) {
         float l[16];
-        DS_V16_ST(l, a0[r] + a1[r]);
-        out[r] = tree_rest(l);
+        DS_V16_ST(l, a[r]);
+        out[r] = ds_pair_tree(l);
     }
+}
+
+/* Channels d0..d0+32 of a key as two vectors without a shuffle: the odd channels (2j+1) in lane j
+ * of *odd, the even ones (2j) in *even, each widened exactly (not flushed: values are not the
+ * scores' dot).  Each channel's sum stays its own, so which lane holds it changes no bit;
+ * store_channels puts the channels back in order. */
+DS_AI void ld_channels(const ds_bf16 *p, v16f *odd, v16f *even) {
+    v16u w;
+    memcpy(&w, p, sizeof w);
+    *odd = (v16f)(w & 0xffff0000u);
+    *even = (v16f)(w << 16);
+}
+DS_AI void store_channels(float *p, v16f odd, v16f even) {
+    const v16f lo = __builtin_shufflevector(even, odd, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const v16f hi = __builtin_shufflevector(even, odd, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    DS_V16_ST(p, lo);
+    DS_V16_ST(p + 16, hi);
 }
 
 /* acc[r][d0..d0+32) = Σ_u fp32(w[u][r]·k_u[d]) over the union keys in order, from zero. */
 DS_CLONES static void value_chunk(const ds_bf16 *const *keys, const float *w, const uint32_t *mask, const uint8_t *full,
                                   int nu, int d0, int dh, float *acc) {
-    v16f a0[QB], a1[QB];
+    v16f ao[QB], ae[QB];
 #pragma GCC unroll 8
-    for (int r = 0; r < QB; r++) a0[r] = a1[r] = (v16f){0};
+    for (int r = 0; r < QB; r++) ao[r] = ae[r] = (v16f){0};
     for (int u = 0; u < nu; u++) {
-        const v16f k0 = ds_v16_ld_b(keys[u] + d0), k1 = ds_v16_ld_b(keys[u] + d0 + 16);
+        v16f ko, ke;
+        ld_channels(keys[u] + d0, &ko, &ke);
         const float *wu = w + (size_t)u * QB;
         if (full[u]) {
 #pragma GCC unroll 8
             for (int r = 0; r < QB; r++) {
-                a0[r] = a0[r] + k0 * wu[r];
-                a1[r] = a1[r] + k1 * wu[r];
+                ao[r] = ao[r] + ko * wu[r];
+                ae[r] = ae[r] + ke * wu[r];
             }
         } else {
             const uint32_t *mu = mask + (size_t)u * QB;
 #pragma GCC unroll 8
             for (int r = 0; r < QB; r++) {
-                a0[r] = a0[r] + (v16f)((v16u)(k0 * wu[r]) & mu[r]);
-                a1[r] = a1[r] + (v16f)((v16u)(k1 * wu[r]) & mu[r]);
+                ao[r] = ao[r] + (v16f)((v16u)(ko * wu[r]) & mu[r]);
+                ae[r] = ae[r] + (v16f)((v16u)(ke * wu[r]) & mu[r]);
             }
         }
     }
 #pragma GCC unroll 8
-    for (int r = 0; r < QB; r++) {
-        DS_V16_ST(acc + (size_t)r * dh + d0, a0[r]);
-        DS_V16_ST(acc + (size_t)r * dh + d0 + 16, a1[r]);
-    }
+    for (int r = 0; r < QB; r++) store_channels(acc + (size_t)r * dh + d0, ao[r], ae[r]);
 }
 
 /* A dense block's value tile: every row takes every key, row r's weight of key u is wr[r][u]. */
 DS_CLONES static void value_chunk_dense(const ds_bf16 *const *keys, const float *const *wr, int nu, int d0, int dh,
                                         float *acc) {
-    v16f a0[QB], a1[QB];
+    v16f ao[QB], ae[QB];
 #pragma GCC unroll 8
-    for (int r = 0; r < QB; r++) a0[r] = a1[r] = (v16f){0};
+    for (int r = 0; r < QB; r++) ao[r] = ae[r] = (v16f){0};
     for (int u = 0; u < nu; u++) {
-        const v16f k0 = ds_v16_ld_b(keys[u] + d0), k1 = ds_v16_ld_b(keys[u] + d0 + 16);
+        v16f ko, ke;
+        ld_channels(keys[u] + d0, &ko, &ke);
 #pragma GCC unroll 8
         for (int r = 0; r < QB; r++) {
-            a0[r] = a0[r] + k0 * wr[r][u];
-            a1[r] = a1[r] + k1 * wr[r][u];
+            ao[r] = ao[r] + ko * wr[r][u];
+            ae[r] = ae[r] + ke * wr[r][u];
         }
     }
 #pragma GCC unroll 8
-    for (int r = 0; r < QB; r++) {
-        DS_V16_ST(acc + (size_t)r * dh + d0, a0[r]);
-        DS_V16_ST(acc + (size_t)r * dh + d0 + 16, a1[r]);
-    }
+    for (int r = 0; r < QB; r++) store_channels(acc + (size_t)r * dh + d0, ao[r], ae[r]);
 }
 
-/* The queries widened to fp32 (rows past B: copies of row 0, computed and never read back). */
-DS_CLONES static void widen_queries(const ds_attn_block *b, float *qf) {
+/* The queries as the score routes read them (rows past B: copies of row 0, computed and never
+ * read back): flushed bf16 for vdpbf16ps (native), else the pair layout in fp32 — per block of 32,
+ * the 16 odd elements, then the 16 even ones, flushed and widened (exact). */
+DS_CLONES static void lay_queries(const ds_attn_block *b, float *qf, int native) {
     const int dh = b->dh;
     for (int r = 0; r < QB; r++) {
         const ds_bf16 *q = b->q[r < b->B ? r : 0];
-        for (int d = 0; d < dh; d += 16) DS_V16_ST(qf + (size_t)r * dh + d, ds_v16_ld_b(q + d));
+        if (native) {
+            ds_bf16 *d = (ds_bf16 *)qf + (size_t)r * dh;
+#pragma omp simd
+            for (int i = 0; i < dh; i++) d[i] = ((q[i] >> 7) & 0xff) < DS_FF_MIN_EXP_FIELD ? 0 : q[i];
+            continue;
+        }
+        for (int i = 0; i < dh; i += 32) {
+            v16f o, e;
+            ds_v16_ld_pairs(q + i, &o, &e);
+            DS_V16_ST(qf + (size_t)r * dh + i, o);
+            DS_V16_ST(qf + (size_t)r * dh + i + 16, e);
+        }
     }
 }
 
@@ -127,18 +150,33 @@ DS_CLONES static void divide_by(float *x, float den, int n) {
  * four vectors combined as ds_fdot_bb combines them, a value channel summed over the keys in order
  * whichever channels share a vector (each channel is its own sum). */
 
-/* ds_fdot_bb(q_r, k, dh) for the QB rows, two rows per pass over the key. */
+/* score_key with 8-wide vectors, NRP rows per pass over the key (2·NRP accumulators + 4 key
+ * vectors): lanes 0-7 of a row in a[r][0], 8-15 in a[r][1].  In the AVX2 clone this route runs
+ * ~1.3x slower than the 32-lane order did (0.20 -> 0.26 ms per 8 x 640 x 512 block): each lane now
+ * adds two products per 32 elements in sequence; 1 or 2 rows per pass measured slower still. */
+#define NRP 4
 DS_CLONES static void score_key_narrow(const float *qf, int dh, const ds_bf16 *k, float *out) {
-    for (int r0 = 0; r0 < QB; r0 += 2) {
-        v8f s8[2];
-        ds_dot2_levels(qf + (size_t)r0 * dh, (size_t)dh, k, NULL, dh, s8);
-        for (int r = 0; r < 2; r++) {   /* the rest of ds_ftree: +4, +2, +1 */
-            float l[8];
-            memcpy(l, &s8[r], sizeof s8[r]);
-            for (int j = 0; j < 4; j++) l[j] = l[j] + l[j + 4];
-            l[0] = l[0] + l[2];
-            l[1] = l[1] + l[3];
-            out[r0 + r] = l[0] + l[1];
+    for (int r0 = 0; r0 < QB; r0 += NRP) {
+        v8f a[NRP][2];
+        for (int r = 0; r < NRP; r++) a[r][0] = a[r][1] = (v8f){0};
+        for (int i = 0; i < dh; i += 32) {
+            v8f ko0, ke0, ko1, ke1;
+            ds_v8_ld_pairs(k + i, &ko0, &ke0);
+            ds_v8_ld_pairs(k + i + 16, &ko1, &ke1);
+#pragma GCC unroll 4
+            for (int r = 0; r < NRP; r++) {
+                const float *qr = qf + (size_t)(r0 + r) * dh + i;
+                a[r][0] = a[r][0] + ds_v8_ld_f(qr) * ko0;
+                a[r][0] = a[r][0] + ds_v8_ld_f(qr + 16) * ke0;
+                a[r][1] = a[r][1] + ds_v8_ld_f(qr + 8) * ko1;
+                a[r][1] = a[r][1] + ds_v8_ld_f(qr + 24) * ke1;
+            }
+        }
+        for (int r = 0; r < NRP; r++) {
+            float l[16];
+            memcpy(l, &a[r][0], sizeof a[r][0]);
+            memcpy(l + 8, &a[r][1], sizeof a[r][1]);
+            out[r0 + r] = ds_pair_tree(l);
         }
     }
 }
@@ -180,21 +218,29 @@ DS_CLONES static void value_chunk_dense_narrow(const ds_bf16 *const *keys, const
     for (int r = 0; r < QB; r++) memcpy(acc + (size_t)r * dh + d0, &a[r], sizeof a[r]);
 }
 
-/* Scores of every (row, key) into the rows' own lists, scaled. */
+/* Scores of every (row, key) into the rows' own lists, scaled: vdpbf16ps where the kernels have it
+ * (ds_fast_pair_scores8, chunks of keys), else the vector routes, one key at a time. */
 static void block_scores(const ds_attn_block *b, const ds_attn_scratch *s) {
-    const int dh = b->dh;
-    widen_queries(b, s->qf);
-    float out[QB];
-    const int wide = ds_fast_wide_tiles();
-    for (int u = 0; u < b->nu; u++) {
-        (wide ? score_key : score_key_narrow)(s->qf, dh, b->keys[u], out);
-        if (b->dense) {
-            for (int r = 0; r < b->B; r++) s->sc[(size_t)r * s->max_keys + u] = out[r] * b->scale;
-            continue;
+    enum { KC = 64 };
+    const int dh = b->dh, native = ds_fast_pair_scores_native(), wide = ds_fast_wide_tiles();
+    lay_queries(b, s->qf, native);
+    float out[KC * QB];
+    for (int u0 = 0; u0 < b->nu; u0 += KC) {
+        const int nc = b->nu - u0 < KC ? b->nu - u0 : KC;
+        if (native) ds_fast_pair_scores8((const ds_bf16 *)s->qf, dh, b->keys + u0, nc, out);
+        else
+            for (int c = 0; c < nc; c++) (wide ? score_key : score_key_narrow)(s->qf, dh, b->keys[u0 + c], out + c * QB);
+        for (int c = 0; c < nc; c++) {
+            const int u = u0 + c;
+            const float *oc = out + c * QB;
+            if (b->dense) {
+                for (int r = 0; r < b->B; r++) s->sc[(size_t)r * s->max_keys + u] = oc[r] * b->scale;
+                continue;
+            }
+            const int32_t *iu = b->idx + (size_t)u * QB;
+            for (int r = 0; r < b->B; r++)
+                if (iu[r] >= 0) s->sc[(size_t)r * s->max_keys + iu[r]] = oc[r] * b->scale;
         }
-        const int32_t *iu = b->idx + (size_t)u * QB;
-        for (int r = 0; r < b->B; r++)
-            if (iu[r] >= 0) s->sc[(size_t)r * s->max_keys + iu[r]] = out[r] * b->scale;
     }
 }
 

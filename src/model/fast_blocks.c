@@ -13,7 +13,7 @@ void ds_attn_head_fast(const ds_bf16 *q, const ds_bf16 *const *keys, int nk, flo
                        float *acc, ds_bf16 *o) {
     float mx = sink;
     for (int i = 0; i < nk; i++) {
-        sc[i] = ds_fdot_bb(q, keys[i], dh) * scale;
+        sc[i] = ds_fdot_bb_pair(q, keys[i], dh) * scale;
         if (sc[i] > mx) mx = sc[i];
     }
     ds_fexp_sub(sc, mx, nk);

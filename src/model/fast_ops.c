@@ -71,6 +71,37 @@ DS_CLONES float ds_fdot_bb(const ds_bf16 *a, const ds_bf16 *b, int n) {
     return vfinish(v0, v1, v2, v3, t, nt);
 }
 
+/* The pair order (fast_ops.h): lanes 0-7 in l0, 8-15 in l1; a partial last block through zero-padded
+ * copies (its missing pairs add +0, which changes no lane: a lane is never -0). */
+DS_CLONES float ds_fdot_bb_pair(const ds_bf16 *a, const ds_bf16 *b, int n) {
+    v8f l0 = {0}, l1 = {0};
+    int i = 0;
+    for (; i < n; i += 32) {
+        _Alignas(64) ds_bf16 ta[32], tb[32];
+        const ds_bf16 *pa = a + i, *pb = b + i;
+        if (n - i < 32) {
+            memset(ta, 0, sizeof ta);
+            memset(tb, 0, sizeof tb);
+            memcpy(ta, pa, sizeof(ds_bf16) * (size_t)(n - i));
+            memcpy(tb, pb, sizeof(ds_bf16) * (size_t)(n - i));
+            pa = ta, pb = tb;
+        }
+        v8f ao0, ae0, ao1, ae1, bo0, be0, bo1, be1;
+        ds_v8_ld_pairs(pa, &ao0, &ae0);
+        ds_v8_ld_pairs(pa + 16, &ao1, &ae1);
+        ds_v8_ld_pairs(pb, &bo0, &be0);
+        ds_v8_ld_pairs(pb + 16, &bo1, &be1);
+        l0 = l0 + ao0 * bo0;
+        l0 = l0 + ae0 * be0;
+        l1 = l1 + ao1 * bo1;
+        l1 = l1 + ae1 * be1;
+    }
+    float l[16];
+    memcpy(l, &l0, sizeof l0);
+    memcpy(l + 8, &l1, sizeof l1);
+    return ds_pair_tree(l);
+}
+
 /* ds_fdot_fb's order for n = 32 (each lane holds 0 + one product; then vtree), with the 32 outputs
  * as the vector dimension: every step below is the same IEEE operation on each output's operands. */
 DS_CLONES void ds_frot32_fb(const float *Bt, const ds_bf16 *x, float *o) {

@@ -46,6 +46,12 @@ static inline float ds_ftree(float *l) {
 int ds_fast_wide_tiles(void);
 void ds_fast_tile_width(int width);
 float ds_fdot_bb(const ds_bf16 *a, const ds_bf16 *b, int n);      /* Σ a·b (products exact in fp32) */
+/* Σ a·b in the pair order of the attention scores (docs/NUMERICS.md): operands below 2^-50 count as
+ * 0; per block of 32 elements, lane j (of 16, from +0) adds the product of elements 2j+1, then that
+ * of 2j (products exact in fp32); a partial last block is padded with zeros; the lanes are then
+ * combined as l[j] + l[j+8], +4, +2, +1.  It is what vdpbf16ps computes, so AVX512-BF16 hosts run
+ * it on that instruction (ds_fast_pair_scores8) and every other host gets the same bits. */
+float ds_fdot_bb_pair(const ds_bf16 *a, const ds_bf16 *b, int n);
 float ds_fdot_fb(const float *a, const ds_bf16 *b, int n);        /* Σ fp32(a·b) */
 /* o[i] = ds_fdot_fb(B + 32·i, x, 32) for i < 32 (the same bits), given Bt = Bᵀ (Bt[32·j + i] =
  * B[32·i + j]): the 32 dots of a 32×32 block rotation at once, vectorized across i. */

@@ -13,6 +13,7 @@
 #include <string.h>
 #include "base/bf16.h"
 #include "base/clones.h"
+#include "kernels/kernels.h"
 #define DS_AI static inline __attribute__((always_inline))
 
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -24,6 +25,8 @@ typedef uint32_t v16u __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
 typedef uint16_t v16h __attribute__((vector_size(32)));
 typedef uint16_t v32h __attribute__((vector_size(64)));
+typedef int16_t v16s __attribute__((vector_size(32)));
+typedef int16_t v32s __attribute__((vector_size(64)));
 
 /* ds_vN_ld_f: N floats; ds_vN_ld_b: N bf16 widened to fp32, which is exact (the 16 bits become the
  * high half of the float).  One definition for both widths. */
@@ -48,6 +51,31 @@ typedef uint16_t v32h __attribute__((vector_size(64)));
                         0, 24, 0, 25, 0, 26, 0, 27, 0, 28, 0, 29, 0, 30, 0, 31
 DS_VEC_LOADERS(8, v8f, v8h, v16h)
 DS_VEC_LOADERS(16, v16f, v16h, v32h)
+/* The bf16 pair order (docs/NUMERICS.md, rule of the attention scores): 2N bf16 values from p as
+ * N 32-bit words, word j = elements (2j, 2j+1); *odd gets element 2j+1 widened into lane j, *even
+ * element 2j, each flushed (|v| < 2^-50 counts as 0, DS_FF_MIN_EXP_FIELD): exactly the operands
+ * vdpbf16ps multiplies. */
+#define DS_PAIR_LOADER(N, VF, VU, VS)                                                    \
+    DS_AI void ds_v##N##_ld_pairs(const ds_bf16 *p, VF *odd, VF *even) {                \
+        VS h;                                                                            \
+        memcpy(&h, p, sizeof h);                                                         \
+        /* one 16-bit compare flushes both halves of every word (exponent field < 77) */ \
+        const VU w = (VU)(h & ((h & 0x7f80) >= (DS_FF_MIN_EXP_FIELD << 7)));            \
+        *odd = (VF)(w & 0xffff0000u);                                                    \
+        *even = (VF)(w << 16);                                                           \
+    }
+DS_PAIR_LOADER(8, v8f, v8u, v16s)
+DS_PAIR_LOADER(16, v16f, v16u, v32s)
+/* The pair order's tree over 16 lanes: l[j] + l[j+8], then +4, +2, +1. */
+DS_AI float ds_pair_tree(const float *lanes) {
+    float l[16];
+    memcpy(l, lanes, sizeof l);
+    for (int j = 0; j < 8; j++) l[j] = l[j] + l[j + 8];
+    for (int j = 0; j < 4; j++) l[j] = l[j] + l[j + 4];
+    l[0] = l[0] + l[2];
+    l[1] = l[1] + l[3];
+    return l[0] + l[1];
+}
 #define DS_V16_ST(p, v) do { const v16f ds_st_v_ = (v); memcpy((p), &ds_st_v_, sizeof ds_st_v_); } while (0)
 
 /* The dots of two fp32 rows (q, q + stride) with one key of n elements (n a multiple of 32) in the

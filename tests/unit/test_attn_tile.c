@@ -11,6 +11,7 @@
 #include "check.h"
 #include "model/attn_tile.h"
 #include "model/fast_ops.h"
+#include "kernels/kern_internal.h"
 #include "base/common.h"
 #include <math.h>
 #include <stdint.h>
@@ -46,6 +47,25 @@ static void ref_attention(const ds_bf16 *q, const ds_bf16 *const *keys, int nk, 
         for (int j = 0; j < dh; j++) o[j] += exp(s[i] - mx) / den * ds_bf16_to_f32(keys[i][j]);
 }
 
+/* The score and value routes a block can take: 0 the 8-wide vector tiles, 1 the 16-wide ones, 2 the
+ * CPU's choice (vdpbf16ps scores where the kernels have it, ds_fast_pair_scores8).  Every route
+ * must give the bits of the per-row core; 3 puts everything back. */
+static void set_route(int route) {
+    static int selected;
+    if (!selected) {   /* the CPU's kernel path, as a loaded model has it */
+        ds_error err;
+        selected = ds_kernels_select("auto", &err) == 0;
+    }
+    ds_kernels_allow_bf16dot(route >= 2);
+    ds_fast_tile_width(route < 2 ? route + 1 : 0);
+}
+
+/* A bf16 whose magnitude the fast tier flushes (|v| < 2^-50, subnormals included), varied by i. */
+static ds_bf16 tiny_bf16(int i) {
+    static const ds_bf16 t[] = {0x0001, 0x8040, 0x007f, 0x2100, 0xa5ff, 0x2680};   /* 2^-50 is 0x2680 */
+    return t[i % 6];
+}
+
 typedef struct {
     int bad_bits, bad_ref, poisoned;
     double worst_rel;
@@ -58,8 +78,8 @@ static void run_block(int dh, int B, int nu, double take, int poison, int dense,
     ds_bf16 *ot = malloc(sizeof(ds_bf16) * QB * (size_t)dh), *orow = malloc(sizeof(ds_bf16) * (size_t)dh);
     const ds_bf16 *keys[NU_MAX], *rowkeys[NU_MAX];
     int32_t idx[NU_MAX * QB];
-    for (int i = 0; i < nu * dh; i++) kmem[i] = ds_f32_to_bf16(frand() * 2.0f);
-    for (int i = 0; i < QB * dh; i++) qmem[i] = ds_f32_to_bf16(frand() * 1.5f);
+    for (int i = 0; i < nu * dh; i++) kmem[i] = i % 37 == 5 ? tiny_bf16(i) : ds_f32_to_bf16(frand() * 2.0f);
+    for (int i = 0; i < QB * dh; i++) qmem[i] = i % 29 == 3 ? tiny_bf16(i) : ds_f32_to_bf16(frand() * 1.5f);
     for (int u = 0; u < nu; u++) keys[u] = kmem + (size_t)u * dh;
     ds_attn_block b = {.B = B, .dh = dh, .scale = 1.0f / sqrtf((float)dh), .nu = nu, .keys = keys,
                        .idx = idx, .dense = dense};
@@ -133,30 +153,32 @@ TEST(tiled_rows_equal_the_per_row_core_bit_for_bit) {
     outcome o = {0};
     int blocks = 0;
     static const int dhs[] = {64, 512};
-    for (int width = 1; width <= 2; width++)    /* the 8-wide and the 16-wide tiles, on every host */
+    for (int route = 0; route <= 2; route++)    /* the 8-wide and 16-wide tiles on every host, then vdpbf16ps */
     for (size_t d = 0; d < sizeof dhs / sizeof dhs[0]; d++)
         for (int B = 1; B <= QB; B++) {
-            ds_fast_tile_width(width);
+            set_route(route);
             for (int dense = 0; dense <= 1; dense++)   /* every row takes every key: both block kinds */
                 run_block(dhs[d], B, 1 + (B * 11) % NU_MAX, 1.0, 0, dense, &o);
             run_block(dhs[d], B, 40 + B, 0.6, 0, 0, &o);                    /* sparse per-row subsets */
             run_block(dhs[d], B, NU_MAX, 0.95, 0, 0, &o);
             blocks += 4;
         }
-    ds_fast_tile_width(0);
-    printf("  %d blocks (both tile widths): %d output values differ from ds_attn_head_fast, worst relative L2 vs float64 %.2e\n", blocks,
-           o.bad_bits, o.worst_rel);
+    set_route(3);
+    printf("  %d blocks (8- and 16-wide tiles, then the CPU's route: scores on vdpbf16ps %s): %d output values differ from "
+           "ds_attn_head_fast, worst relative L2 vs float64 %.2e\n", blocks,
+           ds_fast_pair_scores_native() ? "yes" : "no, not on this CPU; test_kernels_avx512_emu checks that kernel", o.bad_bits,
+           o.worst_rel);
     CHECK(o.bad_bits == 0, "%d bf16 outputs differ from the per-row fast core", o.bad_bits);
     CHECK(o.bad_ref == 0, "%d rows farther than 8e-3 (relative L2) from float64 attention", o.bad_ref);
 }
 
 TEST(a_key_a_row_skips_never_reaches_it) {
     outcome o = {0};
-    for (int width = 1; width <= 2; width++) {
-        ds_fast_tile_width(width);
+    for (int route = 0; route <= 2; route++) {
+        set_route(route);
         for (int B = 2; B <= QB; B++) run_block(512, B, 50, 0.8, 1, 0, &o);
     }
-    ds_fast_tile_width(0);
+    set_route(3);
     CHECK(o.bad_bits == 0, "%d outputs differ from the per-row core", o.bad_bits);
     CHECK(o.poisoned == 0, "%d outputs of rows that skip the inf/NaN key are not finite", o.poisoned);
     CHECK(o.bad_ref == 0, "%d rows off the float64 reference (worst %.2e)", o.bad_ref, o.worst_rel);
@@ -187,6 +209,7 @@ TEST(tiled_speed_on_a_mini_sized_block) {
     bd.dense = 1;
     for (int r = 0; r < QB; r++) bd.o[r] = od + r * DH;
     double t_tile = 1e9, t_dense = 1e9, t_row = 1e9, t_narrow = 1e9;
+    set_route(3);
     for (int rep = 0; rep < REPS; rep++) {
         double t0 = ds_now();
         ds_attn_block_fast(&b, &s);
@@ -195,9 +218,9 @@ TEST(tiled_speed_on_a_mini_sized_block) {
         double t2 = ds_now();
         ds_attn_block_fast(&bd, &s);
         double t3 = ds_now();
-        ds_fast_tile_width(1);
+        set_route(0);
         ds_attn_block_fast(&bd, &s);
-        ds_fast_tile_width(0);
+        set_route(3);
         double t4 = ds_now();
         if (t4 - t3 < t_narrow) t_narrow = t4 - t3;
         if (t1 - t0 < t_tile) t_tile = t1 - t0;

@@ -169,4 +169,39 @@ TEST(emulated_avx512_fast_float_kernels_equal_reference) {
     printf("  %d emulated fast-tier float linears compared\n", runs);
 }
 
+/* The attention scores on vdpbf16ps (ds_fast_pair_scores8) against the pair order written out per
+ * lane (flush rule, odd product first, the combination tree of the fast linears), bit for bit: key
+ * counts odd and even (the pair loop's last single key), tiny and subnormal values, wide magnitudes. */
+TEST(emulated_avx512_attention_scores_equal_the_pair_order) {
+    enum { N = 96, NK = 13, R = 8 };
+    ds_bf16 q[R * N], kmem[NK * N];
+    const ds_bf16 *keys[NK];
+    int bad = 0, runs = 0;
+    for (int trial = 0; trial < 12; trial++) {
+        const int nk = 1 + (trial * 5) % NK;
+        tk_fill_bf16(kmem, NK * N, trial % 3 ? 1.f : 1e4f);
+        tk_fill_bf16(q, R * N, 1.f);
+        for (int i = trial % 4; i < NK * N; i += 7) kmem[i] = ds_f32_to_bf16(i % 2 ? 0x1p-130f : 0x1p-52f);
+        for (int i = 0; i < R * N; i++)   /* the queries arrive flushed (attn_tile.c lays them out so) */
+            if (ds_ff_bf16_value(q[i]) == 0.0f) q[i] = 0;
+        for (int u = 0; u < NK; u++) keys[u] = kmem + (size_t)u * N;
+        float out[NK * R];
+        tk_poison(out, NK * R);
+        ds_kern_avx512_emu.pair_scores8(q, N, keys, nk, out);
+        for (int u = 0; u < nk; u++)
+            for (int r = 0; r < R; r++) {
+                float l[16] = {0};
+                for (int i0 = 0; i0 < N; i0 += 32)
+                    for (int j = 0; j < 16; j++)
+                        for (int e = 1; e >= 0; e--)
+                            l[j] = l[j] + ds_ff_bf16_value(q[r * N + i0 + 2 * j + e]) * ds_ff_bf16_value(keys[u][i0 + 2 * j + e]);
+                const float want = ds_ff_reduce16(l);
+                bad += memcmp(&want, &out[u * R + r], sizeof want) != 0;
+                runs++;
+            }
+    }
+    printf("  %d emulated attention scores compared\n", runs);
+    CHECK(bad == 0, "%d of %d scores differ from the pair order", bad, runs);
+}
+
 RUN_ALL()

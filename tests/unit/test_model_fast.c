@@ -21,6 +21,7 @@
 #include "check.h"
 #include "dsflash.h"
 #include "model/fast_ops.h"
+#include "kernels/kern_internal.h"
 #include <math.h>
 #include <stdlib.h>
 
@@ -139,14 +140,17 @@ TEST(fast_tier_fidelity_200_positions) {
         kl += kl_row(a, b, V);
     }
     const double rel_l2 = sqrt(sd / se), mean_kl = kl / P;
-    /* the narrow tile routes (hosts without AVX-512) must give the same bits as the wide ones */
+    /* the other tile width and no vdpbf16ps (hosts without AVX-512 or AVX512-BF16: FMA linears and
+     * vector-code attention scores) must give the same bits as the CPU's own routes */
     float *ln = malloc(sizeof(float) * (size_t)P * V);
-    const int wide = ds_fast_wide_tiles();
+    const int wide = ds_fast_wide_tiles(), dot = ds_fast_pair_scores_native();
+    const int prev_dot = ds_kernels_allow_bf16dot(0);
     ds_fast_tile_width(wide ? 1 : 2);
     CHECK(all_logits(mf, t, P, ln) == 0);
     ds_fast_tile_width(0);
-    CHECK(!memcmp(ln, lf, sizeof(float) * (size_t)P * V), "fast-tier logits differ between the %s and the %s tile routes",
-          wide ? "16-wide" : "8-wide", wide ? "8-wide" : "16-wide");
+    ds_kernels_allow_bf16dot(prev_dot);
+    CHECK(!memcmp(ln, lf, sizeof(float) * (size_t)P * V), "fast-tier logits differ between the %s tile routes%s and the "
+          "%s ones without vdpbf16ps", wide ? "16-wide" : "8-wide", dot ? " with vdpbf16ps" : "", wide ? "8-wide" : "16-wide");
     free(ln);
     /* FNV-1a of the fast logits: equal on every host and vector path (compare across builds) */
     uint64_t hsh = 1469598103934665603ull;
@@ -228,6 +232,21 @@ NOVEC static float ref_dot_bb(const ds_bf16 *a, const ds_bf16 *b, int n) {
     for (int i = 0; i < n; i++) l[i % 32] = l[i % 32] + ds_bf16_to_f32(a[i]) * ds_bf16_to_f32(b[i]);
     return ref_tree(l);
 }
+/* The pair order of the attention scores: |v| < 2^-50 counts as 0; 16 lanes; per block of 32,
+ * lane j adds element 2j+1's product, then 2j's; lanes combined at distance 8, 4, 2, 1. */
+NOVEC static float ref_flushed(ds_bf16 v) { return fabsf(ds_bf16_to_f32(v)) < 0x1p-50f ? 0.0f : ds_bf16_to_f32(v); }
+NOVEC static float ref_dot_bb_pair(const ds_bf16 *a, const ds_bf16 *b, int n) {
+    float l[16] = {0};
+    for (int i0 = 0; i0 < n; i0 += 32)
+        for (int j = 0; j < 16; j++)
+            for (int e = 1; e >= 0; e--) {
+                const int i = i0 + 2 * j + e;
+                if (i < n) l[j] = l[j] + ref_flushed(a[i]) * ref_flushed(b[i]);
+            }
+    for (int w = 8; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++) l[j] = l[j] + l[j + w];
+    return l[0];
+}
 NOVEC static float ref_dot_fb(const float *a, const ds_bf16 *b, int n) {
     float l[32] = {0};
     for (int i = 0; i < n; i++) l[i % 32] = l[i % 32] + a[i] * ds_bf16_to_f32(b[i]);
@@ -246,21 +265,33 @@ static int same_bits(float a, float b) { return !memcmp(&a, &b, sizeof a); }
 
 TEST(fast_reductions_follow_the_documented_order) {
     enum { NMAX = 700 };
-    ds_bf16 a[NMAX], b[NMAX];
+    ds_bf16 a[NMAX], b[NMAX], t[NMAX];
     float f[NMAX];
     uint32_t s = 99;
     for (int i = 0; i < NMAX; i++) {
         a[i] = ds_f32_to_bf16(frand(&s) * 3.0f);
         b[i] = ds_f32_to_bf16(frand(&s));
         f[i] = frand(&s) * 0.37f;
+        /* b with values the pair order flushes (subnormal, just below 2^-50) and its smallest kept one */
+        static const ds_bf16 tiny[] = {0x0001, 0x807f, 0x267f, 0xa67f, 0x2680};
+        t[i] = i % 5 == 2 ? tiny[(i / 5) % 5] : b[i];
     }
     int bad = 0;
     for (int n = 0; n <= NMAX; n += n < 70 ? 1 : 37) {
         bad += !same_bits(ds_fdot_bb(a, b, n), ref_dot_bb(a, b, n));
+        bad += !same_bits(ds_fdot_bb_pair(a, b, n), ref_dot_bb_pair(a, b, n));
+        bad += !same_bits(ds_fdot_bb_pair(a, t, n), ref_dot_bb_pair(a, t, n));
         bad += !same_bits(ds_fdot_fb(f, b, n), ref_dot_fb(f, b, n));
         bad += !same_bits(ds_fsum(f, n), ref_sum(f, n));
     }
     CHECK(bad == 0, "%d results differ from the 32-lane order", bad);
+    /* the flush is decisive where every product is tiny: 2^-40 · 2^-51 counts as 0, 2^-40 · 2^-50 does not */
+    ds_bf16 x40[64], y51[64], y50[64];
+    for (int i = 0; i < 64; i++) x40[i] = 0x2b80, y51[i] = 0x2600, y50[i] = 0x2680;
+    CHECK(ds_fdot_bb_pair(x40, y51, 64) == 0.0f && ds_fdot_bb_pair(y51, x40, 64) == 0.0f,
+          "a product with an operand below 2^-50 was not flushed");
+    CHECK(ds_fdot_bb_pair(x40, y50, 64) == 0x1p-84f, "2^-40 · 2^-50 summed 64 times: %g, expected 2^-84",
+          (double)ds_fdot_bb_pair(x40, y50, 64));
     /* the order matters: a plain sequential fp32 sum gives other bits for some length */
     int differs = 0;
     for (int n = 64; n <= NMAX && !differs; n += 37) {

@@ -6,7 +6,8 @@
  * serving path (float64 halves the SIMD width and blocks vectorization).  The fast tier keeps fp32
  * throughout: every reduction uses 32 fp32 partial sums (element i goes to lane i mod 32, the tail
  * included) combined by the fixed tree (l[j] += l[j+16], then +8, +4, +2, +1; 32 lanes keep two
- * AVX-512 or four AVX2 accumulators in flight),
+ * AVX-512 or four AVX2 accumulators in flight) — except the attention scores, which use the pair
+ * order of vdpbf16ps (ds_fdot_bb_pair) so that AVX512-BF16 hosts run them on that instruction —,
  * sums over keys, copies or group members run in their index order, and exp is our own fp32
  * routine (ds_fexp) made of plain fp32 operations.  The order is fixed by the source and no fused
  * multiply-add is allowed (-ffp-contract=off), so the compiler may vectorize across lanes (and does,

@@ -47,3 +47,11 @@ mkparts() {
 # and no temporary file is left where the case says it must be gone.
 target_ok_or_absent() { [ ! -e "$1/$2" ] || cmp -s "$1/$2" "$1/../$2.orig"; }
 no_partial() { [ ! -e "$1/$2.partial" ] && [ ! -e "$1/$2.partial.json" ]; }
+
+# Damage one byte for certain: write the complement of the byte at OFFSET of FILE (the files hold
+# random bytes, so writing a fixed value instead left them intact one run in 256).
+flip_byte() {
+    local f=$1 off=$2 b
+    b=$(od -An -tu1 -j "$off" -N1 "$f" | tr -d ' ')
+    printf "\\x$(printf %02x $((255 - b)))" | dd of="$f" bs=1 seek="$off" conv=notrunc status=none
+}

@@ -43,7 +43,7 @@ check "target still intact" cmp -s "$D/$T" "$C/$T.orig"
 # --- corrupt part ------------------------------------------------------------------------------
 newcase corrupt
 mkparts "$D" "$T" $((4 * MiB)) $MiB
-printf '\x01' | dd of="$D/$T.part-02-of-04" bs=1 seek=777 conv=notrunc status=none
+flip_byte "$D/$T.part-02-of-04" 777
 "$B" reassemble "$D" --check-only > "$LOG" 2>&1; expect_rc "check-only finds the corrupt part" 1 $? "$LOG"
 check "check-only names part 02" grep -q "^\[FAIL\] $T: part 02 sha256 mismatch" "$LOG"
 "$B" reassemble "$D" --delete-parts > "$LOG" 2>&1; expect_rc "reassemble with a corrupt part" 1 $? "$LOG"
@@ -210,7 +210,7 @@ for _ in $(seq 1 1500); do
     sleep 0.02
 done
 kill -9 $pid; wait $pid 2>/dev/null
-printf '\xff\xfe' | dd of="$D/$T.partial" bs=1 seek=10 conv=notrunc status=none
+flip_byte "$D/$T.partial" 10
 "$B" reassemble "$D" > "$LOG" 2>&1; expect_rc "rerun after kill -9 and a damaged T.partial" 0 $? "$LOG"
 check "damaged T.partial discarded" grep -q "^\[info\] $T: discarding .* and starting over" "$LOG"
 check "target equals the original" cmp -s "$D/$T" "$C/$T.orig"
@@ -251,7 +251,7 @@ check "target equals the original" cmp -s "$D/$T" "$C/$T.orig"
 newcase multi
 mkparts "$D" a.bin $((2 * MiB + 7)) $MiB
 mkparts "$D" b.bin $((1 * MiB + 3)) $MiB
-printf '\x00' | dd of="$D/b.bin.part-01-of-02" bs=1 seek=1 conv=notrunc status=none
+flip_byte "$D/b.bin.part-01-of-02" 1
 "$B" reassemble "$D" --target a.bin > "$LOG" 2>&1; expect_rc "--target a.bin only" 0 $? "$LOG"
 check "only a.bin built" bash -c "cmp -s '$D/a.bin' '$C/a.bin.orig' && [ ! -e '$D/b.bin' ]"
 "$B" reassemble "$D" > "$LOG" 2>&1; expect_rc "one of two targets fails" 1 $? "$LOG"

@@ -146,9 +146,9 @@ DS_CLONES static void divide_by(float *x, float den, int n) {
 /* ---- 8-wide tiles (hosts without AVX-512) ----
  * GCC keeps 64-byte vector values in memory when the target has no 512-bit registers, so the tiles
  * above run ~20x slower in the AVX2 clone than in the AVX-512 one.  These hold every value in 8-wide
- * vectors with at most 12 live accumulator/key registers, in the same orders: a score's 32 lanes as
- * four vectors combined as ds_fdot_bb combines them, a value channel summed over the keys in order
- * whichever channels share a vector (each channel is its own sum). */
+ * vectors with at most 12 live accumulator/key registers, in the same orders: a score's 16 pair
+ * lanes as two vectors, a value channel summed over the keys in order whichever channels share a
+ * vector (each channel is its own sum). */
 
 /* score_key with 8-wide vectors, NRP rows per pass over the key (2·NRP accumulators + 4 key
  * vectors): lanes 0-7 of a row in a[r][0], 8-15 in a[r][1].  In the AVX2 clone this route runs

@@ -78,17 +78,16 @@ DS_AI float ds_pair_tree(const float *lanes) {
 }
 #define DS_V16_ST(p, v) do { const v16f ds_st_v_ = (v); memcpy((p), &ds_st_v_, sizeof ds_st_v_); } while (0)
 
-/* The dots of two fp32 rows (q, q + stride) with one key of n elements (n a multiple of 32) in the
- * 32-lane order of NUMERICS rule 1, as 8-wide vectors (12 live: the 8-wide routes of the tiles):
- * out[r] holds the tree's first two levels, (l[j] + l[j+16]) + (l[j+8] + l[j+24]) for j < 8.  The
- * key is bf16 (kb) or fp32 (kf, when kb is NULL; a constant after inlining, so one loop remains). */
-DS_AI void ds_dot2_levels(const float *q, size_t stride, const ds_bf16 *kb, const float *kf, int n, v8f out[2]) {
+/* The dots of two fp32 rows (q, q + stride) with one fp32 key k of n elements (n a multiple of 32)
+ * in the 32-lane order of NUMERICS rule 1, as 8-wide vectors (12 live: the indexer tile's 8-wide
+ * route): out[r] holds the tree's first two levels, (l[j] + l[j+16]) + (l[j+8] + l[j+24]), j < 8. */
+DS_AI void ds_dot2_levels(const float *q, size_t stride, const float *k, int n, v8f out[2]) {
     v8f a[2][4];
     for (int r = 0; r < 2; r++) a[r][0] = a[r][1] = a[r][2] = a[r][3] = (v8f){0};
     for (int i = 0; i < n; i += 32) {
         v8f kv[4];
 #pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) kv[j] = kb ? ds_v8_ld_b(kb + i + 8 * j) : ds_v8_ld_f(kf + i + 8 * j);
+        for (int j = 0; j < 4; j++) kv[j] = ds_v8_ld_f(k + i + 8 * j);
 #pragma GCC unroll 2
         for (int r = 0; r < 2; r++)
 #pragma GCC unroll 4

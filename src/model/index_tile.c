@@ -124,7 +124,7 @@ DS_AI v8f key_lanes8(const float *qf, const float *w, int nh, int di, int dk, co
     for (; i < di; i++) kf[i] = i < dk ? ds_bf16_to_f32(k[i]) : 0.0f;
     v8f q[4] = {{0}, {0}, {0}, {0}}, L[8];
     for (int g = 0; g < nh / 8; g++) {
-        for (int p = 0; p < 4; p++) ds_dot2_levels(qf + ((size_t)g * 8 + 2 * p) * di, (size_t)di, NULL, kf, di, L + 2 * p);
+        for (int p = 0; p < 4; p++) ds_dot2_levels(qf + ((size_t)g * 8 + 2 * p) * di, (size_t)di, kf, di, L + 2 * p);
         const v8f d = tree8(L);
         const v8f relu = (v8f)((v8u)d & (v8u)(d > 0.0f));   /* NaN and negatives: +0 */
         q[g & 3] = q[g & 3] + ds_v8_ld_f(w + (size_t)g * 8) * relu;

@@ -8,7 +8,7 @@
  * Path choice: "auto" takes AVX-512 VNNI if CPUID reports it, else AVX2+FMA, else the scalar
  * reference, and says why.  An explicit path the CPU cannot run is an error (PITFALLS §A.1).
  * The first forward of each family after a selection logs "kernel <family>: <path> ENGAGED". */
-#include "kernels/kern_internal.h"
+#include "kernels/kern_official.h"
 #include "base/hugemem.h"
 #include "base/threadpool.h"
 #include <pthread.h>
@@ -222,11 +222,36 @@ static const ds_ffw *ensure_ffw(const ds_linear *L) {
     return expected;
 }
 
+/* MXFP4 panels for the AVX-512 path (official_pack.c), published the same way; linears whose
+ * activations take the official E4M3 numerics never use them. */
+const ds_mxpack *ds_mx_ensure_pack(const ds_linear *L) {
+    if (L->fmt != DS_LIN_MXFP4 || L->act_e4m3) return NULL;
+    ds_mxpack *P = __atomic_load_n((ds_mxpack *const *)&L->packed, __ATOMIC_ACQUIRE);
+    if (P) return P;
+    size_t bytes = 0;
+    ds_mxpack *mine = ds_mx_pack(L, &bytes), *expected = NULL;
+    if (!mine) {
+        fprintf(stderr, "dsflash: out of memory repacking an MXFP4 linear [%d, %d]\n", L->out, L->in);
+        abort();
+    }
+    ds_linear *Lw = (ds_linear *)L;
+    if (__atomic_compare_exchange_n((ds_mxpack **)&Lw->packed, &expected, mine, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE)) {
+        Lw->packed_bytes = bytes;
+        Lw->packed_kind = DS_PACK_KIND_MX;
+        atomic_fetch_add(&g_packed_bytes, bytes);
+        return mine;
+    }
+    ds_huge_free(mine);
+    return expected;
+}
+
 size_t ds_linear_prepare(ds_linear *L) {
     if (!ops()) return 0; /* the reference path reads the published layout */
     if (L->packed) return L->packed_bytes;
     if ((L->fmt == DS_LIN_BF16 || L->fmt == DS_LIN_F32) && L->numerics == DS_NUMERICS_FAST) ensure_ffw(L);
     else if (L->fmt == DS_LIN_W8A8 || L->fmt == DS_LIN_W4A8) ensure_packed(L);
+    else if (L->fmt == DS_LIN_MXFP4 && ops() == &ds_kern_avx512) ds_mx_ensure_pack(L);
     return L->packed_bytes;
 }
 

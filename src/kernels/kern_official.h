@@ -36,13 +36,44 @@ typedef double (*ds_mx_row_fn)(const uint8_t *codes, const uint8_t *sc, const ds
 double ds_mx_row_ref(const uint8_t *codes, const uint8_t *sc, const ds_mx_act *a, int nb);
 double ds_mx_row_avx2(const uint8_t *codes, const uint8_t *sc, const ds_mx_act *a, int nb);
 double ds_mx_row_avx512(const uint8_t *codes, const uint8_t *sc, const ds_mx_act *a, int nb);
-/* Several activation rows of one output row at once (AVX-512 VNNI): acc[r] of rows r < nr, each
- * given by xb[r] = its biased even inputs (q + 128, [nb·16]) with the odd ones `part` bytes further;
- * returns 0 (nothing written) where the row's scales need a route other than the int32 one, or nb
- * is not a multiple of 4: the caller then runs the row function per row. */
-#define DS_MX_ROWS_MAX 8
-typedef int (*ds_mx_rows_fn)(const uint8_t *codes, const uint8_t *sc, const uint8_t *const *xb, size_t part, int nr, int nb, double *acc);
-int ds_mx_rows_avx512(const uint8_t *codes, const uint8_t *sc, const uint8_t *const *xb, size_t part, int nr, int nb, double *acc);
+/* MXFP4 panels (official_pack.c, AVX-512 VNNI): the codes of 16 output rows side by side, so one
+ * zmm lane accumulates one output row and no sum crosses lanes.  Block b of panel p is 4 tiles of
+ * 64 bytes; byte 4r + j of tile t is the published byte (16p + r, 16b + 4t + j): its low nibble
+ * meets even input 32b + 8t + 2j, its high nibble the odd one after it, so the tiles take the xe /
+ * xo activation planes word by word.  A lane adds VPDPBUSD products of the code's |2·e2m1| + 12
+ * (unsigned, 0..24) and the signed activation, from -12·Σ(the block's activations): the block sum
+ * of the contract, |.| <= DS_MX_BLOCK_MAX, exactly.  It is shifted by e_b − lo of its row and
+ * added in int32 over at most `chunk` blocks (no overflow), the chunks in int64: the exact total.
+ * Panels holding a row whose spread needs another route (chunk 0) run the row function. */
+#define DS_PACK_KIND_MX 3
+#define DS_MX_BLOCK_MAX 48768   /* 32 · 12 · 127 */
+typedef struct ds_mxpack {
+    int out, in, nb, npanels;
+    int32_t *chunk;     /* [npanels] blocks per int32 stretch, 0 = the panel runs the row function */
+    int32_t *lo;        /* [npanels·16] the row's smallest scale byte (padding rows: 127) */
+    uint8_t *shift;     /* [npanels][nb][16] e_b − lo of each row */
+    uint8_t *tiles;     /* [npanels][nb][4][64] */
+} ds_mxpack;
+/* Blocks an int32 stretch may hold when a panel's largest spread is `spread` (0: none). */
+static inline int ds_mx_panel_chunk(int nb, int spread) {
+    if (spread > 31) return 0;
+    const int64_t per = (int64_t)DS_MX_BLOCK_MAX << spread, k = INT32_MAX / per;
+    return (int)(k < nb ? k : nb);
+}
+ds_mxpack *ds_mx_pack(const ds_linear *L, size_t *bytes);
+/* The panels of L, made on first use where not made at load (dispatch.c; thread-safe). */
+const ds_mxpack *ds_mx_ensure_pack(const ds_linear *L);
+/* Outputs of panels [p0, p1) for activation rows [0, n): row r's planes at act + r·rowstride
+ * (xe, then xo `part` bytes further, then the int32 block starts -12·Σ at `init` bytes from xe);
+ * y[r·ystride + o] = (float)(acc · xs[r]).  Panels with chunk 0 are skipped (the caller runs them). */
+typedef void (*ds_mx_panels_fn)(const ds_mxpack *P, const uint8_t *act, size_t rowstride, size_t part, size_t init,
+                                const float *xs, int n, int p0, int p1, float *y, int ystride);
+void ds_mx_panels_avx512(const ds_mxpack *P, const uint8_t *act, size_t rowstride, size_t part, size_t init,
+                         const float *xs, int n, int p0, int p1, float *y, int ystride);
+void ds_mx_panels_ref(const ds_mxpack *P, const uint8_t *act, size_t rowstride, size_t part, size_t init,
+                      const float *xs, int n, int p0, int p1, float *y, int ystride);
+/* |2·e2m1(c)| + 12 for c = 0..15: the panels' unsigned weights */
+#define DS_MX_U12_LUT 12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0
 /* The int32 route of the SIMD paths: one int32 lane sums 8 products per block (|.| <= 8·12·127)
  * for each of `terms` blocks, shifted by <= spread; it is taken only when that cannot overflow. */
 #define DS_MX_LANE_MAX 12192
@@ -144,10 +175,10 @@ void ds_mx_e4m3_exact(const ds_linear *L, const ds_bf16 *x, int n, float *y);
 void ds_mx_decode_bf16(const uint8_t *codes, const uint8_t *sc, int in, ds_bf16 *dst);
 void ds_mx_decode_bf16_avx2(const uint8_t *codes, const uint8_t *sc, int in, ds_bf16 *dst);
 
-/* Tests: the MXFP4 forward on already quantized rows with an explicit row function and multi-row
- * function (NULL: rows one by one). */
+/* Tests: the MXFP4 forward on already quantized rows with an explicit row function and panel
+ * function (NULL: rows one by one on the published layout; else L must hold panels). */
 void ds_mx_forward_q_with(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y, ds_mx_row_fn fn,
-                          ds_mx_rows_fn rows);
+                          ds_mx_panels_fn panels);
 /* Tests: the fast-tier FP8 forward with explicit ops (NULL = the scalar fast order). */
 void ds_fp8_forward_fast_with(const ds_linear *L, const ds_kern_ops *o, int use_dot, const ds_bf16 *x, int n, float *y);
 

@@ -1,11 +1,12 @@
-/* MXFP4 block sums on AVX-512 VNNI (contract in kern_official.h).
+/* MXFP4 on AVX-512 VNNI (contract in kern_official.h).
  *
- * Four 32-input blocks per zmm register (16 code bytes per 128-bit lane): the nibbles index a byte
- * table of |2·e2m1| (vpshufb), the sign bit negates the matching activation under a mask, and
- * VPDPBUSD (unsigned magnitude x signed activation) accumulates four int32 partials per block,
- * summed in integers; a last partial group goes through a zero-padded copy.  Several activation
- * rows (a batched decode step, a prefill chunk) share one decode of each weight group
- * (DS_MX_ROWS_AVX512, biased activations).  All exact integers: equal to the scalar path.
+ * Row functions on the published layout: four 32-input blocks per zmm register (16 code bytes per
+ * 128-bit lane): the nibbles index a byte table of |2·e2m1| (vpshufb), the sign bit negates the
+ * matching activation under a mask, and VPDPBUSD (unsigned magnitude x signed activation)
+ * accumulates four int32 partials per block, summed in integers; a last partial group goes
+ * through a zero-padded copy.  They serve the panels that hold a row of wide exponent spread.
+ * The panel route (end of file) runs everything else: 16 output rows per register, each decoded
+ * tile shared by up to 6 activation rows.  All exact integers: equal to the scalar path.
  * Compiled twice like kern_avx512.c: natively, and by the unit tests with DS_AVX512_EMULATE where
  * SIMDe supplies the intrinsics (checked on hosts without AVX-512). */
 #include "kernels/kern_official.h"
@@ -18,7 +19,7 @@
 #include <simde/x86/avx512.h>
 #define DS_MX_BSUM_AVX512 ds_mx_bsum_avx512_emu
 #define DS_MX_ROW_AVX512 ds_mx_row_avx512_emu
-#define DS_MX_ROWS_AVX512 ds_mx_rows_avx512_emu
+#define DS_MX_PANELS_AVX512 ds_mx_panels_avx512_emu
 static inline __m512i mx_emu_cvtepu8_epi32(__m128i a) {   /* missing from this SIMDe release */
     uint8_t b[16];
     int32_t t[16];
@@ -34,7 +35,7 @@ static inline __m512i mx_emu_cvtepu8_epi32(__m128i a) {   /* missing from this S
 #include <immintrin.h>
 #define DS_MX_BSUM_AVX512 ds_mx_bsum_avx512
 #define DS_MX_ROW_AVX512 ds_mx_row_avx512
-#define DS_MX_ROWS_AVX512 ds_mx_rows_avx512
+#define DS_MX_PANELS_AVX512 ds_mx_panels_avx512
 #define MX_CVTEPU8_EPI32 _mm512_cvtepu8_epi32
 #define MX_UNROLL4 _Pragma("GCC unroll 4")
 #endif
@@ -191,85 +192,175 @@ static inline __attribute__((always_inline)) __m512i mx_dp(__m512i acc, __m512i 
     return acc;
 }
 #define MX_AI static inline __attribute__((always_inline))
-#define MX_UNROLL8 _Pragma("GCC unroll 8")
+#define MX_UNROLL6 _Pragma("GCC unroll 6")
 #else
 #define mx_dp(acc, u, s) _mm512_dpbusd_epi32((acc), (u), (s))
 #define MX_AI static inline
-#define MX_UNROLL8
+#define MX_UNROLL6
 #endif
 
-/* NR activation rows (a compile-time count, so that the NR accumulators and row pointers stay in
- * registers) against one output row; tot[r] = the exact shifted total of row r. */
-MX_AI void mx_rows_tile(const uint8_t *codes, const uint8_t *sc, const uint8_t *const *xb, size_t part, const int NR,
-                        int nb, int lo, int64_t *tot) {
-    const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(DS_MX_SIGNED_LUT)), low4 = _mm512_set1_epi8(15);
-    const __m512i k128 = _mm512_set1_epi8((char)0x80), vlo = _mm512_set1_epi32(lo);
-    __m512i idx[4];
-    for (int g = 0; g < 4; g++) idx[g] = _mm512_add_epi32(_mm512_set1_epi32(4 * g), _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
-    __m512i ar[DS_MX_ROWS_MAX];
-    const uint8_t *xr[DS_MX_ROWS_MAX];
-MX_UNROLL8
-    for (int r = 0; r < NR; r++) ar[r] = _mm512_setzero_si512(), xr[r] = xb[r];
-    for (int b = 0; b < nb; b += 16) {
-        /* the 16 scale bytes straight from the row; a last partial stretch through a padded copy
-         * (copying every stretch made each load wait on a failed store forward) */
-        uint8_t s16[16];
-        const uint8_t *s = sc + b;
-        if (nb - b < 16) {
-            memset(s16, lo, sizeof s16);   /* past nb: no group reads these */
-            memcpy(s16, sc + b, (size_t)(nb - b));
-            s = s16;
+/* ---- panels (layout and contract in kern_official.h) ---- */
+#define MXP_NP 4   /* most panels per tile */
+#define MXP_NR 6   /* most activation rows per tile */
+
+/* Blocks [b0, b1) of NP panels from p against NR activation rows (xr[i]: row i's xe plane): the
+ * int32 lanes of the shifted block sums in a (the caller keeps the stretch within `chunk`). */
+MX_AI void mxp_stretch(const ds_mxpack *P, int p, const int NP, const int NR, const uint8_t *const *xr, size_t part,
+                       size_t init, int b0, int b1, __m512i a[MXP_NP][MXP_NR]) {
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(DS_MX_U12_LUT)), low4 = _mm512_set1_epi8(15);
+    const size_t pstride = (size_t)P->nb * 256;
+    const uint8_t *tp = P->tiles + (size_t)p * pstride;
+MX_UNROLL6
+    for (int j = 0; j < NP; j++)
+MX_UNROLL6
+        for (int i = 0; i < NR; i++) a[j][i] = _mm512_setzero_si512();
+    for (int b = b0; b < b1; b++) {
+        __m512i blk[MXP_NP][MXP_NR];
+MX_UNROLL6
+        for (int i = 0; i < NR; i++) {
+            int32_t v;
+            memcpy(&v, xr[i] + init + 4 * (size_t)b, 4);
+            const __m512i start = _mm512_set1_epi32(v);
+MX_UNROLL6
+            for (int j = 0; j < NP; j++) blk[j][i] = start;
         }
-        __m512i sh = _mm512_sub_epi32(MX_CVTEPU8_EPI32(_mm_loadu_si128((const __m128i *)s)), vlo);
-        for (int g = 0; g < 4 && b + 4 * g < nb; g++) {
-            const size_t k16 = 16 * (size_t)(b + 4 * g);
-            _mm_prefetch((const char *)(codes + k16 + MX_PREFETCH), _MM_HINT_T0);
-            __m512i c = _mm512_loadu_si512(codes + k16);
-            __m512i wl = _mm512_shuffle_epi8(lut, _mm512_and_si512(c, low4));
-            __m512i wh = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(c, 4), low4));
-            __m512i bias = mx_dp(mx_dp(_mm512_setzero_si512(), k128, wl), k128, wh);
-            __m512i start = _mm512_sub_epi32(_mm512_setzero_si512(), bias), shg = _mm512_permutexvar_epi32(idx[g], sh);
-MX_UNROLL8
-            for (int r = 0; r < NR; r++) {
-                __m512i t = mx_dp(mx_dp(start, _mm512_loadu_si512(xr[r] + k16), wl), _mm512_loadu_si512(xr[r] + part + k16), wh);
-                ar[r] = _mm512_add_epi32(ar[r], _mm512_sllv_epi32(t, shg));
+MX_UNROLL4
+        for (int t = 0; t < 4; t++) {
+            __m512i wl[MXP_NP], wh[MXP_NP];
+            const size_t off = 256 * (size_t)b + 64 * (size_t)t, xo = 16 * (size_t)b + 4 * (size_t)t;
+MX_UNROLL6
+            for (int j = 0; j < NP; j++) {
+                _mm_prefetch((const char *)(tp + j * pstride + off + MX_PREFETCH), _MM_HINT_T0);
+                const __m512i w = _mm512_loadu_si512(tp + j * pstride + off);
+                wl[j] = _mm512_shuffle_epi8(lut, _mm512_and_si512(w, low4));
+                wh[j] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(w, 4), low4));
+            }
+MX_UNROLL6
+            for (int i = 0; i < NR; i++) {
+                int32_t e4, o4;   /* one register broadcast per row, shared by the panels (faster here than
+                                     a {1to16} memory operand on every VPDPBUSD) */
+                memcpy(&e4, xr[i] + xo, 4);
+                memcpy(&o4, xr[i] + part + xo, 4);
+                const __m512i xe = _mm512_set1_epi32(e4), xod = _mm512_set1_epi32(o4);
+MX_UNROLL6
+                for (int j = 0; j < NP; j++)
+                    blk[j][i] = mx_dp(mx_dp(blk[j][i], wl[j], xe), wh[j], xod);
             }
         }
-    }
-    for (int r = 0; r < NR; r++) {
-        int32_t v[16];
-        _mm512_storeu_si512(v, ar[r]);
-        int64_t total = 0;
-        for (int i = 0; i < 16; i++) total += v[i];
-        tot[r] = total;
+MX_UNROLL6
+        for (int j = 0; j < NP; j++) {
+            const __m512i sh = MX_CVTEPU8_EPI32(_mm_loadu_si128((const __m128i *)(P->shift + ((size_t)(p + j) * P->nb + b) * 16)));
+MX_UNROLL6
+            for (int i = 0; i < NR; i++) a[j][i] = _mm512_add_epi32(a[j][i], _mm512_sllv_epi32(blk[j][i], sh));
+        }
     }
 }
 
-/* Several activation rows of one output row (kern_official.h, ds_mx_rows_fn): the int32 route of
- * row_int32 with the roles turned so that the weights are decoded once for every row.  The signed
- * |2·e2m1| bytes of a group are looked up once; each row's activations arrive biased (q + 128,
- * unsigned), and VPDPBUSD of them against the signed weights adds 128·Σw per lane, which the lane
- * starts from minus (one more VPDPBUSD per group, shared by the rows).  Lane values are then the
- * same 8-product partials as row_int32's, shifted and summed the same way: exact integers, the same
- * bits.  Rows whose scales need another route, or whose block count is not a multiple of 4, are
- * left to the row function (returns 0). */
-int DS_MX_ROWS_AVX512(const uint8_t *codes, const uint8_t *sc, const uint8_t *const *xb, size_t part, int nr, int nb, double *acc) {
-    int lo, hi;
-    ds_mx_exp_range(sc, nb, &lo, &hi);
-    if (nr > DS_MX_ROWS_MAX || nr < 1 || nb % 4 || hi - lo > DS_MX_EXACT_SPREAD || !ds_mx_int32_ok(nb / 4, hi - lo)) return 0;
-    int64_t tot[DS_MX_ROWS_MAX];
-    switch (nr) {
-    case 1: mx_rows_tile(codes, sc, xb, part, 1, nb, lo, tot); break;
-    case 2: mx_rows_tile(codes, sc, xb, part, 2, nb, lo, tot); break;
-    case 3: mx_rows_tile(codes, sc, xb, part, 3, nb, lo, tot); break;
-    case 4: mx_rows_tile(codes, sc, xb, part, 4, nb, lo, tot); break;
-    case 5: mx_rows_tile(codes, sc, xb, part, 5, nb, lo, tot); break;
-    case 6: mx_rows_tile(codes, sc, xb, part, 6, nb, lo, tot); break;
-    case 7: mx_rows_tile(codes, sc, xb, part, 7, nb, lo, tot); break;
-    default: mx_rows_tile(codes, sc, xb, part, 8, nb, lo, tot); break;
+/* One tile: NP panels x NR rows over the whole input, stretch by stretch (int32 lanes, summed in
+ * int64), then the outputs: y = (float)((double)total · 2^(lo − 128) · (double)xs), the steps of
+ * ds_mx_scale_total in vector form natively (VCVTQQ2PD and VCVTPD2PS round to nearest even as the
+ * C conversions do), lane by lane in the emulated build (this SIMDe release lacks them). */
+#ifndef DS_AVX512_EMULATE
+MX_AI void mxp_store(const ds_mxpack *P, int o0, const __m512i t[2], double xsd, float *yrow) {
+    const __m512i bias = _mm512_set1_epi64(1023 - 128);
+    __m256 f[2];
+    for (int h = 0; h < 2; h++) {
+        const __m512i lo = _mm512_cvtepi32_epi64(_mm256_loadu_si256((const __m256i *)(P->lo + o0 + 8 * h)));
+        const __m512d pw = _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_add_epi64(lo, bias), 52));
+        f[h] = _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_mul_pd(_mm512_cvtepi64_pd(t[h]), pw), _mm512_set1_pd(xsd)));
     }
-    for (int r = 0; r < nr; r++) acc[r] = ds_mx_scale_total(tot[r], lo);
-    return 1;
+    const __m512 v = _mm512_insertf32x8(_mm512_castps256_ps512(f[0]), f[1], 1);
+    if (o0 + 16 <= P->out) _mm512_storeu_ps(yrow + o0, v);
+    else _mm512_mask_storeu_ps(yrow + o0, (__mmask16)((1u << (P->out - o0)) - 1u), v);
+}
+#endif
+MX_AI void mxp_tile(const ds_mxpack *P, int p, const int NP, const int NR, const uint8_t *const *xr, size_t part,
+                    size_t init, const float *xs, float *const *yr) {
+    int F = P->nb;
+    for (int j = 0; j < NP; j++) F = DS_MIN(F, P->chunk[p + j]);
+#ifndef DS_AVX512_EMULATE
+    __m512i t[MXP_NP][MXP_NR][2];
+MX_UNROLL6
+    for (int j = 0; j < NP; j++)
+MX_UNROLL6
+        for (int i = 0; i < NR; i++) t[j][i][0] = t[j][i][1] = _mm512_setzero_si512();
+    for (int b0 = 0; b0 < P->nb; b0 += F) {
+        __m512i a[MXP_NP][MXP_NR];
+        mxp_stretch(P, p, NP, NR, xr, part, init, b0, DS_MIN(P->nb, b0 + F), a);
+MX_UNROLL6
+        for (int j = 0; j < NP; j++)
+MX_UNROLL6
+            for (int i = 0; i < NR; i++) {
+                t[j][i][0] = _mm512_add_epi64(t[j][i][0], _mm512_cvtepi32_epi64(_mm512_castsi512_si256(a[j][i])));
+                t[j][i][1] = _mm512_add_epi64(t[j][i][1], _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(a[j][i], 1)));
+            }
+    }
+MX_UNROLL6
+    for (int j = 0; j < NP; j++)
+MX_UNROLL6
+        for (int i = 0; i < NR; i++) mxp_store(P, 16 * (p + j), t[j][i], (double)xs[i], yr[i]);
+#else
+    int64_t tot[MXP_NP][MXP_NR][16];
+    memset(tot, 0, sizeof tot);
+    for (int b0 = 0; b0 < P->nb; b0 += F) {
+        __m512i a[MXP_NP][MXP_NR];
+        mxp_stretch(P, p, NP, NR, xr, part, init, b0, DS_MIN(P->nb, b0 + F), a);
+        for (int j = 0; j < NP; j++)
+            for (int i = 0; i < NR; i++) {
+                int32_t v[16];
+                _mm512_storeu_si512(v, a[j][i]);
+                for (int l = 0; l < 16; l++) tot[j][i][l] += v[l];
+            }
+    }
+    for (int j = 0; j < NP; j++)
+        for (int i = 0; i < NR; i++)
+            for (int l = 0; l < 16; l++) {
+                const int o = 16 * (p + j) + l;
+                if (o < P->out) yr[i][o] = (float)(ds_mx_scale_total(tot[j][i][l], P->lo[o]) * (double)xs[i]);
+            }
+#endif
+}
+
+#define MXP_CASE(NP, NR) case (NP) * 8 + (NR): mxp_tile(P, p, NP, NR, xr, part, init, xs + r, yr); break
+/* Rows [r0, r1) against panels [p, p + np) (np <= MXP_NP, every chunk > 0): tiles of up to 6 rows. */
+static void mxp_rows(const ds_mxpack *P, int p, int np, const uint8_t *act, size_t rowstride, size_t part, size_t init,
+                     const float *xs, int r0, int r1, float *y, int ystride) {
+    for (int r = r0; r < r1;) {
+        const int nr = DS_MIN(MXP_NR, r1 - r);
+        const uint8_t *xr[MXP_NR];
+        float *yr[MXP_NR];
+        for (int i = 0; i < nr; i++) xr[i] = act + (size_t)(r + i) * rowstride, yr[i] = y + (size_t)(r + i) * ystride;
+        switch (np * 8 + nr) {
+            MXP_CASE(4, 1); MXP_CASE(4, 2); MXP_CASE(3, 1); MXP_CASE(3, 2);
+            MXP_CASE(2, 1); MXP_CASE(2, 2); MXP_CASE(2, 3); MXP_CASE(2, 4); MXP_CASE(2, 5); MXP_CASE(2, 6);
+            MXP_CASE(1, 1); MXP_CASE(1, 2); MXP_CASE(1, 3); MXP_CASE(1, 4); MXP_CASE(1, 5); MXP_CASE(1, 6);
+        default: break;   /* np > 2 only with nr <= 2 (below) */
+        }
+        r += nr;
+    }
+}
+
+/* Panels [p0, p1) for rows [0, n): rows in chunks whose activations stay in L2 while every panel
+ * group passes; 4 panels side by side for one or two rows (weight streams for the prefetchers, as
+ * the W4A8 decode path), 2 for more (accumulators for 6 rows).  Panels of chunk 0 are skipped. */
+enum { MXP_CHUNK_BYTES = 256 << 10 };
+void DS_MX_PANELS_AVX512(const ds_mxpack *P, const uint8_t *act, size_t rowstride, size_t part, size_t init,
+                         const float *xs, int n, int p0, int p1, float *y, int ystride) {
+    const int per_row = (int)DS_MAX((size_t)1, (size_t)P->nb * 36), chunk = DS_MAX(MXP_NR, MXP_CHUNK_BYTES / per_row / MXP_NR * MXP_NR);
+    const int npmax = n <= 2 ? 4 : 2;
+    for (int c0 = 0; c0 < n; c0 += chunk) {
+        const int c1 = DS_MIN(n, c0 + chunk);
+        for (int p = p0; p < p1;) {
+            if (!P->chunk[p]) {
+                p++;
+                continue;
+            }
+            int np = 1;
+            while (np < npmax && p + np < p1 && P->chunk[p + np]) np++;
+            mxp_rows(P, p, np, act, rowstride, part, init, xs, c0, c1, y, ystride);
+            p += np;
+        }
+    }
 }
 
 #ifndef DS_AVX512_EMULATE

@@ -90,7 +90,7 @@ static ds_mx_row_fn active_row(void) {
     return ds_mx_row_ref;
 }
 
-static ds_mx_rows_fn active_rows(void) { return !strcmp(ds_kernels_active(), "avx512-vnni") ? ds_mx_rows_avx512 : NULL; }
+static ds_mx_panels_fn active_panels(void) { return !strcmp(ds_kernels_active(), "avx512-vnni") ? ds_mx_panels_avx512 : NULL; }
 
 static const ds_kern_ops *active_ops(void) {
     const char *p = ds_kernels_active();
@@ -104,7 +104,8 @@ static const ds_kern_ops *active_ops(void) {
 /* One MXFP4 job of a batch: its weights, its rows in the row functions' layout, its outputs. */
 typedef struct mxjob {
     const ds_linear *L;
-    const uint8_t *act;      /* [n][MX_PLANES][part]: xe, xo, ae, ao, se, so, be, bo (b: q + 128) */
+    const uint8_t *act;      /* [n][MX_PLANES][part]: xe, xo, ae, ao, se, so, then the panels'
+                                int32 block starts (-12·Σ of each block's inputs) */
     const float *xs;
     int n;
     float *y;
@@ -114,10 +115,11 @@ typedef struct mxrun {
     const mxjob *jobs;
     const mxtask *tasks;
     ds_mx_row_fn fn;
-    ds_mx_rows_fn rows;      /* several activation rows per weight row, or NULL */
+    ds_mx_panels_fn panels;  /* the panel route, for linears with panels (else NULL) */
 } mxrun;
 
-enum { MX_PLANES = 8 };
+enum { MX_PLANES = 7, MX_INIT_PLANE = 6 };
+static size_t mx_part(int in) { return ((size_t)(in / 32) * 16 + 63) & ~(size_t)63; }   /* 64-byte aligned rows */
 
 /* Activation rows [r0, r1) of output row o, one at a time. */
 static void mx_rows_single(const mxrun *c, const mxjob *j, int o, int r0, int r1, size_t part) {
@@ -133,43 +135,27 @@ static void mx_rows_single(const mxrun *c, const mxjob *j, int o, int r0, int r1
     }
 }
 
-/* Blocks of MX_OBLOCK output rows; inside a block, groups of up to DS_MX_ROWS_MAX activation rows
- * outer and the block's output rows inner.  A weight row (in/2 bytes) is read from memory once per
- * call and the block's rows (16 x in/2: 16-56 KiB) stay in L2 while every row group passes; a row
- * group's activations (two planes of `part` bytes per row) are reused from L1/L2 by the block's 16
- * output rows instead of being fetched again for every output row (at 512 rows: megabytes from L3
- * per output row).  With a multi-row function the rows of a group share one decode of each weight
- * group.  Every output is computed by the same call whatever the blocking: no bit depends on it. */
-enum { MX_OBLOCK = 16 };
+/* One task: whole panels through the panel route where the linear has panels (a panel holding a
+ * row of wide exponent spread by the row function), else output row by output row, every
+ * activation row of the job against it (AVX2 and scalar hosts).  Every output is computed by the
+ * same arithmetic whatever the task cut: no bit depends on it. */
 static void mx_task(void *vctx, int t, int thread) {
     (void)thread;
     const mxrun *c = vctx;
     const mxtask *k = &c->tasks[t];
     const mxjob *j = &c->jobs[k->job];
     const ds_linear *L = j->L;
-    const int nb = L->in / 32;
-    const size_t part = ((size_t)nb * 16 + 63) & ~(size_t)63, wrow = (size_t)nb * 16;
-    const uint8_t *W = L->w;
-    for (int ob = k->o0; ob < k->o1; ob += MX_OBLOCK) {
-        const int oe = DS_MIN(k->o1, ob + MX_OBLOCK);
-        if (!c->rows || j->n < 2) {
-            for (int o = ob; o < oe; o++) mx_rows_single(c, j, o, 0, j->n, part);
-            continue;
-        }
-        for (int r0 = 0; r0 < j->n; r0 += DS_MX_ROWS_MAX) {
-            const int nr = DS_MIN(DS_MX_ROWS_MAX, j->n - r0);
-            const uint8_t *xb[DS_MX_ROWS_MAX];
-            double acc[DS_MX_ROWS_MAX];
-            for (int r = 0; r < nr; r++) xb[r] = j->act + ((size_t)(r0 + r) * MX_PLANES + 6) * part;
-            for (int o = ob; o < oe; o++) {
-                if (!c->rows(W + (size_t)o * wrow, L->w_e8m0 + (size_t)o * nb, xb, part, nr, nb, acc)) {
-                    mx_rows_single(c, j, o, r0, r0 + nr, part);
-                    continue;
-                }
-                for (int r = 0; r < nr; r++) j->y[(size_t)(r0 + r) * L->out + o] = (float)(acc[r] * (double)j->xs[r0 + r]);
-            }
-        }
+    const size_t part = mx_part(L->in);
+    if (c->panels && L->packed_kind == DS_PACK_KIND_MX) {
+        const ds_mxpack *P = L->packed;
+        const int p0 = k->o0 / 16, p1 = (k->o1 + 15) / 16;   /* tasks hold whole panels */
+        c->panels(P, j->act, MX_PLANES * part, part, MX_INIT_PLANE * part, j->xs, j->n, p0, p1, j->y, L->out);
+        for (int p = p0; p < p1; p++)
+            if (!P->chunk[p])
+                for (int o = 16 * p; o < DS_MIN(k->o1, 16 * p + 16); o++) mx_rows_single(c, j, o, 0, j->n, part);
+        return;
     }
+    for (int o = k->o0; o < k->o1; o++) mx_rows_single(c, j, o, 0, j->n, part);
 }
 
 int ds_official_task_split(int out, double work, int *per) {
@@ -180,21 +166,18 @@ int ds_official_task_split(int out, double work, int *per) {
     return (out + *per - 1) / *per;
 }
 
-static size_t mx_part(int in) { return ((size_t)(in / 32) * 16 + 63) & ~(size_t)63; }   /* 64-byte aligned rows */
-
 /* Rows [r0, r1) of xq [n][in] into the layout of kern_official.h at dst ([n][MX_PLANES][part]), one
  * 32-input block at a time: its 16 even and 16 odd inputs to the xe / xo planes, their magnitudes,
- * sign bytes (8 where negative) and biased copies (q + 128, for the multi-row function).  Vector
+ * sign bytes (8 where negative), and the block's start for the panel route.  Vector
  * code (pure data movement, compiled per ISA): element by element, the layout of a 2-row expert
  * call of a batched decode step cost about as much as its multiply-adds. */
 typedef int8_t mx_v16 __attribute__((vector_size(16)));
 typedef int8_t mx_v32 __attribute__((vector_size(32)));
 static inline __attribute__((always_inline)) void mx_planes16(mx_v16 v, uint8_t *o, size_t part) {
-    const mx_v16 neg = v < 0, mag = (v ^ neg) - neg, sgn = neg & 8, biased = v ^ (int8_t)-128;
-    memcpy(o, &v, 16);                       /* |q| <= 127: the magnitude and the +128 copy are exact */
+    const mx_v16 neg = v < 0, mag = (v ^ neg) - neg, sgn = neg & 8;
+    memcpy(o, &v, 16);                       /* |q| <= 127: the magnitude is exact */
     memcpy(o + 2 * part, &mag, 16);
     memcpy(o + 4 * part, &sgn, 16);
-    memcpy(o + 6 * part, &biased, 16);
 }
 DS_CLONES static void mx_layout_rows(const int8_t *xq, int r0, int r1, int in, uint8_t *dst) {
     const size_t part = mx_part(in);
@@ -206,8 +189,12 @@ DS_CLONES static void mx_layout_rows(const int8_t *xq, int r0, int r1, int in, u
             memcpy(&v, x + 32 * b, 32);
             const mx_v16 even = __builtin_shufflevector(v, v, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
             const mx_v16 odd = __builtin_shufflevector(v, v, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-            mx_planes16(even, d + 16 * (size_t)b, part);          /* xe, ae, se, be */
-            mx_planes16(odd, d + part + 16 * (size_t)b, part);    /* xo, ao, so, bo */
+            mx_planes16(even, d + 16 * (size_t)b, part);          /* xe, ae, se */
+            mx_planes16(odd, d + part + 16 * (size_t)b, part);    /* xo, ao, so */
+            int32_t sum = 0;
+            for (int k = 0; k < 32; k++) sum += x[32 * b + k];
+            const int32_t start = -12 * sum;
+            memcpy(d + MX_INIT_PLANE * part + 4 * (size_t)b, &start, 4);
         }
     }
 }
@@ -227,7 +214,7 @@ static void mx_layout_task(void *vctx, int t, int thread) {
  * (the experts of a MoE layer are many small matrices: one dispatch each would cost more in
  * synchronization than in arithmetic at one decode row).  Each slice's results do not depend on
  * the cut. */
-static void mx_run_many(const ds_linear_job *jobs, int n_jobs, ds_mx_row_fn fn, ds_mx_rows_fn rows) {
+static void mx_run_many(const ds_linear_job *jobs, int n_jobs, ds_mx_row_fn fn, ds_mx_panels_fn panels) {
     tables_init();
     size_t bytes = 64;
     int n_tasks = 0;
@@ -269,14 +256,14 @@ static void mx_run_many(const ds_linear_job *jobs, int n_jobs, ds_mx_row_fn fn, 
     } else {   /* a decode step's few rows: inline, no extra pool round */
         for (int l = 0; l < nl; l++) mx_layout_task(lay, l, 0);
     }
-    mxrun c = {.jobs = mj, .tasks = tasks, .fn = fn, .rows = rows};
+    mxrun c = {.jobs = mj, .tasks = tasks, .fn = fn, .panels = panels};
     if (nt) ds_pool_run(nt, mx_task, &c);
 }
 
 void ds_mx_forward_q_with(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y, ds_mx_row_fn fn,
-                          ds_mx_rows_fn rows) {
+                          ds_mx_panels_fn panels) {
     ds_linear_job job = {L, xq, xs, n, y};
-    mx_run_many(&job, 1, fn, rows);
+    mx_run_many(&job, 1, fn, panels);
 }
 
 /* ---- FP8 ---- */
@@ -412,7 +399,10 @@ void ds_official_forward_q_many(const ds_linear_job *jobs, int n_jobs) {
             fprintf(stderr, "ds_official_forward_q: linear [%d, %d] does not take int8 rows\n", jobs[j].L->out, jobs[j].L->in);
             abort();
         }
-    mx_run_many(jobs, n_jobs, active_row(), active_rows());
+    ds_mx_panels_fn panels = active_panels();
+    if (panels)   /* the panels of each linear (made at load; here for one bound later) */
+        for (int j = 0; j < n_jobs; j++) ds_mx_ensure_pack(jobs[j].L);
+    mx_run_many(jobs, n_jobs, active_row(), panels);
 }
 
 void ds_official_forward_q(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y) {

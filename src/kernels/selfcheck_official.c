@@ -1,6 +1,6 @@
 /* Start-up self-check of the official-format families (SERVING.md §13 step 3, beside
  * selfcheck.c): the active path against the scalar one on random tiles with tails.
- *   mxfp4:    the active ISA's integer block sums vs the scalar ones — bit for bit;
+ *   mxfp4:    the active ISA's integer path (16-row panels on AVX-512) vs the scalar rows — bit for bit;
  *   fp8-fast: the fast-tier FP8 forward vs the scalar fast order on the decoded bf16 matrix — bit
  *             for bit (the fast tier's one fixed order);
  *   fp8:      the exact-tier FP8 forward vs the float64 reference of the decoded matrix — bit for bit
@@ -49,6 +49,7 @@ int ds_official_selfcheck(ds_kernel_check out[3], int *n_out, ds_error *err) {
     ds_official_forward_q(&L, q, xs, N, y);
     ds_mx_forward_q_with(&L, q, xs, N, yr, ds_mx_row_ref, NULL);
     report(&out[0], "mxfp4", !memcmp(y, yr, sizeof(float) * N * O), max_diff(y, yr, (size_t)N * O), O, I);
+    ds_linear_release(&L);   /* the panels the AVX-512 path made for it */
     /* FP8, both tiers, against the BF16 linear of the decoded matrix */
     for (int i = 0; i < O * I; i++) codes[i] = (uint8_t)(next(&s) & 0xbf);   /* no NaN codes */
     for (int i = 0; i < 2 * ((I + 31) / 32); i++) sc[i] = (uint8_t)(118 + next(&s) % 6);

@@ -12,6 +12,7 @@
 #include "kernels/kern_official.h"
 #include "tools/mkmodel_official.h"
 #include "tools/quant_fp8.h"
+#include "base/hugemem.h"
 #define DS_AVX512_EMULATE 1
 #include "kernels/kern_official_avx512.c"
 #include "kernels/kern_official_fp8_avx512.c"
@@ -29,6 +30,29 @@ static mx_lin mx_make(int out, int in, int emin, int emax) {
     for (size_t i = 0; i < (size_t)out * in / 32; i++) m.sc[i] = (uint8_t)tk_range(127 + emin, 127 + emax);
     m.L = (ds_linear){.fmt = DS_LIN_MXFP4, .out = out, .in = in, .w = m.codes, .w_e8m0 = m.sc};
     return m;
+}
+
+/* The forward through each panel route (scalar, emulated AVX-512, native where the CPU has it),
+ * panels made here; panels holding a row of wide spread fall back to the scalar row function.
+ * Each must give `want` bit for bit; returns the number of routes run. */
+static int mx_panels_agree(const mx_lin *m, const int8_t *q, const float *s, int n, const float *want, float *got) {
+    ds_mx_panels_fn fns[3] = {ds_mx_panels_ref, ds_mx_panels_avx512_emu, ds_kernels_available("avx512-vnni") ? ds_mx_panels_avx512 : NULL};
+    ds_linear L = m->L;
+    size_t bytes = 0;
+    ds_mxpack *P = ds_mx_pack(&L, &bytes);
+    CHECK(P && bytes >= (size_t)P->npanels * P->nb * (256 + 16), "pack of [%d, %d]", L.out, L.in);
+    L.packed = P;
+    L.packed_kind = DS_PACK_KIND_MX;
+    int runs = 0;
+    for (int f = 0; f < 3; f++) {
+        if (!fns[f]) continue;
+        tk_poison(got, (size_t)n * L.out);
+        ds_mx_forward_q_with(&L, q, s, n, got, ds_mx_row_ref, fns[f]);
+        CHECK(!memcmp(want, got, sizeof(float) * n * L.out), "panel route %d out=%d in=%d n=%d differs from scalar", f, L.out, L.in, n);
+        runs++;
+    }
+    ds_huge_free(P);
+    return runs;
 }
 
 /* Spec-side value of weight (o, i): E2M1 code (low nibble = even input) times 2^(s - 127). */
@@ -62,19 +86,18 @@ TEST(mxfp4_paths_equal_scalar_and_the_decoded_weights) {
                     CHECK(memcmp(&want, &y0[(size_t)r * out + o], 4) == 0, "out=%d in=%d r=%d o=%d: %.9g vs %.9g", out, in, r, o,
                           (double)want, (double)y0[(size_t)r * out + o]);
                 }
-        /* row functions alone, then the AVX-512 ones with the multi-row function (several rows per
-         * weight decode; rows with other routes or block counts fall back to the row function) */
+        /* the row functions on the published layout, then the panel routes */
         const int native = ds_kernels_available("avx512-vnni");
-        ds_mx_row_fn paths[5] = {ds_mx_row_avx512_emu, ds_kernels_available("avx2") ? ds_mx_row_avx2 : NULL,
-                                 native ? ds_mx_row_avx512 : NULL, ds_mx_row_avx512_emu, native ? ds_mx_row_avx512 : NULL};
-        ds_mx_rows_fn multi[5] = {NULL, NULL, NULL, ds_mx_rows_avx512_emu, native ? ds_mx_rows_avx512 : NULL};
-        for (int p = 0; p < 5; p++) {
+        ds_mx_row_fn paths[3] = {ds_mx_row_avx512_emu, ds_kernels_available("avx2") ? ds_mx_row_avx2 : NULL,
+                                 native ? ds_mx_row_avx512 : NULL};
+        for (int p = 0; p < 3; p++) {
             if (!paths[p]) continue;
             tk_poison(y1, (size_t)n * out);
-            ds_mx_forward_q_with(&m.L, q, s, n, y1, paths[p], multi[p]);
+            ds_mx_forward_q_with(&m.L, q, s, n, y1, paths[p], NULL);
             CHECK(!memcmp(y0, y1, sizeof(float) * n * out), "path %d out=%d in=%d n=%d differs from scalar", p, out, in, n);
             runs++;
         }
+        runs += mx_panels_agree(&m, q, s, n, y0, y1);
         free(q); free(s); free(y0); free(y1); free(m.codes); free(m.sc);
     }
     printf("  %d MXFP4 path runs compared (avx2 %s, avx512-vnni %s natively)\n", runs, ds_kernels_available("avx2") ? "yes" : "no",
@@ -93,12 +116,11 @@ TEST(mxfp4_pool_layout_of_a_prefill_sized_call) {
     for (int r = 0; r < N; r++) s[r] = (float)tk_range(1, 1000) * 1e-3f;
     const int native = ds_kernels_available("avx512-vnni");
     ds_mx_row_fn paths[3] = {ds_mx_row_ref, ds_mx_row_avx512_emu, native ? ds_mx_row_avx512 : NULL};
-    ds_mx_rows_fn multi[3] = {NULL, ds_mx_rows_avx512_emu, native ? ds_mx_rows_avx512 : NULL};
     int bad = 0;
     for (int p = 0; p < 3; p++) {
         if (!paths[p]) continue;
         tk_poison(y, (size_t)N * OUT);
-        ds_mx_forward_q_with(&m.L, q, s, N, y, paths[p], multi[p]);
+        ds_mx_forward_q_with(&m.L, q, s, N, y, paths[p], NULL);
         for (int r = 0; r < N; r += 7)
             for (int o = 0; o < OUT; o++) {
                 double acc = 0;
@@ -108,6 +130,10 @@ TEST(mxfp4_pool_layout_of_a_prefill_sized_call) {
             }
     }
     CHECK(bad == 0, "%d outputs differ from the spec-side value", bad);
+    float *y0 = malloc(sizeof(float) * N * OUT);
+    ds_mx_forward_q_with(&m.L, q, s, N, y0, ds_mx_row_ref, NULL);
+    CHECK(mx_panels_agree(&m, q, s, N, y0, y) >= 2, "panel routes");
+    free(y0);
     free(q); free(s); free(y); free(m.codes); free(m.sc);
 }
 
@@ -150,6 +176,9 @@ TEST(mxfp4_exponent_spread_boundary) {
             ds_mx_forward_q_with(&m.L, q, &s, 1, y1, paths[p], NULL);
             CHECK(!memcmp(y0, y1, sizeof y0), "spread %d path %d differs", spread, p);
         }
+        /* panels: spread 14 and 15 in stretches of 2 and 1 blocks, wider ones by the row function */
+        CHECK(ds_mx_panel_chunk(8, spread) == (spread == 14 ? 2 : spread == 15 ? 1 : 0), "spread %d: chunk %d", spread, ds_mx_panel_chunk(8, spread));
+        CHECK(mx_panels_agree(&m, q, &s, 1, y0, y1) >= 2, "panel routes");
         free(m.codes); free(m.sc);
     }
 }
@@ -174,6 +203,8 @@ TEST(mxfp4_forward_quantizes_rows_like_w4a8) {
         CHECK(!memcmp(want, got, sizeof want), "%s differs", names[p]);
     }
     ds_kernels_select("auto", &err);
+    CHECK(!ds_kernels_available("avx512-vnni") || m.L.packed_kind == DS_PACK_KIND_MX, "the AVX-512 path made its panels");
+    ds_linear_release(&m.L);
     free(x); free(m.codes); free(m.sc);
 }
 

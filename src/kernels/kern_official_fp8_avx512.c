@@ -48,6 +48,7 @@ static inline __mmask32 fp8_emu_testn_epi16(__m512i a, __m512i b) {   /* SIMDe's
 #define FP8_TESTN_EPI16_MASK(a, b) fp8_emu_testn_epi16((a), (b))
 #define AI static inline
 #define UNROLL4
+#define UNROLL8
 #else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")
@@ -60,6 +61,7 @@ static inline __mmask32 fp8_emu_testn_epi16(__m512i a, __m512i b) {   /* SIMDe's
 #define FP8_TESTN_EPI16_MASK(a, b) _mm512_testn_epi16_mask((a), (b))
 #define AI static inline __attribute__((always_inline))
 #define UNROLL4 _Pragma("GCC unroll 4")
+#define UNROLL8 _Pragma("GCC unroll 8")
 #endif
 
 #ifndef FP8_PF_ROWS
@@ -116,10 +118,10 @@ AI void fp8_block_words(const uint8_t *row0, size_t in, int b, uint8_t s, int fu
 /* RO output rows (one 32-row scale tile) x RR activation rows over every input block. */
 AI void fp8_tile(const ds_linear *L, const ds_ffact *X, int o, int r, const int RO, const int RR, const int DOT, __m512i t0,
                  float *y, int ystride) {
-    __m512 acc[4][4];
+    __m512 acc[4][8];
     UNROLL4
     for (int j = 0; j < RO; j++)
-        UNROLL4
+        UNROLL8
         for (int i = 0; i < RR; i++) acc[j][i] = _mm512_setzero_ps();
     const size_t in = (size_t)L->in;
     const int scc = (L->in + 31) / 32, whole = L->in & ~31;
@@ -129,7 +131,7 @@ AI void fp8_tile(const ds_linear *L, const ds_ffact *X, int o, int r, const int 
         __m512i w[4];
         fp8_block_words(row0, in, b, srow[b / 32], b < whole, t0, RO, w);
         if (DOT) {
-            UNROLL4
+            UNROLL8
             for (int i = 0; i < RR; i++) {
                 __m512i xv = _mm512_loadu_si512((const ds_bf16 *)X->x + (size_t)(r + i) * X->stride + b);
                 UNROLL4
@@ -142,7 +144,7 @@ AI void fp8_tile(const ds_linear *L, const ds_ffact *X, int o, int r, const int 
                 wo[j] = _mm512_castsi512_ps(_mm512_and_si512(w[j], hi));
                 we[j] = _mm512_castsi512_ps(_mm512_slli_epi32(w[j], 16));
             }
-            UNROLL4
+            UNROLL8
             for (int i = 0; i < RR; i++) {
                 const float *xf = (const float *)X->x + (size_t)(r + i) * X->stride + b;
                 __m512 xo = _mm512_loadu_ps(xf), xe = _mm512_loadu_ps(xf + 16);
@@ -151,7 +153,7 @@ AI void fp8_tile(const ds_linear *L, const ds_ffact *X, int o, int r, const int 
             }
         }
     }
-    UNROLL4
+    UNROLL8
     for (int i = 0; i < RR; i++)
         UNROLL4
         for (int j = 0; j < RO; j++) y[(size_t)(r + i) * ystride + o + j] = fp8_reduce(acc[j][i]);
@@ -166,11 +168,29 @@ AI void fp8_tile(const ds_linear *L, const ds_ffact *X, int o, int r, const int 
         default: FP8_TILE(RO, 1); break;                \
         }
 
+/* Five rows and more: 2 output rows x up to 8 activation rows (tiles of equal height: 12 rows are
+ * 6 + 6), so each decoded block serves up to 8 rows (the 4 x 4 tile decodes every weight once per
+ * 4 rows, and the decode costs more than the dot products it feeds). */
+#define FP8_ROWS_WIDE                                   \
+    for (int r = 0, per = (X->n + (X->n + 7) / 8 - 1) / ((X->n + 7) / 8); r < X->n; r += per) \
+        switch (DS_MIN(per, X->n - r)) {                \
+        case 8: FP8_TILE(2, 8); break;                  \
+        case 7: FP8_TILE(2, 7); break;                  \
+        case 6: FP8_TILE(2, 6); break;                  \
+        case 5: FP8_TILE(2, 5); break;                  \
+        case 4: FP8_TILE(2, 4); break;                  \
+        case 3: FP8_TILE(2, 3); break;                  \
+        case 2: FP8_TILE(2, 2); break;                  \
+        default: FP8_TILE(2, 1); break;                 \
+        }
+
 AI void fp8_rows_kind(const ds_linear *L, const ds_ffact *X, int o0, int o1, float *y, int ystride, const int DOT) {
     _Alignas(64) uint16_t tab[32] = {0};
     for (int m = 1; m < 8; m++) tab[m] = ds_fp8_bf16_one((uint32_t)m, 1.0f);   /* m·2^-9 */
     const __m512i t0 = _mm512_loadu_si512(tab);
     int o = o0;
+    if (X->n > 4)
+        for (; o + 2 <= o1 && o / 32 == (o + 1) / 32; o += 2) FP8_ROWS_WIDE
     for (; o + 4 <= o1 && o / 32 == (o + 3) / 32; o += 4) FP8_ROWS(4)
     for (; o < o1; o++) FP8_ROWS(1)
 }

@@ -222,7 +222,7 @@ static const ds_ffw *ensure_ffw(const ds_linear *L) {
     return expected;
 }
 
-/* MXFP4 panels for the AVX-512 path (official_pack.c), published the same way; linears whose
+/* MXFP4 panels for the SIMD paths (official_pack.c), published the same way; linears whose
  * activations take the official E4M3 numerics never use them. */
 const ds_mxpack *ds_mx_ensure_pack(const ds_linear *L) {
     if (L->fmt != DS_LIN_MXFP4 || L->act_e4m3) return NULL;
@@ -251,7 +251,7 @@ size_t ds_linear_prepare(ds_linear *L) {
     if (L->packed) return L->packed_bytes;
     if ((L->fmt == DS_LIN_BF16 || L->fmt == DS_LIN_F32) && L->numerics == DS_NUMERICS_FAST) ensure_ffw(L);
     else if (L->fmt == DS_LIN_W8A8 || L->fmt == DS_LIN_W4A8) ensure_packed(L);
-    else if (L->fmt == DS_LIN_MXFP4 && ops() == &ds_kern_avx512) ds_mx_ensure_pack(L);
+    else if (L->fmt == DS_LIN_MXFP4) ds_mx_ensure_pack(L);   /* both SIMD paths run MXFP4 panels */
     return L->packed_bytes;
 }
 

@@ -36,7 +36,7 @@ typedef double (*ds_mx_row_fn)(const uint8_t *codes, const uint8_t *sc, const ds
 double ds_mx_row_ref(const uint8_t *codes, const uint8_t *sc, const ds_mx_act *a, int nb);
 double ds_mx_row_avx2(const uint8_t *codes, const uint8_t *sc, const ds_mx_act *a, int nb);
 double ds_mx_row_avx512(const uint8_t *codes, const uint8_t *sc, const ds_mx_act *a, int nb);
-/* MXFP4 panels (official_pack.c, AVX-512 VNNI): the codes of 16 output rows side by side, so one
+/* MXFP4 panels (official_pack.c; the AVX-512 VNNI and AVX2 paths): the codes of 16 output rows side by side, so one
  * zmm lane accumulates one output row and no sum crosses lanes.  Block b of panel p is 4 tiles of
  * 64 bytes; byte 4r + j of tile t is the published byte (16p + r, 16b + 4t + j): its low nibble
  * meets even input 32b + 8t + 2j, its high nibble the odd one after it, so the tiles take the xe /
@@ -70,6 +70,8 @@ typedef void (*ds_mx_panels_fn)(const ds_mxpack *P, const uint8_t *act, size_t r
                                 const float *xs, int n, int p0, int p1, float *y, int ystride);
 void ds_mx_panels_avx512(const ds_mxpack *P, const uint8_t *act, size_t rowstride, size_t part, size_t init,
                          const float *xs, int n, int p0, int p1, float *y, int ystride);
+void ds_mx_panels_avx2(const ds_mxpack *P, const uint8_t *act, size_t rowstride, size_t part, size_t init,
+                       const float *xs, int n, int p0, int p1, float *y, int ystride);
 void ds_mx_panels_ref(const ds_mxpack *P, const uint8_t *act, size_t rowstride, size_t part, size_t init,
                       const float *xs, int n, int p0, int p1, float *y, int ystride);
 /* |2·e2m1(c)| + 12 for c = 0..15: the panels' unsigned weights */

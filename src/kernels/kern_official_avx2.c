@@ -1,4 +1,5 @@
-/* MXFP4 block sums on AVX2 (contract in kern_official.h).
+/* MXFP4 on AVX2 (contract in kern_official.h): row functions on the published layout, and the
+ * panel route (end of file) for linears repacked into 16-row panels.
  *
  * Two 32-input blocks per ymm register (16 code bytes each, one per 128-bit lane): the nibbles
  * index a byte table of |2·e2m1| (vpshufb), the sign bit negates the matching activation, and
@@ -183,6 +184,97 @@ void ds_mx_decode_bf16_avx2(const uint8_t *codes, const uint8_t *sc, int in, ds_
             __m256i zero = _mm256_cmpeq_epi16(_mm256_and_si256(w, mag), _mm256_setzero_si256());
             w = _mm256_add_epi16(w, _mm256_andnot_si256(zero, add));
             _mm256_storeu_si256((__m256i *)(dst + 32 * b + 16 * h), w);
+        }
+    }
+}
+
+/* ---- panels (layout and contract in kern_official.h) ----
+ * A ymm holds half a panel (8 output rows: the first or the second 32 bytes of each tile).  The
+ * unsigned weights (0..24) meet the signed activations in vpmaddubsw (|pair| <= 6096), the low and
+ * high nibbles' pairs are added in int16 (|.| <= 12192) and vpmaddwd against ones gives each lane
+ * its 8 products, added to the block's start -12·Σx; then the lane's block shift, int32 stretches
+ * of at most `chunk` blocks, summed in int64.  Up to 4 activation rows per tile: 4 stretch and 4
+ * block accumulators, the two decoded halves and 3 constants fill 15 of the 16 registers. */
+#define MXP2_NR 4
+#define MXP2_AI static inline __attribute__((always_inline))
+
+MXP2_AI void mxp2_stretch(const ds_mxpack *P, int p, int half, const int NR, const uint8_t *const *xr, size_t part,
+                          size_t init, int b0, int b1, __m256i a[MXP2_NR]) {
+    const __m256i lut = _mm256_setr_epi8(DS_MX_U12_LUT, DS_MX_U12_LUT), low4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    const uint8_t *tp = P->tiles + (size_t)p * P->nb * 256 + 32 * (size_t)half;
+    for (int i = 0; i < NR; i++) a[i] = _mm256_setzero_si256();
+    for (int b = b0; b < b1; b++) {
+        __m256i blk[MXP2_NR];
+        for (int i = 0; i < NR; i++) {
+            int32_t v;
+            memcpy(&v, xr[i] + init + 4 * (size_t)b, 4);
+            blk[i] = _mm256_set1_epi32(v);
+        }
+        for (int t = 0; t < 4; t++) {
+            const __m256i w = _mm256_loadu_si256((const __m256i *)(tp + 256 * (size_t)b + 64 * (size_t)t));
+            const __m256i wl = _mm256_shuffle_epi8(lut, _mm256_and_si256(w, low4));
+            const __m256i wh = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(w, 4), low4));
+            const size_t xo = 16 * (size_t)b + 4 * (size_t)t;
+            for (int i = 0; i < NR; i++) {
+                int32_t e4, o4;
+                memcpy(&e4, xr[i] + xo, 4);
+                memcpy(&o4, xr[i] + part + xo, 4);
+                const __m256i pr = _mm256_add_epi16(_mm256_maddubs_epi16(wl, _mm256_set1_epi32(e4)),
+                                                    _mm256_maddubs_epi16(wh, _mm256_set1_epi32(o4)));
+                blk[i] = _mm256_add_epi32(blk[i], _mm256_madd_epi16(pr, ones));
+            }
+        }
+        long long s8;
+        memcpy(&s8, P->shift + ((size_t)p * P->nb + b) * 16 + 8 * (size_t)half, 8);
+        const __m256i sh = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(s8));
+        for (int i = 0; i < NR; i++) a[i] = _mm256_add_epi32(a[i], _mm256_sllv_epi32(blk[i], sh));
+    }
+}
+
+/* Half `half` of panel p for NR rows: stretch by stretch, then y = (float)(total · 2^(lo−128) · xs). */
+MXP2_AI void mxp2_tile(const ds_mxpack *P, int p, int half, const int NR, const uint8_t *const *xr, size_t part,
+                       size_t init, const float *xs, float *const *yr) {
+    const int F = P->chunk[p];
+    int64_t tot[MXP2_NR][8] = {{0}};
+    for (int b0 = 0; b0 < P->nb; b0 += F) {
+        __m256i a[MXP2_NR];
+        mxp2_stretch(P, p, half, NR, xr, part, init, b0, DS_MIN(P->nb, b0 + F), a);
+        for (int i = 0; i < NR; i++) {
+            int32_t v[8];
+            _mm256_storeu_si256((__m256i *)v, a[i]);
+            for (int l = 0; l < 8; l++) tot[i][l] += v[l];
+        }
+    }
+    for (int i = 0; i < NR; i++)
+        for (int l = 0; l < 8; l++) {
+            const int o = 16 * p + 8 * half + l;
+            if (o < P->out) yr[i][o] = (float)(ds_mx_scale_total(tot[i][l], P->lo[o]) * (double)xs[i]);
+        }
+}
+
+/* Panels [p0, p1) for rows [0, n): rows in chunks whose activations stay in L2 (as the AVX-512
+ * route), each half panel against tiles of up to 4 rows; panels of chunk 0 are skipped. */
+enum { MXP2_CHUNK_BYTES = 256 << 10 };
+void ds_mx_panels_avx2(const ds_mxpack *P, const uint8_t *act, size_t rowstride, size_t part, size_t init,
+                       const float *xs, int n, int p0, int p1, float *y, int ystride) {
+    const int per_row = (int)DS_MAX((size_t)1, (size_t)P->nb * 36), chunk = DS_MAX(MXP2_NR, MXP2_CHUNK_BYTES / per_row / MXP2_NR * MXP2_NR);
+    for (int c0 = 0; c0 < n; c0 += chunk) {
+        const int c1 = DS_MIN(n, c0 + chunk);
+        for (int p = p0; p < p1; p++) {
+            if (!P->chunk[p]) continue;
+            for (int half = 0; half < 2 && 16 * p + 8 * half < P->out; half++)
+                for (int r = c0; r < c1; r += MXP2_NR) {
+                    const int nr = DS_MIN(MXP2_NR, c1 - r);
+                    const uint8_t *xr[MXP2_NR];
+                    float *yr[MXP2_NR];
+                    for (int i = 0; i < nr; i++) xr[i] = act + (size_t)(r + i) * rowstride, yr[i] = y + (size_t)(r + i) * ystride;
+                    switch (nr) {
+                    case 4: mxp2_tile(P, p, half, 4, xr, part, init, xs + r, yr); break;
+                    case 3: mxp2_tile(P, p, half, 3, xr, part, init, xs + r, yr); break;
+                    case 2: mxp2_tile(P, p, half, 2, xr, part, init, xs + r, yr); break;
+                    default: mxp2_tile(P, p, half, 1, xr, part, init, xs + r, yr); break;
+                    }
+                }
         }
     }
 }

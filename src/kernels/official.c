@@ -90,7 +90,10 @@ static ds_mx_row_fn active_row(void) {
     return ds_mx_row_ref;
 }
 
-static ds_mx_panels_fn active_panels(void) { return !strcmp(ds_kernels_active(), "avx512-vnni") ? ds_mx_panels_avx512 : NULL; }
+static ds_mx_panels_fn active_panels(void) {
+    const char *p = ds_kernels_active();
+    return !strcmp(p, "avx512-vnni") ? ds_mx_panels_avx512 : !strcmp(p, "avx2") ? ds_mx_panels_avx2 : NULL;
+}
 
 static const ds_kern_ops *active_ops(void) {
     const char *p = ds_kernels_active();

@@ -32,11 +32,13 @@ static mx_lin mx_make(int out, int in, int emin, int emax) {
     return m;
 }
 
-/* The forward through each panel route (scalar, emulated AVX-512, native where the CPU has it),
- * panels made here; panels holding a row of wide spread fall back to the scalar row function.
+/* The forward through each panel route (scalar, emulated AVX-512, AVX-512 and AVX2 natively where
+ * the CPU has them), panels made here; panels holding a row of wide spread fall back to the scalar
+ * row function.
  * Each must give `want` bit for bit; returns the number of routes run. */
 static int mx_panels_agree(const mx_lin *m, const int8_t *q, const float *s, int n, const float *want, float *got) {
-    ds_mx_panels_fn fns[3] = {ds_mx_panels_ref, ds_mx_panels_avx512_emu, ds_kernels_available("avx512-vnni") ? ds_mx_panels_avx512 : NULL};
+    ds_mx_panels_fn fns[4] = {ds_mx_panels_ref, ds_mx_panels_avx512_emu, ds_kernels_available("avx512-vnni") ? ds_mx_panels_avx512 : NULL,
+                              ds_kernels_available("avx2") ? ds_mx_panels_avx2 : NULL};
     ds_linear L = m->L;
     size_t bytes = 0;
     ds_mxpack *P = ds_mx_pack(&L, &bytes);
@@ -44,7 +46,7 @@ static int mx_panels_agree(const mx_lin *m, const int8_t *q, const float *s, int
     L.packed = P;
     L.packed_kind = DS_PACK_KIND_MX;
     int runs = 0;
-    for (int f = 0; f < 3; f++) {
+    for (int f = 0; f < 4; f++) {
         if (!fns[f]) continue;
         tk_poison(got, (size_t)n * L.out);
         ds_mx_forward_q_with(&L, q, s, n, got, ds_mx_row_ref, fns[f]);
@@ -203,7 +205,7 @@ TEST(mxfp4_forward_quantizes_rows_like_w4a8) {
         CHECK(!memcmp(want, got, sizeof want), "%s differs", names[p]);
     }
     ds_kernels_select("auto", &err);
-    CHECK(!ds_kernels_available("avx512-vnni") || m.L.packed_kind == DS_PACK_KIND_MX, "the AVX-512 path made its panels");
+    CHECK(!ds_kernels_available("avx2") || m.L.packed_kind == DS_PACK_KIND_MX, "the SIMD paths made their panels");
     ds_linear_release(&m.L);
     free(x); free(m.codes); free(m.sc);
 }

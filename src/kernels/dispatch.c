@@ -184,66 +184,43 @@ void *ds_kern_scratch(int slot, size_t bytes) {
 
 /* ---- preparation ---- */
 
-static ds_packed *ensure_packed(const ds_linear *L) {
-    ds_packed *P = __atomic_load_n((ds_packed *const *)&L->packed, __ATOMIC_ACQUIRE);
-    if (P) return P;
+/* A linear's kernel-private copy, made once (at load, or on first use) and published with one
+ * compare-and-swap so that concurrent first uses agree on one copy.  The struct is the caller's
+ * (heap) object; filling this cache is the one write a forward makes. */
+typedef void *(*copy_maker)(const ds_linear *L, size_t *bytes);
+static void *ensure_copy(const ds_linear *L, copy_maker make, int kind) {
+    void *cur = __atomic_load_n((void *const *)&L->packed, __ATOMIC_ACQUIRE);
+    if (cur) return cur;
     size_t bytes = 0;
-    ds_packed *mine = ds_pack_linear(L, &bytes);
-    ds_packed *expected = NULL;
-    /* The struct is the caller's (heap) object; lazily filling its private cache is the one write
-     * a forward makes, published atomically so concurrent first uses agree on one copy. */
-    ds_linear *Lw = (ds_linear *)L;
-    if (__atomic_compare_exchange_n((ds_packed **)&Lw->packed, &expected, mine, 0, __ATOMIC_ACQ_REL,
-                                    __ATOMIC_ACQUIRE)) {
-        Lw->packed_bytes = bytes;
-        Lw->packed_kind = DS_PACK_KIND_TILES16;
-        atomic_fetch_add(&g_packed_bytes, bytes);
-        return mine;
-    }
-    ds_huge_free(mine);
-    return expected;
-}
-
-/* Fast-tier BF16: the load-time scan (fastfloat.c), published the same way as the tiles. */
-static const ds_ffw *ensure_ffw(const ds_linear *L) {
-    ds_ffw *W = __atomic_load_n((ds_ffw *const *)&L->packed, __ATOMIC_ACQUIRE);
-    if (W) return W;
-    size_t bytes = 0;
-    ds_ffw *mine = ds_ff_pack(L, &bytes), *expected = NULL;
-    ds_linear *Lw = (ds_linear *)L;
-    if (__atomic_compare_exchange_n((ds_ffw **)&Lw->packed, &expected, mine, 0, __ATOMIC_ACQ_REL,
-                                    __ATOMIC_ACQUIRE)) {
-        Lw->packed_bytes = bytes;
-        Lw->packed_kind = DS_PACK_KIND_FF;
-        atomic_fetch_add(&g_packed_bytes, bytes);
-        return mine;
-    }
-    ds_huge_free(mine);
-    return expected;
-}
-
-/* MXFP4 panels for the SIMD paths (official_pack.c), published the same way; linears whose
- * activations take the official E4M3 numerics never use them. */
-const ds_mxpack *ds_mx_ensure_pack(const ds_linear *L) {
-    if (L->fmt != DS_LIN_MXFP4 || L->act_e4m3) return NULL;
-    ds_mxpack *P = __atomic_load_n((ds_mxpack *const *)&L->packed, __ATOMIC_ACQUIRE);
-    if (P) return P;
-    size_t bytes = 0;
-    ds_mxpack *mine = ds_mx_pack(L, &bytes), *expected = NULL;
+    void *mine = make(L, &bytes), *expected = NULL;
     if (!mine) {
-        fprintf(stderr, "dsflash: out of memory repacking an MXFP4 linear [%d, %d]\n", L->out, L->in);
+        fprintf(stderr, "dsflash: out of memory repacking a linear [%d, %d]\n", L->out, L->in);
         abort();
     }
     ds_linear *Lw = (ds_linear *)L;
-    if (__atomic_compare_exchange_n((ds_mxpack **)&Lw->packed, &expected, mine, 0, __ATOMIC_ACQ_REL,
-                                    __ATOMIC_ACQUIRE)) {
+    if (__atomic_compare_exchange_n(&Lw->packed, &expected, mine, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
         Lw->packed_bytes = bytes;
-        Lw->packed_kind = DS_PACK_KIND_MX;
+        Lw->packed_kind = kind;
         atomic_fetch_add(&g_packed_bytes, bytes);
         return mine;
     }
     ds_huge_free(mine);
     return expected;
+}
+
+static void *make_tiles(const ds_linear *L, size_t *bytes) { return ds_pack_linear(L, bytes); }
+static void *make_ffw(const ds_linear *L, size_t *bytes) { return ds_ff_pack(L, bytes); }
+static void *make_mx_panels(const ds_linear *L, size_t *bytes) { return ds_mx_pack(L, bytes); }
+
+/* W8A8 / W4A8: the 16-row tiles of repack.c. */
+static ds_packed *ensure_packed(const ds_linear *L) { return ensure_copy(L, make_tiles, DS_PACK_KIND_TILES16); }
+/* Fast-tier BF16 / F32: the load-time scan (fastfloat.c). */
+static const ds_ffw *ensure_ffw(const ds_linear *L) { return ensure_copy(L, make_ffw, DS_PACK_KIND_FF); }
+/* MXFP4 panels for the SIMD paths (official_pack.c); linears whose activations take the official
+ * E4M3 numerics never use them. */
+const ds_mxpack *ds_mx_ensure_pack(const ds_linear *L) {
+    if (L->fmt != DS_LIN_MXFP4 || L->act_e4m3) return NULL;
+    return ensure_copy(L, make_mx_panels, DS_PACK_KIND_MX);
 }
 
 size_t ds_linear_prepare(ds_linear *L) {

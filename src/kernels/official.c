@@ -140,7 +140,7 @@ static void mx_rows_single(const mxrun *c, const mxjob *j, int o, int r0, int r1
 
 /* One task: whole panels through the panel route where the linear has panels (a panel holding a
  * row of wide exponent spread by the row function), else output row by output row, every
- * activation row of the job against it (AVX2 and scalar hosts).  Every output is computed by the
+ * activation row of the job against it (the scalar path).  Every output is computed by the
  * same arithmetic whatever the task cut: no bit depends on it. */
 static void mx_task(void *vctx, int t, int thread) {
     (void)thread;

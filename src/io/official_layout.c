@@ -38,6 +38,13 @@ ds_official_kind ds_official_kind_of(const char *name, int n_mtp) {
     return DS_OFF_FLOAT;
 }
 
+bool ds_official_float_is_f32(const char *name) {
+    const char *last = strrchr(name, '.');
+    const char *leaf = last ? last + 1 : name;
+    return !strncmp(leaf, "hc_", 3) || !strcmp(leaf, "attn_sink") ||
+           ends_with(name, ".gate.bias") || ends_with(name, ".gate.bias_vl");
+}
+
 typedef struct oc {
     ck_state *s;
     ds_error *err;
@@ -128,10 +135,14 @@ static int plan_cb(const ds_plan_tensor *t, void *ctx) {
     int idx = t->alias[0] && ck_find(c, t->name) < 0 ? ck_find(c, t->alias) : -1;
     const ds_tensor *x = idx >= 0 ? c->by_name[idx] : need(p, t->name, &idx);
     if (!x) return 1;
+    /* BF16 is the official form of every float tensor outside the F32 set (CHECKPOINT.md §14); the
+     * engine reads a BF16 tensor wherever the W4A8 plan pins F32 (the exact tier widens it to the
+     * same values), so both are accepted there */
+    const uint32_t mask = t->dtype_mask | (ds_official_float_is_f32(t->name) ? 0u : DS_DT_BIT(DS_DT_BF16));
     char mt[96] = "";
     for (int d = 0; d < DS_DT_COUNT; d++)
-        if (t->dtype_mask & DS_DT_BIT(d)) snprintf(mt + strlen(mt), sizeof mt - strlen(mt), "%s%s", mt[0] ? " or " : "", ds_dtype_name((ds_dtype)d));
-    if (want(p, x, t->dtype_mask, mt, t->shape[0], t->ndim == 1 ? -1 : t->shape[1], "")) return 1;
+        if (mask & DS_DT_BIT(d)) snprintf(mt + strlen(mt), sizeof mt - strlen(mt), "%s%s", mt[0] ? " or " : "", ds_dtype_name((ds_dtype)d));
+    if (want(p, x, mask, mt, t->shape[0], t->ndim == 1 ? -1 : t->shape[1], "")) return 1;
     c->detected[idx] = DS_LABEL_FLOAT;
     return 0;
 }

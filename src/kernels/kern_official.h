@@ -49,6 +49,7 @@ double ds_mx_row_avx512(const uint8_t *codes, const uint8_t *sc, const ds_mx_act
 #define DS_MX_BLOCK_MAX 48768   /* 32 · 12 · 127 */
 typedef struct ds_mxpack {
     int out, in, nb, npanels;
+    int row_panels;     /* panels of chunk 0: only they read the row functions' activation planes */
     int32_t *chunk;     /* [npanels] blocks per int32 stretch, 0 = the panel runs the row function */
     int32_t *lo;        /* [npanels·16] the row's smallest scale byte (padding rows: 127) */
     uint8_t *shift;     /* [npanels][nb][16] e_b − lo of each row */
@@ -181,6 +182,8 @@ void ds_mx_decode_bf16_avx2(const uint8_t *codes, const uint8_t *sc, int in, ds_
  * function (NULL: rows one by one on the published layout; else L must hold panels). */
 void ds_mx_forward_q_with(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y, ds_mx_row_fn fn,
                           ds_mx_panels_fn panels);
+/* Several jobs in one call (a MoE step): jobs on the same rows (w1 and w3) share one layout. */
+void ds_mx_forward_q_many_with(const ds_linear_job *jobs, int n_jobs, ds_mx_row_fn fn, ds_mx_panels_fn panels);
 /* Tests: the fast-tier FP8 forward with explicit ops (NULL = the scalar fast order). */
 void ds_fp8_forward_fast_with(const ds_linear *L, const ds_kern_ops *o, int use_dot, const ds_bf16 *x, int n, float *y);
 

@@ -170,19 +170,21 @@ int ds_official_task_split(int out, double work, int *per) {
 }
 
 /* Rows [r0, r1) of xq [n][in] into the layout of kern_official.h at dst ([n][MX_PLANES][part]), one
- * 32-input block at a time: its 16 even and 16 odd inputs to the xe / xo planes, their magnitudes,
- * sign bytes (8 where negative), and the block's start for the panel route.  Vector
+ * 32-input block at a time: its 16 even and 16 odd inputs to the xe / xo planes, the block's start
+ * for the panel route and, when a row function will read them (`planes`), the magnitudes and sign
+ * bytes (8 where negative).  Vector
  * code (pure data movement, compiled per ISA): element by element, the layout of a 2-row expert
  * call of a batched decode step cost about as much as its multiply-adds. */
 typedef int8_t mx_v16 __attribute__((vector_size(16)));
 typedef int8_t mx_v32 __attribute__((vector_size(32)));
-static inline __attribute__((always_inline)) void mx_planes16(mx_v16 v, uint8_t *o, size_t part) {
-    const mx_v16 neg = v < 0, mag = (v ^ neg) - neg, sgn = neg & 8;
-    memcpy(o, &v, 16);                       /* |q| <= 127: the magnitude is exact */
+static inline __attribute__((always_inline)) void mx_planes16(mx_v16 v, uint8_t *o, size_t part, int planes) {
+    memcpy(o, &v, 16);
+    if (!planes) return;
+    const mx_v16 neg = v < 0, mag = (v ^ neg) - neg, sgn = neg & 8;   /* |q| <= 127: the magnitude is exact */
     memcpy(o + 2 * part, &mag, 16);
     memcpy(o + 4 * part, &sgn, 16);
 }
-DS_CLONES static void mx_layout_rows(const int8_t *xq, int r0, int r1, int in, uint8_t *dst) {
+DS_CLONES static void mx_layout_rows(const int8_t *xq, int r0, int r1, int in, uint8_t *dst, int planes) {
     const size_t part = mx_part(in);
     for (int r = r0; r < r1; r++) {
         const int8_t *x = xq + (size_t)r * in;
@@ -192,8 +194,8 @@ DS_CLONES static void mx_layout_rows(const int8_t *xq, int r0, int r1, int in, u
             memcpy(&v, x + 32 * b, 32);
             const mx_v16 even = __builtin_shufflevector(v, v, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
             const mx_v16 odd = __builtin_shufflevector(v, v, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-            mx_planes16(even, d + 16 * (size_t)b, part);          /* xe, ae, se */
-            mx_planes16(odd, d + part + 16 * (size_t)b, part);    /* xo, ao, so */
+            mx_planes16(even, d + 16 * (size_t)b, part, planes);          /* xe, ae, se */
+            mx_planes16(odd, d + part + 16 * (size_t)b, part, planes);    /* xo, ao, so */
             int32_t sum = 0;
             for (int k = 0; k < 32; k++) sum += x[32 * b + k];
             const int32_t start = -12 * sum;
@@ -202,15 +204,21 @@ DS_CLONES static void mx_layout_rows(const int8_t *xq, int r0, int r1, int in, u
     }
 }
 
+/* Whether a job's layout needs the row functions' magnitude and sign planes: the scalar path and
+ * panels of wide exponent spread (chunk 0) read them, the panel route only xe / xo and the starts. */
+static int mx_row_planes(const ds_linear *L, ds_mx_panels_fn panels) {
+    return !panels || L->packed_kind != DS_PACK_KIND_MX || ((const ds_mxpack *)L->packed)->row_panels > 0;
+}
+
 /* One layout task: rows [r0, r1) of one job. */
-typedef struct mxlay { const int8_t *xq; uint8_t *dst; int in, r0, r1; } mxlay;
+typedef struct mxlay { const int8_t *xq; uint8_t *dst; int in, r0, r1, planes; } mxlay;
 /* mx_run_many carves jobs, then layout tasks, then output tasks from one scratch block */
 _Static_assert(sizeof(mxjob) % _Alignof(mxlay) == 0 && sizeof(mxlay) % _Alignof(mxtask) == 0,
                "scratch records must keep the next array aligned");
 static void mx_layout_task(void *vctx, int t, int thread) {
     (void)thread;
     const mxlay *l = &((const mxlay *)vctx)[t];
-    mx_layout_rows(l->xq, l->r0, l->r1, l->in, l->dst);
+    mx_layout_rows(l->xq, l->r0, l->r1, l->in, l->dst, l->planes);
 }
 
 /* Every job's rows laid out, every job cut into output slices, one pool dispatch for all of them
@@ -240,16 +248,27 @@ static void mx_run_many(const ds_linear_job *jobs, int n_jobs, ds_mx_row_fn fn, 
                                                       sizeof(mxlay) * (size_t)n_lay + 64);
     mxlay *lay = (mxlay *)(mj + n_jobs);            /* pointer-aligned after the jobs (both hold pointers) */
     mxtask *tasks = (mxtask *)(lay + n_lay);        /* int-only records last */
-    int nt = 0, nj = 0, nl = 0;
+    int nt = 0, nj = 0, nl = 0, prev_l0 = 0;
+    const ds_linear_job *prev = NULL;
+    const uint8_t *prev_act = NULL;
     for (int j = 0; j < n_jobs; j++) {
         const ds_linear *L = jobs[j].L;
         const int n = jobs[j].n;
         if (n <= 0) continue;
-        const int parts = (int)DS_MIN((size_t)n, ((size_t)n * L->in + MX_LAYOUT_BYTES - 1) / MX_LAYOUT_BYTES);
-        for (int p = 0; p < parts; p++)
-            lay[nl++] = (mxlay){jobs[j].xq, buf, L->in, (int)((long)n * p / parts), (int)((long)n * (p + 1) / parts)};
-        mj[nj] = (mxjob){.L = L, .act = buf, .xs = jobs[j].xs, .n = jobs[j].n, .y = jobs[j].y};
-        buf += (size_t)jobs[j].n * MX_PLANES * mx_part(L->in);
+        const int planes = mx_row_planes(L, panels);
+        if (prev && prev->xq == jobs[j].xq && prev->n == n && prev->L->in == L->in) {
+            /* the same rows (w1 and w3 of an expert): one layout, with the planes either needs */
+            for (int l = prev_l0; l < nl; l++) lay[l].planes |= planes;
+        } else {
+            const int parts = (int)DS_MIN((size_t)n, ((size_t)n * L->in + MX_LAYOUT_BYTES - 1) / MX_LAYOUT_BYTES);
+            prev_l0 = nl;
+            for (int p = 0; p < parts; p++)
+                lay[nl++] = (mxlay){jobs[j].xq, buf, L->in, (int)((long)n * p / parts), (int)((long)n * (p + 1) / parts), planes};
+            prev = &jobs[j];
+            prev_act = buf;
+            buf += (size_t)n * MX_PLANES * mx_part(L->in);
+        }
+        mj[nj] = (mxjob){.L = L, .act = prev_act, .xs = jobs[j].xs, .n = n, .y = jobs[j].y};
         int per, cnt = ds_official_task_split(L->out, (double)L->out * L->in * jobs[j].n, &per);
         for (int t = 0; t < cnt; t++) tasks[nt++] = (mxtask){nj, t * per, DS_MIN(L->out, (t + 1) * per)};
         nj++;
@@ -261,6 +280,10 @@ static void mx_run_many(const ds_linear_job *jobs, int n_jobs, ds_mx_row_fn fn, 
     }
     mxrun c = {.jobs = mj, .tasks = tasks, .fn = fn, .panels = panels};
     if (nt) ds_pool_run(nt, mx_task, &c);
+}
+
+void ds_mx_forward_q_many_with(const ds_linear_job *jobs, int n_jobs, ds_mx_row_fn fn, ds_mx_panels_fn panels) {
+    mx_run_many(jobs, n_jobs, fn, panels);
 }
 
 void ds_mx_forward_q_with(const ds_linear *L, const int8_t *xq, const float *xs, int n, float *y, ds_mx_row_fn fn,

@@ -66,6 +66,7 @@ ds_mxpack *ds_mx_pack(const ds_linear *L, size_t *bytes) {
     if (np > 1 && ds_pool_threads() > 1) ds_pool_run(np, pack_panel, &c);
     else
         for (int p = 0; p < np; p++) pack_panel(&c, p, 0);
+    for (int p = 0; p < np; p++) P->row_panels += !P->chunk[p];
     *bytes = total;
     return P;
 }

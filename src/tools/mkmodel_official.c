@@ -12,7 +12,9 @@
  * ties to the even code; routed experts get one exponent per 32 inputs of a row (amax/2^k <= 6) and
  * E2M1 codes, two per byte along the input, low nibble = even input; Engram rows get one exponent
  * per 32 values and E4M3 codes.  The draft's own vocabulary copies (mtp.0.embed, last-stage head)
- * are dropped: in this layout the draft shares the trunk's.  Everything else is copied as it is. */
+ * are dropped: in this layout the draft shares the trunk's.  Float tensors keep F32 only where the
+ * official release has it (mHC parameters, sinks, gate biases); the rest (head, norms, compressor)
+ * is rounded to BF16 as that release stores it. */
 #define _GNU_SOURCE
 #include "tools/mkmodel_official.h"
 #include "base/bf16.h"
@@ -151,10 +153,23 @@ static float *widen(const ds_tensor *t) {
     return f;
 }
 
+/* A float tensor as the official layout stores it: F32 where ds_official_float_is_f32 says so,
+ * else BF16 (the export's F32 head, norms and compressor weights rounded to nearest even). */
+static int add_float(conv *c, const ds_tensor *t, ds_error *err) {
+    if (t->dtype != DS_DT_F32 || ds_official_float_is_f32(t->name))
+        return add_out(c, t->name, t->dtype, t->ndim, t->shape, (void *)t->data, t->nbytes, err);
+    const int64_t n = ds_tensor_numel(t);
+    uint16_t *b = ds_xmalloc(sizeof(uint16_t) * (size_t)(n ? n : 1));
+    for (int64_t i = 0; i < n; i++) b[i] = ds_f32_to_bf16(((const float *)t->data)[i]);
+    int rc = add_out(c, t->name, DS_DT_BF16, t->ndim, t->shape, b, (uint64_t)n * 2, err);
+    free(b);
+    return rc;
+}
+
 static int convert_tensor(conv *c, const ds_tensor *t, ds_error *err) {
     ds_official_kind k = ds_official_kind_of(t->name, c->n_mtp);
     if (k == DS_OFF_DROP) return 0;
-    if (k == DS_OFF_FLOAT) return add_out(c, t->name, t->dtype, t->ndim, t->shape, (void *)t->data, t->nbytes, err);
+    if (k == DS_OFF_FLOAT) return add_float(c, t, err);
     if (t->ndim != 2 || (t->dtype != DS_DT_BF16 && t->dtype != DS_DT_F32))
         return ds_fail(err, "E_SRC_FORMAT", "%s: expected a 2-D float tensor to encode, found %s", t->name, ds_dtype_name(t->dtype));
     const int64_t out = t->shape[0], in = t->shape[1];

@@ -81,8 +81,12 @@ chk("Engram rows F8_E4M3 [rows, head_dim] + F8_E8M0 [rows, head_dim/32] in the s
 chk("no W4A8-only tensors (weight_scale, weight_offset, scale_bias, rotation) and no draft vocabulary copies",
     not any(k.endswith((".weight_scale", ".weight_offset", ".scale_bias")) for k in hdr) and "global_rotation" not in hdr
     and "mtp.0.embed.weight" not in hdr and f"mtp.{t['num_nextn_predict_layers'] - 1}.head.weight" not in hdr)
-chk("float tensors stay float (embed BF16, gate BF16, hc F32)", hdr["embed.weight"]["dtype"] == "BF16"
-    and hdr["layers.0.ffn.gate.weight"]["dtype"] == "BF16" and hdr["layers.0.hc_attn_fn"]["dtype"] == "F32")
+chk("float tensors as CHECKPOINT.md section 14 lists them (embed, head, gate, norms, compressor BF16; hc, sinks, gate biases F32)",
+    all(hdr[n]["dtype"] == "BF16" for n in ("embed.weight", "head.weight", "layers.0.ffn.gate.weight", "layers.0.attn.q_norm.weight",
+                                            "layers.0.attn.kv_norm.weight"))
+    and all(v["dtype"] == "BF16" for k, v in hdr.items() if ".attn.compressor." in k)
+    and all(v["dtype"] == "F32" for k, v in hdr.items()
+            if k.rsplit(".", 1)[-1].startswith("hc_") or k.endswith((".attn_sink", ".gate.bias", ".gate.bias_vl"))))
 print(f"{ok} passed, {fail} failed")
 PYEOF
 

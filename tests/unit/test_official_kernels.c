@@ -107,6 +107,65 @@ TEST(mxfp4_paths_equal_scalar_and_the_decoded_weights) {
     CHECK(runs >= 80, "only %d runs", runs);
 }
 
+/* A MoE-like call of several jobs: w1 / w3 pairs on the same rows share one activation layout,
+ * one of a pair with panels of wide spread (16-24 binades: row functions in int32, which read the
+ * magnitude and sign planes) and one
+ * without, in both orders, beside a job on other rows; every job must equal its own scalar call. */
+TEST(mxfp4_jobs_sharing_rows_equal_their_own_calls) {
+    enum { IN = 320, OUT = 40, NJ = 5 };
+    mx_lin narrow = mx_make(OUT, IN, -8, 2), wide = mx_make(OUT, IN, -12, 12), other = mx_make(24, 2 * IN, -6, 3);
+    mx_lin *lins[NJ] = {&narrow, &wide, &wide, &narrow, &other};
+    const int rows[NJ] = {3, 3, 5, 5, 2};
+    int8_t *q = malloc(8 * 2 * IN);
+    float s[8], *want[NJ], *got[NJ];
+    int8_t *junk = malloc(8 * IN);
+    float *sink = malloc(sizeof(float) * 8 * OUT);
+    for (int i = 0; i < 8 * 2 * IN; i++) q[i] = (int8_t)tk_range(-127, 127);
+    for (int i = 0; i < 8 * IN; i++) junk[i] = (int8_t)tk_range(-127, 127);
+    for (int r = 0; r < 8; r++) s[r] = (float)tk_range(1, 1000) * 1e-3f;
+    /* jobs 0-1 on rows [0, 3), jobs 2-3 on rows [3, 8), job 4 on its own rows */
+    const int8_t *xq[NJ] = {q, q, q + 3 * IN, q + 3 * IN, q + 8 * IN};
+    const float *xs[NJ] = {s, s, s + 3, s + 3, s + 6};
+    /* each panel route with a row function that reads the magnitude and sign planes (the
+     * emulated AVX-512 one runs on every host) */
+    const int v512 = ds_kernels_available("avx512-vnni"), v2 = ds_kernels_available("avx2");
+    ds_mx_panels_fn fns[3] = {ds_mx_panels_ref, v512 ? ds_mx_panels_avx512 : NULL, v2 ? ds_mx_panels_avx2 : NULL};
+    ds_mx_row_fn rowfns[3] = {ds_mx_row_avx512_emu, v512 ? ds_mx_row_avx512 : NULL, v2 ? ds_mx_row_avx2 : NULL};
+    ds_linear L[NJ];
+    ds_mxpack *packs[3];
+    size_t bytes;
+    mx_lin *uniq[3] = {&narrow, &wide, &other};
+    for (int u = 0; u < 3; u++) packs[u] = ds_mx_pack(&uniq[u]->L, &bytes);
+    CHECK(packs[0]->row_panels == 0 && packs[1]->row_panels > 0, "row panels %d / %d", packs[0]->row_panels, packs[1]->row_panels);
+    ds_linear_job jobs[NJ];
+    for (int j = 0; j < NJ; j++) {
+        const int u = lins[j] == &narrow ? 0 : lins[j] == &wide ? 1 : 2;
+        L[j] = lins[j]->L;
+        L[j].packed = packs[u];
+        L[j].packed_kind = DS_PACK_KIND_MX;
+        want[j] = malloc(sizeof(float) * rows[j] * L[j].out);
+        got[j] = malloc(sizeof(float) * rows[j] * L[j].out);
+        ds_mx_forward_q_with(&lins[j]->L, xq[j], xs[j], rows[j], want[j], ds_mx_row_ref, NULL);
+        jobs[j] = (ds_linear_job){&L[j], xq[j], xs[j], rows[j], got[j]};
+    }
+    int runs = 0;
+    for (int f = 0; f < 3; f++) {
+        if (!fns[f]) continue;
+        for (int j = 0; j < NJ; j++) tk_poison(got[j], (size_t)rows[j] * L[j].out);
+        /* other rows through the same scratch first, so no plane of the calls above is left there */
+        ds_mx_forward_q_with(&wide.L, junk, s, 8, sink, ds_mx_row_ref, NULL);
+        ds_mx_forward_q_many_with(jobs, NJ, rowfns[f], fns[f]);
+        for (int j = 0; j < NJ; j++)
+            CHECK(!memcmp(want[j], got[j], sizeof(float) * rows[j] * L[j].out), "panel route %d: job %d differs from its own call", f, j);
+        runs++;
+    }
+    CHECK(runs >= 1, "no panel route ran");
+    for (int u = 0; u < 3; u++) ds_huge_free(packs[u]);
+    for (int j = 0; j < NJ; j++) free(want[j]), free(got[j]);
+    free(q); free(junk); free(sink);
+    free(narrow.codes); free(narrow.sc); free(wide.codes); free(wide.sc); free(other.codes); free(other.sc);
+}
+
 /* A call large enough that its activation layout runs as pool tasks (official.c: from 256 KiB of
  * rows), against the spec-side value of every output. */
 TEST(mxfp4_pool_layout_of_a_prefill_sized_call) {

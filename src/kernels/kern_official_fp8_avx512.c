@@ -11,10 +11,13 @@
  *       (the code's exponent/mantissa bits moved into bf16 position, the bias 120 of
  *        ds_fp8_bf16_one and the scale 2^(s-127) added to the exponent field in one integer add);
  *   subnormal code (e = 0, m = c & 7):   bf16 = T[m], a 32-word vpermw table of m·2^(s-136), T[0] = 0;
- *   sign: bit 15 set for codes 0x81..0xff (so 0x80 gives +0, like the flushed scalar rule).
+ *   sign: bit 15 of the code sign-extended to 16 bits, kept by the mask of the normal form and
+ *   OR-ed into the table's value (7 vector operations per 32 codes; 9 when 0x80 was made +0).
  * For s in [DS_FP8_SAFE_SMIN, DS_FP8_SAFE_SMAX] every result is a normal bf16 >= 2^-50 and below
  * infinity, so this equals ds_fp8_bf16_one bit for bit (codes 0x7f/0xff included: both give
- * 480·2^(s-127), the loader refuses them anyway).  A block whose scale lies outside that range
+ * 480·2^(s-127), the loader refuses them anyway), except code 0x80: -0 here, +0 in the scalar
+ * rule.  That cannot move a result bit: the lanes start at +0, and in round-to-nearest a sum of
+ * +0 and -0 is +0 and x + (-0) = x, so a lane never holds -0 and a -0 product never changes it.  A block whose scale lies outside that range
  * goes through ds_fp8_bf16_one on the stack, lane for lane the same words.
  *
  * Order: per output row and activation row, 16 fp32 lanes accumulate over 32-input blocks
@@ -36,7 +39,6 @@
 #define FP8_FMADD ds_emu_fmadd_ps
 /* intrinsics this SIMDe release lacks, from their documented per-lane meaning */
 typedef simde__mmask32 __mmask32;
-#define FP8_CVTEPU8_EPI16(v) _mm512_and_si512(_mm512_cvtepi8_epi16(v), _mm512_set1_epi16(0xff))
 static inline __mmask32 fp8_emu_testn_epi16(__m512i a, __m512i b) {   /* SIMDe's test_epi16_mask shifts 1 << 31 in int */
     uint16_t x[32], y[32];
     uint32_t m = 0;
@@ -57,7 +59,6 @@ static inline __mmask32 fp8_emu_testn_epi16(__m512i a, __m512i b) {   /* SIMDe's
 /* reached only for X->kind == DS_FF_BF16_DOT, which official.c picks only where CPUID has avx512-bf16 */
 #define FP8_DPBF16(acc, w, x) _mm512_dpbf16_ps((acc), (__m512bh)(w), (__m512bh)(x))
 #define FP8_FMADD _mm512_fmadd_ps
-#define FP8_CVTEPU8_EPI16(v) _mm512_cvtepu8_epi16(v)
 #define FP8_TESTN_EPI16_MASK(a, b) _mm512_testn_epi16_mask((a), (b))
 #define AI static inline __attribute__((always_inline))
 #define UNROLL4 _Pragma("GCC unroll 4")
@@ -79,11 +80,12 @@ AI fp8_sreg fp8_scale_regs(uint8_t s, __m512i t0) {
 
 /* 32 codes -> 32 bf16 words (pair j of the block in 32-bit word j, as vdpbf16ps reads it). */
 AI __m512i fp8_decode32(const uint8_t *codes, fp8_sreg sr) {
-    __m512i c = FP8_CVTEPU8_EPI16(_mm256_loadu_si256((const __m256i *)codes));
-    __m512i v = _mm512_add_epi16(_mm512_and_si512(_mm512_slli_epi16(c, 4), _mm512_set1_epi16(0x7f0)), sr.k);
+    /* sign-extended: bits 8-15 repeat the sign, so after the shift bit 15 is the sign and one mask
+     * keeps it with the magnitude bits (the exponent add cannot carry into it in the safe range) */
+    const __m512i c = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)codes));
+    __m512i v = _mm512_add_epi16(_mm512_and_si512(_mm512_slli_epi16(c, 4), _mm512_set1_epi16((short)0x87f0)), sr.k);
     v = _mm512_mask_permutexvar_epi16(v, FP8_TESTN_EPI16_MASK(c, _mm512_set1_epi16(0x78)), c, sr.t);
-    __m512i sgn = _mm512_slli_epi16(_mm512_add_epi16(c, _mm512_set1_epi16(0x7f)), 7);   /* bit 15: c >= 0x81 */
-    return _mm512_ternarylogic_epi32(v, sgn, _mm512_set1_epi16((short)0x8000), 0xF8);   /* v | (sgn & 0x8000) */
+    return _mm512_ternarylogic_epi32(v, c, _mm512_set1_epi16((short)0x8000), 0xF8);   /* the table's sign: v | (c & 0x8000) */
 }
 
 AI float fp8_reduce(__m512 a) {   /* the lane tree of kernels.h */

@@ -26,14 +26,15 @@ AI fp8_sreg2 fp8_scale_regs2(uint8_t s, __m256i t0) {
 
 /* 16 codes -> 16 bf16 words (8 pairs). */
 AI __m256i fp8_decode16(const uint8_t *codes, fp8_sreg2 sr) {
-    __m256i c = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)codes));
-    __m256i v = _mm256_add_epi16(_mm256_and_si256(_mm256_slli_epi16(c, 4), _mm256_set1_epi16(0x7f0)), sr.k);
+    /* sign-extended, so the shift leaves the sign in bit 15 for the mask to keep (the AVX-512
+     * decode's rule: code 0x80 gives -0, which changes no sum) */
+    __m256i c = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)codes));
+    __m256i v = _mm256_add_epi16(_mm256_and_si256(_mm256_slli_epi16(c, 4), _mm256_set1_epi16((short)0x87f0)), sr.k);
     __m256i idx = _mm256_add_epi16(_mm256_mullo_epi16(_mm256_and_si256(c, _mm256_set1_epi16(7)), _mm256_set1_epi16(0x202)),
                                    _mm256_set1_epi16(0x100));
     __m256i is_sub = _mm256_cmpeq_epi16(_mm256_and_si256(c, _mm256_set1_epi16(0x78)), _mm256_setzero_si256());
     v = _mm256_blendv_epi8(v, _mm256_shuffle_epi8(sr.t, idx), is_sub);
-    __m256i sgn = _mm256_slli_epi16(_mm256_add_epi16(c, _mm256_set1_epi16(0x7f)), 7);   /* bit 15: c >= 0x81 */
-    return _mm256_or_si256(v, _mm256_and_si256(sgn, _mm256_set1_epi16((short)0x8000)));
+    return _mm256_or_si256(v, _mm256_and_si256(c, _mm256_set1_epi16((short)0x8000)));   /* the table's sign */
 }
 
 AI float fp8_reduce2(__m256 lo, __m256 hi) {   /* the lane tree of kernels.h */

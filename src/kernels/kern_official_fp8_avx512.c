@@ -3,7 +3,7 @@
  * Why: converting 16 rows to a bf16 tile in memory and then running the BF16 kernel over it costs
  * about one cycle per weight (32-bit lanes, a store and a reload) — at one activation row that is
  * far slower than reading the FP8 bytes, so the matrix-vector case ran at a few percent of the read
- * bandwidth.  Here 32 codes become 32 bf16 words in one register in ~8 operations and feed
+ * bandwidth.  Here 32 codes become 32 bf16 words in one register in 7 operations and feed
  * vdpbf16ps (or the FMA pair) directly; nothing is written back and no copy of the matrix exists.
  *
  * The decode (16-bit lanes, block scale s = E8M0 byte of the 32x32 tile):

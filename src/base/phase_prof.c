@@ -49,8 +49,10 @@ void ds_prof_take(double *sec) {
 
 const char *ds_phase_name(ds_phase p) {
     static const char *const names[DS_PH_COUNT] = {
-        "other (set-up, engine)", "attn linears (quant)", "attn norms+rope", "compressor", "indexer",
-        "attn core", "attn out wo_a/wo_b (float)", "moe gate+route", "moe experts", "moe sum",
-        "mHC mixes+sinkhorn", "engram", "head (norm+F32 linear)"};
+        /* named by role, not by dtype: the two releases store these linears differently (W8A8 /
+         * BF16 / F32 in the W4A8 release, FP8 / FP8 / BF16 in the official one) */
+        "other (set-up, engine)", "attn linears wq_a/wq_b/wkv", "attn norms+rope", "compressor", "indexer",
+        "attn core", "attn out wo_a/wo_b", "moe gate+route", "moe experts", "moe sum",
+        "mHC mixes+sinkhorn", "engram", "head (norm+linear)"};
     return (unsigned)p < DS_PH_COUNT ? names[p] : "?";
 }

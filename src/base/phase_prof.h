@@ -16,12 +16,12 @@
 
 typedef enum {
     DS_PH_OTHER = 0,     /* step set-up, embeddings, bookkeeping: what no phase below claims */
-    DS_PH_ATTN_QLIN,     /* attention projections wq_a, wkv, wq_b (quantized in the release) */
+    DS_PH_ATTN_QLIN,     /* attention projections wq_a, wkv, wq_b (W8A8 or FP8) */
     DS_PH_ATTN_NORM,     /* q/kv norms and RoPE */
     DS_PH_COMPRESSOR,    /* compressor of FULL layers (its linears included) */
     DS_PH_INDEXER,       /* indexer scoring and selection (its linears included) */
     DS_PH_ATTN_CORE,     /* per-row/head attention over the row's keys, window persistence */
-    DS_PH_ATTN_OUT,      /* wo_a, wo_b (fast float BF16 in the release) */
+    DS_PH_ATTN_OUT,      /* wo_a, wo_b (BF16 or FP8) */
     DS_PH_MOE_GATE,      /* router linear, scores, top-k, grouping */
     DS_PH_MOE_EXPERTS,   /* routed + shared expert linears and SwiGLU */
     DS_PH_MOE_SUM,       /* per-row weighted sum of expert outputs */

@@ -331,10 +331,10 @@ static void mxp_rows(const ds_mxpack *P, int p, int np, const uint8_t *act, size
         float *yr[MXP_NR];
         for (int i = 0; i < nr; i++) xr[i] = act + (size_t)(r + i) * rowstride, yr[i] = y + (size_t)(r + i) * ystride;
         switch (np * 8 + nr) {
-            MXP_CASE(4, 1); MXP_CASE(4, 2); MXP_CASE(3, 1); MXP_CASE(3, 2);
+            MXP_CASE(4, 1); MXP_CASE(4, 2); MXP_CASE(3, 1); MXP_CASE(3, 2); MXP_CASE(3, 3);
             MXP_CASE(2, 1); MXP_CASE(2, 2); MXP_CASE(2, 3); MXP_CASE(2, 4); MXP_CASE(2, 5); MXP_CASE(2, 6);
             MXP_CASE(1, 1); MXP_CASE(1, 2); MXP_CASE(1, 3); MXP_CASE(1, 4); MXP_CASE(1, 5); MXP_CASE(1, 6);
-        default: break;   /* np > 2 only with nr <= 2 (below) */
+        default: break;   /* np > 2 only with nr <= 2, or 3 x 3 (below) */
         }
         r += nr;
     }
@@ -342,12 +342,13 @@ static void mxp_rows(const ds_mxpack *P, int p, int np, const uint8_t *act, size
 
 /* Panels [p0, p1) for rows [0, n): rows in chunks whose activations stay in L2 while every panel
  * group passes; 4 panels side by side for one or two rows (weight streams for the prefetchers, as
- * the W4A8 decode path), 2 for more (accumulators for 6 rows).  Panels of chunk 0 are skipped. */
+ * the W4A8 decode path), 3 for three (18 accumulators), 2 for more (accumulators for 6 rows).
+ * Panels of chunk 0 are skipped. */
 enum { MXP_CHUNK_BYTES = 256 << 10 };
 void DS_MX_PANELS_AVX512(const ds_mxpack *P, const uint8_t *act, size_t rowstride, size_t part, size_t init,
                          const float *xs, int n, int p0, int p1, float *y, int ystride) {
     const int per_row = (int)DS_MAX((size_t)1, (size_t)P->nb * 36), chunk = DS_MAX(MXP_NR, MXP_CHUNK_BYTES / per_row / MXP_NR * MXP_NR);
-    const int npmax = n <= 2 ? 4 : 2;
+    const int npmax = n <= 2 ? 4 : n == 3 ? 3 : 2;
     for (int c0 = 0; c0 < n; c0 += chunk) {
         const int c1 = DS_MIN(n, c0 + chunk);
         for (int p = p0; p < p1;) {

@@ -352,11 +352,13 @@ TEST(fp8_inreg_decode_equals_the_fast_bf16_order_on_every_path) {
      * scalar fast order on the decoded matrix; shapes with tails, several rows, scales at the
      * edges of the in-register range (blocks outside it take the scalar rule) */
     static const int outs[] = {1, 4, 33, 64, 70};
-    static const int ins[] = {32, 64, 96, 100, 256, 288};
+    /* 1100 and 2080: long rows with a partial last block */
+    static const int ins[] = {32, 64, 96, 100, 256, 288, 1100, 2080};
     int runs = 0;
-    for (int trial = 0; trial < 24; trial++) {
-        /* n up to 16: the AVX-512 path's 2 x 8 tiles from 5 rows (equal heights: 9 = 5 + 4, 12 = 6 + 6) */
-        int out = outs[tk_range(0, 4)], in = ins[tk_range(0, 5)], n = trial % 3 == 2 ? tk_range(7, 16) : tk_range(1, 6);
+    for (int trial = 0; trial < 30; trial++) {
+        /* n up to 24: the AVX-512 path's 2 x 8 tiles from 5 rows (equal heights: 9 = 5 + 4, 12 = 6 + 6,
+         * 20 = 7 + 7 + 6), up to its in-register limit */
+        int out = outs[tk_range(0, 4)], in = ins[tk_range(0, 7)], n = trial % 3 == 2 ? tk_range(7, 24) : tk_range(1, 6);
         fp8_lin f = fp8_make(out, in, DS_NUMERICS_FAST, -12);
         fp8_rescale(&f, out, in, trial);
         ds_bf16 *x = malloc(sizeof(ds_bf16) * n * in);

@@ -17,8 +17,9 @@
  * infinity, so this equals ds_fp8_bf16_one bit for bit (codes 0x7f/0xff included: both give
  * 480·2^(s-127), the loader refuses them anyway), except code 0x80: -0 here, +0 in the scalar
  * rule.  That cannot move a result bit: the lanes start at +0, and in round-to-nearest a sum of
- * +0 and -0 is +0 and x + (-0) = x, so a lane never holds -0 and a -0 product never changes it.  A block whose scale lies outside that range
- * goes through ds_fp8_bf16_one on the stack, lane for lane the same words.
+ * +0 and -0 is +0 and x + (-0) = x, so a lane never holds -0 and a -0 product never changes it.
+ * A block whose scale lies outside that range goes through ds_fp8_bf16_one on the stack, lane for
+ * lane the same words.
  *
  * Order: per output row and activation row, 16 fp32 lanes accumulate over 32-input blocks
  * ascending (vdpbf16ps: odd product then even; FMA: the same two fmas), then the fixed reduction

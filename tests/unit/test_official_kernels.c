@@ -109,8 +109,8 @@ TEST(mxfp4_paths_equal_scalar_and_the_decoded_weights) {
 
 /* A MoE-like call of several jobs: w1 / w3 pairs on the same rows share one activation layout,
  * one of a pair with panels of wide spread (16-24 binades: row functions in int32, which read the
- * magnitude and sign planes) and one
- * without, in both orders, beside a job on other rows; every job must equal its own scalar call. */
+ * magnitude and sign planes) and one without, in both orders, beside a job on other rows; every
+ * job must equal its own scalar call. */
 TEST(mxfp4_jobs_sharing_rows_equal_their_own_calls) {
     enum { IN = 320, OUT = 40, NJ = 5 };
     mx_lin narrow = mx_make(OUT, IN, -8, 2), wide = mx_make(OUT, IN, -12, 12), other = mx_make(24, 2 * IN, -6, 3);

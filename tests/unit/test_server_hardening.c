@@ -487,8 +487,9 @@ TEST(hardening_8_vllm_features) {
     cJSON_Delete(j2);
     resp_free(&r);
     resp_free(&r2);
-    /* n = 2 streamed: chunks carry both indexes, one finish per choice, one [DONE] */
-    r = post(&st, "/v1/completions", "{\"model\":\"deepseek-v41\",\"prompt\":\"abc\",\"max_tokens\":5,\"n\":2,\"stream\":true,\"stream_options\":{\"include_usage\":true}}");
+    /* n = 2 streamed: chunks carry both indexes, one finish per choice, one [DONE] (ignore_eos: the
+     * choices are sampled, and one that drew the end token would stop before max_tokens) */
+    r = post(&st, "/v1/completions", "{\"model\":\"deepseek-v41\",\"prompt\":\"abc\",\"max_tokens\":5,\"n\":2,\"stream\":true,\"ignore_eos\":true,\"stream_options\":{\"include_usage\":true}}");
     CHECK(strstr(r.body, "\"index\":0") && strstr(r.body, "\"index\":1"), "streamed n=2 indexes");
     CHECK(count_substr(r.body, "\"finish_reason\":\"length\"") == 2 && count_substr(r.body, "data: [DONE]") == 1, "streamed n=2 ends");
     CHECK(strstr(r.body, "\"completion_tokens\":10"), "streamed n=2 usage sums the choices");

@@ -8,6 +8,7 @@
 #include "test_kernels_util.h"
 #define DS_AVX512_EMULATE 1
 #include "kernels/kern_avx512.c"
+#include "kernels/kern_avx512_fast.c"
 #include <stdio.h>
 
 /* Build the activations exactly as the dispatcher does (padded rows, x+128 copy, row sums). */

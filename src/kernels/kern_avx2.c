@@ -384,7 +384,7 @@ AI void ff_tile(const ds_ffw *W, const ds_ffact *X, int o, int r, const int RO, 
             for (int j = 0; j < RO; j++) {
                 const uint8_t *src = b < full ? wbase + (size_t)j * rowb + (size_t)b * esz + 32 * h
                                               : tail + 64 * j + 32 * h;
-                if (h == 0 && b < full) _mm_prefetch((const char *)(src + 1024), _MM_HINT_T0);
+                if (h == 0 && b < full) _mm_prefetch((const char *)(src + 1024), _MM_HINT_T1); /* into L2: decision 145 */
                 __m256i v = _mm256_loadu_si256((const __m256i *)src);
                 if (BF16) {
                     w0[j] = _mm256_castsi256_ps(_mm256_and_si256(v, hi));

@@ -90,7 +90,7 @@ AI void w8_block(const ds_packed *P, const ds_qact *X, int p, int r, const int N
         __m512i w[4];
 UNROLL12
         for (int j = 0; j < NP; j++) {
-            if (PF) _mm_prefetch((const char *)(wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES + DS_Q_PREFETCH), _MM_HINT_T0);
+            if (PF) _mm_prefetch((const char *)(wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES + DS_Q_PREFETCH), _MM_HINT_T1);
             w[j] = _mm512_load_si512((const void *)(wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES));
         }
 UNROLL12
@@ -124,7 +124,7 @@ AI void w4_block(const ds_packed *P, const ds_qact *X, int p, int r, const int N
         __m512i lo[4], hi[4];
 UNROLL12
         for (int j = 0; j < NP; j++) {
-            if (PF) _mm_prefetch((const char *)(wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES + DS_Q_PREFETCH), _MM_HINT_T0);
+            if (PF) _mm_prefetch((const char *)(wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES + DS_Q_PREFETCH), _MM_HINT_T1);
             __m512i w = _mm512_load_si512((const void *)(wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES));
             lo[j] = _mm512_and_si512(w, m0f);
             hi[j] = _mm512_and_si512(_mm512_srli_epi16(w, 4), m0f);

@@ -31,7 +31,9 @@ AI void ff_load_w(const ds_ffw *W, int o, int b, const int RO, const uint8_t *ta
 UNROLL8
     for (int j = 0; j < RO; j++) {
         if (b < full) {
-            _mm_prefetch((const char *)(base + (size_t)j * rowb + 1024), _MM_HINT_T0);
+            /* into L2 (decision 145): the few-row GEMV of the head [129280, 2048] F32 and a
+             * [5120, 8192] BF16 at one row ran 1.4-1.8x faster than with the L1 hint */
+            _mm_prefetch((const char *)(base + (size_t)j * rowb + 1024), _MM_HINT_T1);
             w[j] = _mm512_loadu_si512((const void *)(base + (size_t)j * rowb));
         } else {
             w[j] = _mm512_loadu_si512((const void *)(tail + 64 * j));

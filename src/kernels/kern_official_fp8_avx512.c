@@ -103,7 +103,7 @@ AI void fp8_block_words(const uint8_t *row0, size_t in, int b, uint8_t s, int fu
         fp8_sreg sr = fp8_scale_regs(s, t0);
         UNROLL4
         for (int j = 0; j < RO; j++) {
-            _mm_prefetch((const char *)(row0 + (size_t)(j + FP8_PF_ROWS) * in + b), _MM_HINT_T0);   /* the next row group, same block */
+            _mm_prefetch((const char *)(row0 + (size_t)(j + FP8_PF_ROWS) * in + b), _MM_HINT_T1);   /* the next row group, same block; into L2 (decision 145) */
             w[j] = fp8_decode32(row0 + (size_t)j * in + b, sr);
         }
         return;

@@ -25,7 +25,8 @@
  * (48 experts' w1+w3 of [768,2048], 1-4 rows each): +15-25% at 2 KiB, less at 1 or 4 KiB.
  * AVX-512 prefetches into L2 (_MM_HINT_T1), AVX2 into L1 (T0): alternated runs on the AVX-512
  * host (decision 145) gave the L2 hint +6-10% on that MoE row and 1.3-1.4x on mini's 1- and 4-row
- * decode steps, and the AVX2 path -25-45% on the MoE rows, so each path keeps its own. */
+ * decode steps, and the AVX2 path -25-45% on the MoE rows, so each path keeps its own (the
+ * MXFP4 panels of kern_official_avx512.c: L2 for tiles of one or two rows, L1 for more). */
 #define DS_Q_PREFETCH 2048
 #define DS_PACK_KIND_TILES16 1
 

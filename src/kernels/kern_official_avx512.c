@@ -230,7 +230,10 @@ MX_UNROLL4
             const size_t off = 256 * (size_t)b + 64 * (size_t)t, xo = 16 * (size_t)b + 4 * (size_t)t;
 MX_UNROLL6
             for (int j = 0; j < NP; j++) {
-                _mm_prefetch((const char *)(tp + j * pstride + off + MX_PREFETCH), _MM_HINT_T0);
+                /* one or two rows (decode, an expert's share of a batched step) stream: into L2
+                 * as the int8 kernels (decision 145); more rows reuse each tile longer: into L1 */
+                if (NR <= 2) _mm_prefetch((const char *)(tp + j * pstride + off + MX_PREFETCH), _MM_HINT_T1);
+                else _mm_prefetch((const char *)(tp + j * pstride + off + MX_PREFETCH), _MM_HINT_T0);
                 const __m512i w = _mm512_loadu_si512(tp + j * pstride + off);
                 wl[j] = _mm512_shuffle_epi8(lut, _mm512_and_si512(w, low4));
                 wh[j] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(w, 4), low4));

@@ -506,7 +506,7 @@ static void ff_forward(const ds_linear *L, const ds_kern_ops *o, const ds_bf16 *
     c.dot = L->fmt == DS_LIN_BF16 && ds_kernels_bf16dot_active();
     int kind = L->fmt == DS_LIN_F32 ? DS_FF_F32 : c.dot ? DS_FF_BF16_DOT : DS_FF_BF16_FMA;
     void *buf = ds_kern_scratch(DS_SLOT_XD, sizeof(float) * (size_t)n * (size_t)(((L->in + 31) & ~31) + 32));
-    ds_ff_prepare_act(kind, x, n, L->in, buf, &c.X);
+    ds_ff_prepare_act(kind, o->ff_halves && n > 1, x, n, L->in, buf, &c.X);
     int threads = ds_pool_threads();
     double work = (double)L->out * L->in * n;
     int tasks = (threads <= 1 || work < 32768.0) ? 1 : DS_MIN(L->out, 4 * threads);

@@ -58,13 +58,33 @@ DS_CLONES static void act_row_f32(const ds_bf16 *xr, int in, int kpad, float *d)
     for (int i = in; i < kpad; i++) d[i] = 0.f;
 }
 
-void ds_ff_prepare_act(int kind, const ds_bf16 *x, int n, int in, void *buf, ds_ffact *X) {
+/* The gathered-halves form of a row: built in the plain layout 512 values at a time (the blocks
+ * of 32 never straddle a piece), each 16-value step's lanes 0-7 then sent to the first half of
+ * the row and its lanes 8-15 to the second. */
+static void act_row_halves(int kind, const ds_bf16 *xr, int in, int kpad, float *d) {
+    enum { PIECE = 512 };
+    float tmp[PIECE];
+    const int half = kpad / 2;
+    for (int p0 = 0; p0 < kpad; p0 += PIECE) {
+        const int len = DS_MIN(PIECE, kpad - p0), valid = DS_MAX(0, DS_MIN(len, in - p0));
+        if (kind == DS_FF_BF16_FMA) act_row_fma(xr + p0, valid, len, tmp);
+        else act_row_f32(xr + p0, valid, len, tmp);
+        for (int s = 0; s < len / 16; s++) {
+            memcpy(d + p0 / 2 + 8 * s, tmp + 16 * s, 8 * sizeof(float));
+            memcpy(d + half + p0 / 2 + 8 * s, tmp + 16 * s + 8, 8 * sizeof(float));
+        }
+    }
+}
+
+void ds_ff_prepare_act(int kind, int halves, const ds_bf16 *x, int n, int in, void *buf, ds_ffact *X) {
     const int kpad = kind == DS_FF_F32 ? (in + 15) & ~15 : (in + 31) & ~31;
     const int stride = kpad + (kind == DS_FF_BF16_DOT ? 32 : 16);
-    *X = (ds_ffact){.x = buf, .n = n, .kpad = kpad, .kind = kind, .stride = stride};
+    halves = halves && kind != DS_FF_BF16_DOT;
+    *X = (ds_ffact){.x = buf, .n = n, .kpad = kpad, .kind = kind, .stride = stride, .halves = halves};
     for (int r = 0; r < n; r++) {
         const ds_bf16 *xr = x + (size_t)r * in;
         if (kind == DS_FF_BF16_DOT) act_row_dot(xr, in, kpad, (ds_bf16 *)buf + (size_t)r * stride);
+        else if (halves) act_row_halves(kind, xr, in, kpad, (float *)buf + (size_t)r * stride);
         else if (kind == DS_FF_BF16_FMA) act_row_fma(xr, in, kpad, (float *)buf + (size_t)r * stride);
         else act_row_f32(xr, in, kpad, (float *)buf + (size_t)r * stride);
     }

@@ -341,9 +341,10 @@ static void f_rows(const ds_linear *L, const double *xd, int xstride, int n, int
  * Each of the 16 lanes of the order is split over two ymm registers (lanes 0-7, 8-15).  BF16
  * blocks are 32 inputs: the low 16 bf16 of a block feed lanes 0-7, the high 16 lanes 8-15; within
  * a 32-bit word the high half (element 2j+1) is taken by an AND with 0xffff0000 and the low half
- * (element 2j) by a 16-bit left shift, odd first, as vdpbf16ps does.  Tiles are RO output rows x
- * RR activation rows (2 x 2 here: 8 accumulators plus the weight halves fit 16 registers; 4 x 1
- * for matrix-vector calls, whose activation operands come straight from memory). */
+ * (element 2j) by a 16-bit left shift, odd first, as vdpbf16ps does.  One-pass tiles are RO
+ * output rows x RR activation rows (2 x 2 for a few BF16 rows: 8 accumulators plus the weight
+ * halves fit 16 registers; 4 x 1 for matrix-vector calls, whose activation operands come straight
+ * from memory); the blocked tiles further down take the rest. */
 
 AI float ff_reduce(__m256 lo, __m256 hi) {
     __m256 h = _mm256_add_ps(lo, hi);
@@ -361,7 +362,9 @@ static void ff_tail_copy(const ds_ffw *W, int o, int RO, uint8_t *tail) {
                (size_t)(W->in - full) * esz);
 }
 
-/* BF16 == 1: blocks of 32 bf16, activations in the odd/even fp32 layout; else blocks of 16 fp32. */
+/* Outputs [o, o + RO) of rows [r, r + RR) of X, the whole input in one pass.  BF16 == 1: blocks of
+ * 32 bf16, activations in the odd/even fp32 layout; else blocks of 16 fp32.  Either activation
+ * layout (plain or gathered halves). */
 AI void ff_tile(const ds_ffw *W, const ds_ffact *X, int o, int r, const int RO, const int RR, const int BF16,
                 float *y, int ystride) {
     __m256 acc[4][2][2];
@@ -375,6 +378,9 @@ AI void ff_tile(const ds_ffw *W, const ds_ffact *X, int o, int r, const int RO, 
     const size_t esz = BF16 ? 2 : 4, rowb = (size_t)W->in * esz;
     const uint8_t *wbase = (const uint8_t *)W->w + (size_t)o * rowb;
     const float *xb = (const float *)X->x + (size_t)r * X->stride;
+    /* half h of input block b: plain layout at b + 8h (odd) / b + 16 + 8h (even); gathered halves
+     * at h * kpad / 2 + b / 2 and 8 further */
+    const size_t half = X->halves ? (size_t)X->kpad / 2 : 8, even = X->halves ? 8 : 16;
     const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
     for (int b = 0; b < X->kpad; b += step) {
 #pragma GCC unroll 2
@@ -395,16 +401,16 @@ AI void ff_tile(const ds_ffw *W, const ds_ffact *X, int o, int r, const int RO, 
             }
 #pragma GCC unroll 2
             for (int i = 0; i < RR; i++) {
-                const float *xr = xb + (size_t)i * X->stride + b;
+                const float *xr = xb + (size_t)i * X->stride + half * h + (X->halves ? (size_t)b / 2 : (size_t)b);
                 if (BF16) {
-                    __m256 xo = _mm256_loadu_ps(xr + 8 * h), xe = _mm256_loadu_ps(xr + 16 + 8 * h);
+                    __m256 xo = _mm256_loadu_ps(xr), xe = _mm256_loadu_ps(xr + even);
 #pragma GCC unroll 4
                     for (int j = 0; j < RO; j++) {
                         acc[j][i][h] = _mm256_fmadd_ps(w0[j], xo, acc[j][i][h]);
                         acc[j][i][h] = _mm256_fmadd_ps(w1[j], xe, acc[j][i][h]);
                     }
                 } else {
-                    __m256 xv = _mm256_loadu_ps(xr + 8 * h);
+                    __m256 xv = _mm256_loadu_ps(xr);
 #pragma GCC unroll 4
                     for (int j = 0; j < RO; j++) acc[j][i][h] = _mm256_fmadd_ps(w0[j], xv, acc[j][i][h]);
                 }
@@ -417,28 +423,197 @@ AI void ff_tile(const ds_ffw *W, const ds_ffact *X, int o, int r, const int RO, 
         for (int j = 0; j < RO; j++) y[(size_t)(r + i) * ystride + o + j] = ff_reduce(acc[j][i][0], acc[j][i][1]);
 }
 
-/* Activation rows in chunks of <= 512 KiB (kept in L2 while the weight rows stream past). */
-AI void ff_rows_fmt(const ds_ffw *W, const ds_ffact *X, int o0, int o1, float *y, int ystride, const int BF16) {
-    const int chunk = DS_MAX(2, (int)(((size_t)512 << 10) / ((size_t)X->stride * 4)) & ~1);
-    for (int c0 = 0; c0 < X->n; c0 += chunk) {
-        const int r1 = DS_MIN(X->n, c0 + chunk);
-        if (r1 - c0 == 1) { /* matrix-vector: four weight streams */
-            int o = o0;
-            for (; o + 4 <= o1; o += 4) ff_tile(W, X, o, c0, 4, 1, BF16, y, ystride);
-            for (; o < o1; o++) ff_tile(W, X, o, c0, 1, 1, BF16, y, ystride);
-            continue;
+/* ---- fast tier, two or more activation rows: input blocks held in L1 (decision 146) ----
+ * Tiles that walked the whole input at once (2 weight rows x 2 activation rows) read every weight
+ * and activation vector from L2 for each FMA pair, a tile's weight rows outgrowing L1 long before
+ * the input ends: twice what Zen 3's L2 delivers per cycle (F32 [4096, 5120] x 512 rows ran at 38%
+ * of the FMA peak, the mini head x 16 at 27-33%).  Here a group of 4 weight rows is walked in input
+ * blocks of FFB_KB values (16 KiB of fp32, in L1) and every row tile of the chunk runs against a
+ * block before the next block comes in.  The two 8-lane halves of the 16-lane order are separate
+ * passes over the block (lanes never mix until the final reduction, so the pass order changes no
+ * bit): 4 x 3 accumulators + 3 activation vectors + 1 weight vector are the 16 registers, 12 FMAs
+ * per 7 loads.  The activations then stream from L2 one half at a time, which is why the
+ * dispatcher lays them out with their halves gathered (ds_ffact.halves): a pass reads whole cache
+ * lines instead of every other 32 bytes (x 512 rows 1.15-1.4x).  The lanes wait in `part` between
+ * blocks and halves.  A BF16 block is first widened into fp32 in the odd / even order of its
+ * activation layout (per 32 values the 16 odd ones, then the 16 even ones), after which it is
+ * exactly an F32 block of twice as many 16-value steps: the widening is paid once per block, not
+ * once per row tile.  6 x 2 tiles (each activation vector serving 6 FMAs) measured 0.8x. */
+enum { FFB_RO = 4, FFB_RR = 3, FFB_KB = 1024, FFB_WS = 1024 + 16, FFB_MAXCHUNK = 96 };
+
+/* One half (lanes 8h .. 8h+7) of RO outputs x RR rows over `nblk` 16-value steps of w (rows
+ * wstride floats apart) and x (rows xstride apart, the half's lanes of step b at x + xstep * b).
+ * part: [RR][RO][2][8] lanes. */
+AI void ffb_tile(const float *w, size_t wstride, const float *x, size_t xstride, size_t xstep, int nblk, int h,
+                 int first, int last, const int RO, const int RR, float *part, float *y, int ystride) {
+    __m256 acc[FFB_RO][FFB_RR];
+#pragma GCC unroll 4
+    for (int j = 0; j < RO; j++)
+#pragma GCC unroll 3
+        for (int i = 0; i < RR; i++)
+            acc[j][i] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(part + (size_t)((i * FFB_RO + j) * 2 + h) * 8);
+    w += 8 * h;
+    for (int b = 0; b < nblk; b++) {
+        __m256 xv[FFB_RR];
+#pragma GCC unroll 3
+        for (int i = 0; i < RR; i++) xv[i] = _mm256_loadu_ps(x + (size_t)i * xstride + xstep * b);
+#pragma GCC unroll 4
+        for (int j = 0; j < RO; j++) {
+            const __m256 wv = _mm256_loadu_ps(w + (size_t)j * wstride + (size_t)16 * b);
+#pragma GCC unroll 3
+            for (int i = 0; i < RR; i++) acc[j][i] = _mm256_fmadd_ps(wv, xv[i], acc[j][i]);
         }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < RO; j++)
+#pragma GCC unroll 3
+        for (int i = 0; i < RR; i++) {
+            float *p = part + (size_t)((i * FFB_RO + j) * 2) * 8;
+            if (last && h == 1) y[(size_t)i * ystride + j] = ff_reduce(_mm256_loadu_ps(p), acc[j][i]);
+            else _mm256_storeu_ps(p + 8 * h, acc[j][i]);
+        }
+}
+
+/* Widen inputs [k0, k1) (multiples of 32) of RO bf16 rows into dst (rows FFB_KB floats apart),
+ * per 32 values the 16 odd ones then the 16 even ones; values past `in` are zero. */
+static void ffb_widen_bf16(const ds_ffw *W, int o, int RO, int k0, int k1, float *dst) {
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+    const int full = W->in & ~31;
+    for (int j = 0; j < RO; j++) {
+        const ds_bf16 *src = (const ds_bf16 *)W->w + (size_t)(o + j) * (size_t)W->in;
+        float *d = dst + (size_t)j * FFB_WS;
+        for (int b = k0; b < k1; b += 32, d += 32) {
+            _Alignas(32) ds_bf16 tail[32];
+            const ds_bf16 *s = src + b;
+            if (b >= full) {
+                memset(tail, 0, sizeof tail);
+                memcpy(tail, s, sizeof(ds_bf16) * (size_t)(W->in - b));
+                s = tail;
+            }
+            const __m256i v0 = _mm256_loadu_si256((const __m256i *)s), v1 = _mm256_loadu_si256((const __m256i *)(s + 16));
+            _mm256_storeu_si256((__m256i *)d, _mm256_and_si256(v0, hi));
+            _mm256_storeu_si256((__m256i *)(d + 8), _mm256_and_si256(v1, hi));
+            _mm256_storeu_si256((__m256i *)(d + 16), _mm256_slli_epi32(v0, 16));
+            _mm256_storeu_si256((__m256i *)(d + 24), _mm256_slli_epi32(v1, 16));
+        }
+    }
+}
+
+/* F32 inputs [k0, k1) of RO rows: in place, except a block reaching past `in`, copied with zeros. */
+static const float *ffb_f32_block(const ds_ffw *W, int o, int RO, int k0, int k1, float *dst, size_t *wstride) {
+    if (k1 <= W->in) {
+        *wstride = (size_t)W->in;
+        return (const float *)W->w + (size_t)o * W->in + k0;
+    }
+    for (int j = 0; j < RO; j++) {
+        memset(dst + (size_t)j * FFB_WS, 0, sizeof(float) * (size_t)(k1 - k0));
+        memcpy(dst + (size_t)j * FFB_WS, (const float *)W->w + (size_t)(o + j) * W->in + k0,
+               sizeof(float) * (size_t)(W->in - k0));
+    }
+    *wstride = FFB_WS;
+    return dst;
+}
+
+#define FFB_TILE(RO, RR) ffb_tile(w, wstride, xr, xstride, xstep, nblk, h, first, last, RO, RR, pr, yr, ystride)
+
+/* Outputs [o, o + RO) of rows [c0, r1) (at most FFB_MAXCHUNK rows). */
+/* Prefetch (into L2) the share [l0, l1) of the `lines` cache lines of the next weight block: rows
+ * of `rowb` bytes from nb, line l in row l % RO at byte (l / RO) * 64 of it, so that the rows come
+ * in together. */
+static void ffb_prefetch(const uint8_t *nb, size_t rowb, int RO, unsigned l0, unsigned l1) {
+    for (unsigned l = l0; l < l1; l++)
+        _mm_prefetch((const char *)(nb + (size_t)(l % (unsigned)RO) * rowb + (size_t)(l / (unsigned)RO) * 64), _MM_HINT_T1);
+}
+
+/* Outputs [o, o + RO) of rows [c0, r1) (at most FFB_MAXCHUNK rows); more_rows: outputs from o + RO
+ * follow in this call (their first block is prefetched with this group's last). */
+AI void ffb_group(const ds_ffw *W, const ds_ffact *X, int o, int c0, int r1, const int RO, const int BF16,
+                  int more_rows, float *scratch, float *part, float *y, int ystride) {
+    const int full = BF16 ? W->in : W->in & ~15; /* F32 inputs from `full` take the zero-padded copy */
+    /* where the lanes of half h of step s of a row sit: gathered halves or the plain layout */
+    const size_t xstride = (size_t)X->stride, xstep = X->halves ? 8 : 16;
+    const size_t esz = BF16 ? 2 : 4, rowb = (size_t)W->in * esz;
+    const uint8_t *wo = (const uint8_t *)W->w + (size_t)o * rowb;
+    /* weights streaming from memory: the next block is fetched while the row tiles run on this one */
+    const int stream = (size_t)W->out * rowb >= ((size_t)4 << 20);
+    /* row tiles as even as they go: 16 rows are 3 3 3 3 2 2, not 3 3 3 3 3 1 (a 1-row tile runs
+     * 4 FMAs per 5 loads) */
+    const int nrows = r1 - c0;
+    const unsigned tiles = (unsigned)((nrows + FFB_RR - 1) / FFB_RR);
+    const int threes = nrows - 2 * (int)tiles;
+    for (int k0 = 0; k0 < X->kpad;) {
+        int k1 = DS_MIN(X->kpad, k0 + FFB_KB);
+        if (!BF16 && k0 < full && k1 > full) k1 = full;
+        size_t wstride = FFB_WS;
+        const float *w;
+        if (BF16) {
+            ffb_widen_bf16(W, o, RO, k0, k1, scratch);
+            w = scratch;
+        } else {
+            w = ffb_f32_block(W, o, RO, k0, k1, scratch, &wstride);
+        }
+        const uint8_t *nb = k1 < W->in ? wo + (size_t)k1 * esz : more_rows ? wo + (size_t)RO * rowb : NULL;
+        const int nlen = nb == NULL ? 0 : k1 < W->in ? DS_MIN(FFB_KB, W->in - k1) : DS_MIN(FFB_KB, W->in);
+        const unsigned lines = stream ? (unsigned)RO * (unsigned)(((size_t)nlen * esz + 63) / 64) : 0;
+        const int nblk = (k1 - k0) / 16, first = k0 == 0, last = k1 == X->kpad;
+        for (int h = 0; h < 2; h++)
+            for (unsigned t = 0, r = (unsigned)c0; t < tiles; t++) {
+                if (h == 0 && lines) ffb_prefetch(nb, rowb, RO, t * lines / tiles, (t + 1) * lines / tiles);
+                const float *xr = (const float *)X->x + (size_t)r * xstride +
+                                  (X->halves ? (size_t)h * (X->kpad / 2) + (size_t)k0 / 2 : (size_t)k0 + 8 * h);
+                float *pr = part + (size_t)(r - (unsigned)c0) * FFB_RO * 16, *yr = y + (size_t)r * ystride + o;
+                const int rr = (int)t < threes ? 3 : nrows == 1 ? 1 : 2;
+                if (rr == 3) FFB_TILE(RO, 3);
+                else if (rr == 2) FFB_TILE(RO, 2);
+                else FFB_TILE(RO, 1);
+                r += (unsigned)rr;
+            }
+        k0 = k1;
+    }
+}
+#undef FFB_TILE
+
+static void ffb_rows(const ds_ffw *W, const ds_ffact *X, int o0, int o1, float *y, int ystride, const int BF16) {
+    _Alignas(64) float scratch[FFB_RO * FFB_WS];
+    _Alignas(64) float part[FFB_MAXCHUNK * FFB_RO * 16];
+    for (int c0 = 0; c0 < X->n; c0 += FFB_MAXCHUNK) {
+        const int r1 = DS_MIN(X->n, c0 + FFB_MAXCHUNK);
         int o = o0;
-        for (; o + 2 <= o1; o += 2) {
-            int r = c0;
-            for (; r + 2 <= r1; r += 2) ff_tile(W, X, o, r, 2, 2, BF16, y, ystride);
-            if (r < r1) ff_tile(W, X, o, r, 2, 1, BF16, y, ystride);
-        }
-        for (; o < o1; o++) {
-            int r = c0;
-            for (; r + 2 <= r1; r += 2) ff_tile(W, X, o, r, 1, 2, BF16, y, ystride);
-            if (r < r1) ff_tile(W, X, o, r, 1, 1, BF16, y, ystride);
-        }
+        for (; o + 4 <= o1; o += 4) ffb_group(W, X, o, c0, r1, 4, BF16, o + 8 <= o1, scratch, part, y, ystride);
+        for (; o < o1; o++) ffb_group(W, X, o, c0, r1, 1, BF16, 0, scratch, part, y, ystride);
+    }
+}
+
+/* BF16 below this many rows takes the one-pass tiles: widening a block that streams from memory
+ * costs more than the few rows' FMAs save (alternated calls, 2 threads, blocked against one-pass:
+ * BF16 [10240, 6144] x 2 / 4 / 8 / 12 / 16 / 24 / 32 rows 0.39 / 0.63 / 0.79 / 0.93 / 0.97 / 1.07 /
+ * 1.06x; [1024, 4096], which stays in L3, x 12 / 16: 1.06 / 1.34x).  F32 has nothing to widen and
+ * takes the blocked path from two rows (mini head shape [8192, 2048] x 4: 1.28x). */
+#define FF_BF16_BLOCKED_ROWS 16
+
+/* One activation row (decode): tiles of four weight rows, four streams from memory at once; a
+ * few BF16 rows: 2 x 2 tiles over the whole input; else input blocks (ffb_rows). */
+AI void ff_rows_fmt(const ds_ffw *W, const ds_ffact *X, int o0, int o1, float *y, int ystride, const int BF16) {
+    if (X->n > 1 && (!BF16 || X->n >= FF_BF16_BLOCKED_ROWS)) {
+        ffb_rows(W, X, o0, o1, y, ystride, BF16);
+        return;
+    }
+    if (X->n == 1) {
+        int o = o0;
+        for (; o + 4 <= o1; o += 4) ff_tile(W, X, o, 0, 4, 1, BF16, y, ystride);
+        for (; o < o1; o++) ff_tile(W, X, o, 0, 1, 1, BF16, y, ystride);
+        return;
+    }
+    int o = o0;
+    for (; o + 2 <= o1; o += 2) {
+        int r = 0;
+        for (; r + 2 <= X->n; r += 2) ff_tile(W, X, o, r, 2, 2, BF16, y, ystride);
+        if (r < X->n) ff_tile(W, X, o, r, 2, 1, BF16, y, ystride);
+    }
+    for (; o < o1; o++) {
+        int r = 0;
+        for (; r + 2 <= X->n; r += 2) ff_tile(W, X, o, r, 1, 2, BF16, y, ystride);
+        if (r < X->n) ff_tile(W, X, o, r, 1, 1, BF16, y, ystride);
     }
 }
 
@@ -496,6 +671,7 @@ void ds_avx2_quantize_row(const ds_bf16 *x, int k, int8_t *q, float *s) {
 const ds_kern_ops ds_kern_avx2 = {
     .name = "avx2",
     .wants_qu = 0,
+    .ff_halves = 1,
     .q_panels = q_panels,
     .f_rows = f_rows,
     .quantize_row = ds_avx2_quantize_row,

@@ -74,14 +74,19 @@ enum { DS_FF_F32 = 0, DS_FF_BF16_FMA = 1, DS_FF_BF16_DOT = 2 };
 typedef struct ds_ffact {
     const void *x;
     int n, kpad, kind;
+    int halves;           /* F32 / BF16_FMA: 1 = a row holds the lanes 0-7 of every 16-value step
+                             first (kpad / 2 floats), then the lanes 8-15: the layout above with
+                             its 8-lane halves gathered, so that an 8-lane kernel reading one half
+                             at a time reads whole cache lines (the AVX2 multi-row path) */
     int stride;           /* elements from one row to the next: kpad + one cache line, so rows
                              whose byte length is a multiple of 4 KiB do not all fall into the
                              same L1 sets */
 } ds_ffact;
 /* Load-time header (+ flushed copy if needed) of a fast-tier float linear (fastfloat.c). */
 ds_ffw *ds_ff_pack(const ds_linear *L, size_t *bytes);
-/* Build X's rows from bf16 activations x[n][in] into buf (n * (kpad + 32) * 4 bytes suffice). */
-void ds_ff_prepare_act(int kind, const ds_bf16 *x, int n, int in, void *buf, ds_ffact *X);
+/* Build X's rows from bf16 activations x[n][in] into buf (n * (kpad + 32) * 4 bytes suffice);
+ * halves (F32 / BF16_FMA only): the gathered-halves layout (ds_ffact.halves). */
+void ds_ff_prepare_act(int kind, int halves, const ds_bf16 *x, int n, int in, void *buf, ds_ffact *X);
 
 /* One kernel path.  q_panels: y[r][o] for rows r in [r0,r1) and outputs of panels [p0,p1)
  * (stride ystride floats per row; outputs >= out are not written).  f_rows: float linear for
@@ -89,6 +94,7 @@ void ds_ff_prepare_act(int kind, const ds_bf16 *x, int n, int in, void *buf, ds_
 typedef struct ds_kern_ops {
     const char *name;
     int wants_qu;
+    int ff_halves;        /* ff_rows reads more than one row faster in the gathered-halves layout */
     void (*q_panels)(const ds_packed *P, const ds_qact *X, int r0, int r1, int p0, int p1, float *y,
                      int ystride);
     void (*f_rows)(const ds_linear *L, const double *xd, int xstride, int n, int o0, int o1, float *y);

@@ -403,7 +403,7 @@ void ds_fp8_forward_fast_with(const ds_linear *L, const ds_kern_ops *o, int use_
     if (inreg) {
         ds_ffact X;
         void *xbuf = ds_kern_scratch(DS_SLOT_OFF_ACT, sizeof(float) * (size_t)n * (size_t)(((L->in + 31) & ~31) + 32));
-        ds_ff_prepare_act(use_dot && o->ff_dot ? DS_FF_BF16_DOT : DS_FF_BF16_FMA, x, n, L->in, xbuf, &X);
+        ds_ff_prepare_act(use_dot && o->ff_dot ? DS_FF_BF16_DOT : DS_FF_BF16_FMA, 0, x, n, L->in, xbuf, &X);
         firun c = {.L = L, .X = &X, .fn = inreg, .y = y};
         int tasks = ds_official_task_split(L->out, (double)L->out * L->in * n, &c.per);
         ds_pool_run(tasks, fp8_inreg_task, &c);
@@ -416,7 +416,7 @@ void ds_fp8_forward_fast_with(const ds_linear *L, const ds_kern_ops *o, int use_
     c.tiles = ds_kern_scratch(DS_SLOT_OFF_TILES, sizeof(ds_bf16) * (size_t)tasks * 16 * (size_t)L->in);
     if (o) {
         void *xbuf = ds_kern_scratch(DS_SLOT_OFF_ACT, sizeof(float) * (size_t)n * (size_t)(((L->in + 31) & ~31) + 32));
-        ds_ff_prepare_act(c.dot ? DS_FF_BF16_DOT : DS_FF_BF16_FMA, x, n, L->in, xbuf, &c.X);
+        ds_ff_prepare_act(c.dot ? DS_FF_BF16_DOT : DS_FF_BF16_FMA, o->ff_halves && n > 1, x, n, L->in, xbuf, &c.X);
     }
     ds_pool_run(tasks, fp8_fast_task, &c);
 }

@@ -150,7 +150,7 @@ TEST(emulated_avx512_fast_float_kernels_equal_reference) {
         ds_ffw *W = ds_ff_pack(&t.L, &bytes);
         void *buf = malloc(sizeof(float) * (size_t)n * (((in + 31) & ~31) + 32));
         ds_ffact X;
-        ds_ff_prepare_act(kind, x, n, in, buf, &X);
+        ds_ff_prepare_act(kind, 0, x, n, in, buf, &X);
         float *y = malloc(sizeof(float) * n * out), *yr = malloc(sizeof(float) * n * out);
         tk_poison(y, (size_t)n * out);
         int om = out / 2;

@@ -10,6 +10,7 @@
 #include "test_kernels_util.h"
 #include "kernels/kern_internal.h"
 #include "base/threadpool.h"
+#include "base/hugemem.h"
 #include <stdio.h>
 
 static ds_bf16 bf(float v) { return ds_f32_to_bf16(v); }
@@ -179,6 +180,46 @@ TEST(every_path_equals_reference_bit_for_bit) {
     CHECK(ran >= 1, "no SIMD path ran");
     ds_kernels_allow_bf16dot(1);
     ds_kernels_select("auto", NULL);
+}
+
+/* The AVX2 multi-row kernel reads either activation layout: the plain one and the gathered
+ * halves (what the dispatcher gives it from two rows on); both against the scalar reference, with
+ * input tails, several input blocks (2085 > 1024 inputs), output groups of 4 and of 1, and a
+ * matrix past 4 MiB (the weight prefetch on). */
+TEST(avx2_multirow_reads_both_layouts) {
+    if (!ds_kernels_available("avx2")) {
+        printf("  (avx2 not runnable on this CPU: not run here)\n");
+        return;
+    }
+    static const int ins[] = {17, 100, 1037, 2085}, ns[] = {2, 3, 7, 16, 97};
+    int runs = 0;
+    for (int f = 0; f < 2; f++)
+        for (int ii = 0; ii < 4; ii++)
+            for (int ni = 0; ni < 5; ni++) {
+                const int in = ins[ii], n = ns[ni], out = ii == 3 && ni == 1 ? 1100 : 4 * ni + 3;
+                tk_lin t = fast_lin(f ? DS_LIN_F32 : DS_LIN_BF16, out, in);
+                ds_bf16 *x = malloc(sizeof(ds_bf16) * n * in);
+                tk_fill_bf16(x, (size_t)n * in, 1.f);
+                float *y = malloc(sizeof(float) * n * out), *yr = malloc(sizeof(float) * n * out);
+                void *buf = malloc(sizeof(float) * (size_t)n * (((in + 31) & ~31) + 32));
+                ds_ref_linear_f(&t.L, x, n, yr);
+                size_t bytes;
+                ds_ffw *W = ds_ff_pack(&t.L, &bytes);
+                for (int halves = 0; halves < 2; halves++) {
+                    ds_ffact X;
+                    ds_ff_prepare_act(f ? DS_FF_F32 : DS_FF_BF16_FMA, halves, x, n, in, buf, &X);
+                    CHECK(X.halves == halves, "layout flag %d not kept", halves);
+                    tk_poison(y, (size_t)n * out);
+                    ds_kern_avx2.ff_rows(W, &X, 0, out, y, out);
+                    CHECK(!memcmp(y, yr, sizeof(float) * n * out), "fmt %d halves %d out=%d in=%d n=%d differs", f,
+                          halves, out, in, n);
+                    runs++;
+                }
+                ds_huge_free(W);
+                free(x); free(y); free(yr); free(buf);
+                tk_free(&t);
+            }
+    printf("  avx2 multi-row: %d calls, both layouts, bit-identical to the reference\n", runs);
 }
 
 TEST(rows_threads_and_batches_do_not_change_bits) {

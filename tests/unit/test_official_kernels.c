@@ -373,7 +373,7 @@ TEST(fp8_inreg_decode_equals_the_fast_bf16_order_on_every_path) {
             for (int kind = DS_FF_BF16_FMA; kind <= DS_FF_BF16_DOT; kind++) {
                 if (!fns[p] || (kind == DS_FF_BF16_DOT && (p == 1 || (p == 2 && !ds_avx512_bf16dot_matches())))) continue;
                 ds_ffact X;
-                ds_ff_prepare_act(kind, x, n, in, buf, &X);
+                ds_ff_prepare_act(kind, 0, x, n, in, buf, &X);
                 tk_poison(got, (size_t)n * out);
                 fns[p](&f.L, &X, 0, out, got, out);
                 CHECK(!memcmp(want, got, sizeof(float) * n * out), "%s %s out=%d in=%d n=%d differs", names[p],

@@ -67,8 +67,9 @@ static void act_row_halves(int kind, const ds_bf16 *xr, int in, int kpad, float 
     const int half = kpad / 2;
     for (int p0 = 0; p0 < kpad; p0 += PIECE) {
         const int len = DS_MIN(PIECE, kpad - p0), valid = DS_MAX(0, DS_MIN(len, in - p0));
-        if (kind == DS_FF_BF16_FMA) act_row_fma(xr + p0, valid, len, tmp);
-        else act_row_f32(xr + p0, valid, len, tmp);
+        const ds_bf16 *src = valid ? xr + p0 : xr; /* a piece wholly past `in` reads nothing */
+        if (kind == DS_FF_BF16_FMA) act_row_fma(src, valid, len, tmp);
+        else act_row_f32(src, valid, len, tmp);
         for (int s = 0; s < len / 16; s++) {
             memcpy(d + p0 / 2 + 8 * s, tmp + 16 * s, 8 * sizeof(float));
             memcpy(d + half + p0 / 2 + 8 * s, tmp + 16 * s + 8, 8 * sizeof(float));

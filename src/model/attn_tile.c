@@ -155,6 +155,28 @@ DS_CLONES static void divide_by(float *x, float den, int n) {
  * ~1.3x slower than the 32-lane order did (0.20 -> 0.26 ms per 8 x 640 x 512 block): each lane now
  * adds two products per 32 elements in sequence; 1 or 2 rows per pass measured slower still. */
 #define NRP 4
+typedef float v4f __attribute__((vector_size(16)));
+
+/* ds_pair_tree of NRP = 4 rows at once, the same additions in the same order: l[j] + l[j+8] is
+ * the sum of a row's two vectors, + l[j+4] its two 4-lane halves; the four rows' lanes are then
+ * transposed so that (l0 + l2) + (l1 + l3) runs for all four in one vector.  Done per row through
+ * a 16-float copy, the tree cost about as much as the key's dot products at dh = 512 (the copy's
+ * two 16-byte stores read back as one 32-byte load stall the store forwarding). */
+DS_AI void pair_tree4(const v8f a[NRP][2], float *out) {
+    v4f t[NRP];
+#pragma GCC unroll 4
+    for (int r = 0; r < NRP; r++) {
+        const v8f s = a[r][0] + a[r][1];
+        t[r] = __builtin_shufflevector(s, s, 0, 1, 2, 3) + __builtin_shufflevector(s, s, 4, 5, 6, 7);
+    }
+    const v4f u0 = __builtin_shufflevector(t[0], t[1], 0, 4, 1, 5), u1 = __builtin_shufflevector(t[0], t[1], 2, 6, 3, 7);
+    const v4f u2 = __builtin_shufflevector(t[2], t[3], 0, 4, 1, 5), u3 = __builtin_shufflevector(t[2], t[3], 2, 6, 3, 7);
+    const v4f c0 = __builtin_shufflevector(u0, u2, 0, 1, 4, 5), c1 = __builtin_shufflevector(u0, u2, 2, 3, 6, 7);
+    const v4f c2 = __builtin_shufflevector(u1, u3, 0, 1, 4, 5), c3 = __builtin_shufflevector(u1, u3, 2, 3, 6, 7);
+    const v4f res = (c0 + c2) + (c1 + c3);
+    memcpy(out, &res, sizeof res);
+}
+
 DS_CLONES static void score_key_narrow(const float *qf, int dh, const ds_bf16 *k, float *out) {
     for (int r0 = 0; r0 < QB; r0 += NRP) {
         v8f a[NRP][2];
@@ -172,12 +194,7 @@ DS_CLONES static void score_key_narrow(const float *qf, int dh, const ds_bf16 *k
                 a[r][1] = a[r][1] + ds_v8_ld_f(qr + 24) * ke1;
             }
         }
-        for (int r = 0; r < NRP; r++) {
-            float l[16];
-            memcpy(l, &a[r][0], sizeof a[r][0]);
-            memcpy(l + 8, &a[r][1], sizeof a[r][1]);
-            out[r0 + r] = ds_pair_tree(l);
-        }
+        pair_tree4(a, out + r0);
     }
 }
 
@@ -203,19 +220,60 @@ DS_CLONES static void value_chunk_narrow(const ds_bf16 *const *keys, const float
     for (int r = 0; r < QB; r++) memcpy(acc + (size_t)r * dh + d0, &a[r], sizeof a[r]);
 }
 
-/* value_chunk_dense for channels [d0, d0 + 8). */
-DS_CLONES static void value_chunk_dense_narrow(const ds_bf16 *const *keys, const float *const *wr, int nu, int d0, int dh,
-                                               float *acc) {
-    v8f a[QB];
-#pragma GCC unroll 8
-    for (int r = 0; r < QB; r++) a[r] = (v8f){0};
-    for (int u = 0; u < nu; u++) {
-        const v8f k = ds_v8_ld_b(keys[u] + d0);
-#pragma GCC unroll 8
-        for (int r = 0; r < QB; r++) a[r] = a[r] + k * wr[r][u];
+/* value_chunk_dense for channels [d0, d0 + 16) of rows [r0, r0 + 4) over keys [u0, u1): the odd
+ * and the even channels of a key as two vectors (a mask and a shift, as ld_channels), so a key
+ * costs one load and two operations for 16 channels and each row's weight broadcast serves two
+ * vectors.  The sums start at zero when u0 == 0, else from acc, where they wait in that odd / even
+ * order (a saved and reloaded sum changes no bit); after the last key (u1 == nu) they are stored
+ * in channel order. */
+DS_CLONES static void value_chunk_dense_narrow(const ds_bf16 *const *keys, const float *const *wr, int r0, int u0,
+                                               int u1, int nu, int d0, int dh, float *acc) {
+    v8f ao[4], ae[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        float *ar = acc + (size_t)(r0 + r) * dh + d0;
+        if (u0 == 0) ao[r] = ae[r] = (v8f){0};
+        else {
+            memcpy(&ae[r], ar, sizeof ae[r]);
+            memcpy(&ao[r], ar + 8, sizeof ao[r]);
+        }
     }
-#pragma GCC unroll 8
-    for (int r = 0; r < QB; r++) memcpy(acc + (size_t)r * dh + d0, &a[r], sizeof a[r]);
+    for (int u = u0; u < u1; u++) {
+        v8u w;
+        memcpy(&w, keys[u] + d0, sizeof w);
+        const v8f ko = (v8f)(w & 0xffff0000u), ke = (v8f)(w << 16);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            const float p = wr[r0 + r][u];
+            ao[r] = ao[r] + ko * p;
+            ae[r] = ae[r] + ke * p;
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        float *ar = acc + (size_t)(r0 + r) * dh + d0;
+        if (u1 < nu) {
+            memcpy(ar, &ae[r], sizeof ae[r]);
+            memcpy(ar + 8, &ao[r], sizeof ao[r]);
+            continue;
+        }
+        const v8f lo = __builtin_shufflevector(ae[r], ao[r], 0, 8, 1, 9, 2, 10, 3, 11);
+        const v8f hi = __builtin_shufflevector(ae[r], ao[r], 4, 12, 5, 13, 6, 14, 7, 15);
+        memcpy(ar, &lo, sizeof lo);
+        memcpy(ar + 8, &hi, sizeof hi);
+    }
+}
+
+/* The 8-wide value tile walks the keys in chunks of VKC (32 KiB of keys at dh = 512), every
+ * channel group of every row against a chunk before the next: a key list longer than L2 holds
+ * otherwise comes from L3 once per 16-channel sweep, and the sweeps stalled on it. */
+#define VKC 32
+static void dense_values_narrow(const ds_bf16 *const *keys, const float *const *wr, int nu, int dh, float *acc) {
+    for (int u0 = 0; u0 < nu; u0 += VKC) {
+        const int u1 = nu - u0 < VKC ? nu : u0 + VKC;
+        for (int r0 = 0; r0 < QB; r0 += 4)
+            for (int d0 = 0; d0 < dh; d0 += 16) value_chunk_dense_narrow(keys, wr, r0, u0, u1, nu, d0, dh, acc);
+    }
 }
 
 /* Scores of every (row, key) into the rows' own lists, scaled: vdpbf16ps where the kernels have it
@@ -255,7 +313,7 @@ static void dense_values(const ds_attn_block *b, const ds_attn_scratch *s, const
     if (ds_fast_wide_tiles())
         for (int d0 = 0; d0 < b->dh; d0 += 32) value_chunk_dense(b->keys, wr, b->nu, d0, b->dh, s->acc);
     else
-        for (int d0 = 0; d0 < b->dh; d0 += 8) value_chunk_dense_narrow(b->keys, wr, b->nu, d0, b->dh, s->acc);
+        dense_values_narrow(b->keys, wr, b->nu, b->dh, s->acc);
 }
 
 void ds_attn_block_fast(const ds_attn_block *b, const ds_attn_scratch *s) {

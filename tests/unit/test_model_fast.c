@@ -373,6 +373,20 @@ TEST(fast_exp_accuracy_and_vector_equals_scalar) {
     int bad = 0;
     for (int i = 0; i < 203; i++) bad += !same_bits(v[i], ds_fexp(w[i] - 1.25f));
     CHECK(bad == 0, "%d elements differ", bad);
+    /* every clamp and NaN rule of the 8-lane form: a sweep over [-100, 100) and the edges */
+    enum { NS = 5400 + 16 };
+    static float a[NS], b[NS];
+    int n = 0;
+    for (float x = -100.0f; x < 100.0f && n < NS - 16; x += 0.0371f) a[n++] = x;
+    const float edges[] = {-87.0f, nextafterf(-87.0f, 0.0f), nextafterf(-87.0f, -INFINITY), 88.0f,
+                           nextafterf(88.0f, 0.0f), nextafterf(88.0f, INFINITY), INFINITY, -INFINITY, NAN,
+                           -NAN, 0.0f, -0.0f, 0x1p-140f, -0x1p-140f, 1e30f, -1e30f};
+    for (size_t i = 0; i < DS_ARRAY_LEN(edges); i++) a[n++] = edges[i];
+    memcpy(b, a, sizeof(float) * (size_t)n);
+    ds_fexp_sub(b, 0.0f, n);
+    bad = 0;
+    for (int i = 0; i < n; i++) bad += !same_bits(b[i], ds_fexp(a[i]));
+    CHECK(bad == 0, "%d of %d swept values differ from the scalar routine", bad, n);
 }
 
 TEST(fast_collapse_expand_rmsnorm_match_plain_code) {

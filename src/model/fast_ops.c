@@ -168,22 +168,26 @@ DS_CLONES void ds_faxpy_bf16(float *restrict acc, float p, const ds_bf16 *restri
 
 /* exp(x) = 2^k · e^r, k = round(x·log2 e) (the 1.5·2^23 trick rounds to nearest even in fp32),
  * r = (x − k·ln2_hi) − k·ln2_lo (ln2_hi has 9 significant bits, so k·ln2_hi is exact), e^r by
- * the Taylor polynomial of degree 7 on |r| ≤ 0.347 (truncation < 1e-8 relative). */
+ * the Taylor polynomial of degree 7 on |r| ≤ 0.347 (truncation < 1e-8 relative).  FEXP_CORE is
+ * that reduction and polynomial as one text for the scalar and the 8-lane form (T = float or
+ * v8f), so the two cannot drift apart: it sets kf = k and p = e^r from the clamped input xc. */
+#define FEXP_CORE(T, xc, kf, p)                                          \
+    const T kf = ((xc) * 1.44269504f + 12582912.0f) - 12582912.0f;      \
+    const T r_ = ((xc) - kf * 0.693359375f) - kf * -2.12194440e-4f;     \
+    T p = (T){0} + 1.0f / 5040.0f;                                       \
+    p = p * r_ + 1.0f / 720.0f;                                          \
+    p = p * r_ + 1.0f / 120.0f;                                          \
+    p = p * r_ + 1.0f / 24.0f;                                           \
+    p = p * r_ + 1.0f / 6.0f;                                            \
+    p = p * r_ + 0.5f;                                                   \
+    p = p * r_ + 1.0f;                                                   \
+    p = p * r_ + 1.0f
+
 static inline float fexp_inline(float x) {
     float xc = x > 88.0f ? 88.0f : x;
     xc = xc < -87.0f ? -87.0f : xc;
     xc = xc == xc ? xc : 0.0f;   /* NaN: keep the float->int conversion below defined; NaN is returned */
-    float t = xc * 1.44269504f + 12582912.0f;
-    float kf = t - 12582912.0f;
-    float r = (xc - kf * 0.693359375f) - kf * -2.12194440e-4f;
-    float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
+    FEXP_CORE(float, xc, kf, p);
     uint32_t bits = (uint32_t)((int32_t)kf + 127) << 23;
     float s;
     memcpy(&s, &bits, sizeof s);
@@ -205,17 +209,7 @@ DS_AI v8f fexp_v8(v8f x) {
     v8f xc = vsel(x > 88.0f, zero + 88.0f, x);
     xc = vsel(xc < -87.0f, zero - 87.0f, xc);
     xc = vsel(xc == xc, xc, zero);
-    const v8f t = xc * 1.44269504f + 12582912.0f;
-    const v8f kf = t - 12582912.0f;
-    const v8f r = (xc - kf * 0.693359375f) - kf * -2.12194440e-4f;
-    v8f p = zero + 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
+    FEXP_CORE(v8f, xc, kf, p);
     const v8i bits = (__builtin_convertvector(kf, v8i) + 127) << 23;
     v8f y = p * (v8f)bits;
     y = vsel(x < -87.0f, zero, y);

@@ -1,10 +1,8 @@
-/* FP8 E4M3 fast-tier linears on AVX2 with the weights decoded in registers: the decode and the
- * order of kern_official_fp8_avx512.c (see there for why and for the bit-exactness argument), 16
- * codes per ymm.  AVX2 has no vpermw, so the subnormal table T (8 bf16 words, one xmm) is read
- * with vpshufb: word m is bytes 2m and 2m+1, index word m·0x202 + 0x100.  The 16 fp32 lanes of
- * the order sit in two ymm (lanes 0-7: inputs 0-15 of a block, lanes 8-15: inputs 16-31); the
- * high half of each 32-bit word is the odd element, the low half shifted up the even one, odd
- * first, as the AVX2 BF16 kernel does. */
+/* FP8 E4M3 fast-tier linears on AVX2 with the weights decoded in registers: the order of
+ * kern_official_fp8_avx512.c (the fast BF16 order on the decoded matrix), but the codes decode
+ * straight to fp32 (below): AVX2 has no bf16 product, so a bf16 word would only be widened again.
+ * The 16 fp32 lanes of the order sit in two ymm (lanes 0-7: inputs 0-15 of a block, lanes 8-15:
+ * inputs 16-31), each lane the odd element first, then the even one, as the AVX2 BF16 kernel does. */
 #include "kernels/kern_official.h"
 #include <string.h>
 
@@ -14,27 +12,24 @@
 #define AI static inline __attribute__((always_inline))
 #define UNROLL4 _Pragma("GCC unroll 4")
 
-typedef struct { __m256i k, t; } fp8_sreg2;
+/* Block scales decoded in registers here: the AVX-512 file's safe range cut at 134, where 2^(s-7)
+ * is still an fp32 (larger block scales never occur in a trained release; they take the scalar
+ * rule).  In it, the code's low seven bits shifted to bits 20-26 of an fp32 with its sign in bit
+ * 31 are the code's value times 2^-120 (a subnormal code gives an fp32 subnormal of the same
+ * ratio), and one multiply by 2^(s-7) gives value · 2^(s-127) exactly: the result is a normal
+ * number >= 2^-50 with at most four significant bits, i.e. the very bf16 the scalar rule gives,
+ * already widened.  Five integer operations and two multiplies per 16 codes, where decoding to
+ * bf16 words and splitting them took fifteen. */
+#define FP8_AVX2_INREG_SMAX 134
 
-AI fp8_sreg2 fp8_scale_regs2(uint8_t s, __m256i t0) {
-    const __m256i not_zero_entry = _mm256_setr_epi16(0, -1, -1, -1, -1, -1, -1, -1, 0, -1, -1, -1, -1, -1, -1, -1);
-    fp8_sreg2 r;
-    r.k = _mm256_set1_epi16((short)((s - 7) * 128));
-    r.t = _mm256_add_epi16(t0, _mm256_and_si256(_mm256_set1_epi16((short)((s - 127) * 128)), not_zero_entry));
-    return r;
-}
-
-/* 16 codes -> 16 bf16 words (8 pairs). */
-AI __m256i fp8_decode16(const uint8_t *codes, fp8_sreg2 sr) {
-    /* sign-extended, so the shift leaves the sign in bit 15 for the mask to keep (the AVX-512
-     * decode's rule: code 0x80 gives -0, which changes no sum) */
-    __m256i c = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)codes));
-    __m256i v = _mm256_add_epi16(_mm256_and_si256(_mm256_slli_epi16(c, 4), _mm256_set1_epi16((short)0x87f0)), sr.k);
-    __m256i idx = _mm256_add_epi16(_mm256_mullo_epi16(_mm256_and_si256(c, _mm256_set1_epi16(7)), _mm256_set1_epi16(0x202)),
-                                   _mm256_set1_epi16(0x100));
-    __m256i is_sub = _mm256_cmpeq_epi16(_mm256_and_si256(c, _mm256_set1_epi16(0x78)), _mm256_setzero_si256());
-    v = _mm256_blendv_epi8(v, _mm256_shuffle_epi8(sr.t, idx), is_sub);
-    return _mm256_or_si256(v, _mm256_and_si256(c, _mm256_set1_epi16((short)0x8000)));   /* the table's sign */
+/* 16 codes (inputs 2l and 2l+1 in the word l) -> the odd and the even weights of the 8 lanes. */
+AI void fp8_decode16_f32(const uint8_t *codes, __m256 g, __m256 *wo, __m256 *we) {
+    const __m256i d = _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)codes));   /* sign of the odd code in 16-31 */
+    const __m256i keep = _mm256_set1_epi32((int)0x87f00000u);
+    const __m256i odd = _mm256_and_si256(_mm256_slli_epi32(d, 12), keep);
+    const __m256i even = _mm256_and_si256(_mm256_srai_epi32(_mm256_slli_epi32(d, 24), 4), keep);
+    *wo = _mm256_mul_ps(_mm256_castsi256_ps(odd), g);
+    *we = _mm256_mul_ps(_mm256_castsi256_ps(even), g);
 }
 
 AI float fp8_reduce2(__m256 lo, __m256 hi) {   /* the lane tree of kernels.h */
@@ -44,82 +39,97 @@ AI float fp8_reduce2(__m256 lo, __m256 hi) {   /* the lane tree of kernels.h */
     return _mm_cvtss_f32(_mm_add_ss(d, _mm_movehdup_ps(d)));
 }
 
-/* Half h (inputs 16h..16h+15) of block b for RO rows: in registers in the safe scale range on a
- * whole block, else through ds_fp8_bf16_one (same words). */
-AI void fp8_half_words(const uint8_t *row0, size_t in, int b, int h, uint8_t s, int full, __m256i t0, const int RO, __m256i w[4]) {
-    if (full && s >= DS_FP8_SAFE_SMIN && s <= DS_FP8_SAFE_SMAX) {
-        fp8_sreg2 sr = fp8_scale_regs2(s, t0);
-        UNROLL4
-        for (int j = 0; j < RO; j++) {
-            if (h == 0) _mm_prefetch((const char *)(row0 + (size_t)(j + 8) * in + b), _MM_HINT_T0);   /* two 4-row groups ahead */
-            w[j] = fp8_decode16(row0 + (size_t)j * in + b + 16 * h, sr);
-        }
-        return;
-    }
-    const float f = ds_fp8_scale_f(s);
-    const int lo = b + 16 * h, cnt = (int)DS_MAX(0, DS_MIN(16, (int)in - lo));
+/* Half h (inputs 16h..16h+15) of block b for RO rows as odd and even fp32 weights, in registers
+ * (scale byte s in range, block whole). */
+AI void fp8_half_inreg(const uint8_t *row0, size_t in, int b, int h, uint8_t s, const int RO, __m256 wo[4], __m256 we[4]) {
+    const uint32_t gbits = (uint32_t)(s + 120) << 23;   /* 2^(s-7) */
+    float gf;
+    memcpy(&gf, &gbits, sizeof gf);
+    const __m256 g = _mm256_set1_ps(gf);
     UNROLL4
     for (int j = 0; j < RO; j++) {
-        ds_bf16 tmp[16] = {0};
-        for (int i = 0; i < cnt; i++) tmp[i] = ds_fp8_bf16_one(row0[(size_t)j * in + lo + i], f);
-        w[j] = _mm256_loadu_si256((const __m256i *)tmp);
+        if (h == 0) _mm_prefetch((const char *)(row0 + (size_t)(j + 8) * in + b), _MM_HINT_T0);   /* two 4-row groups ahead */
+        fp8_decode16_f32(row0 + (size_t)j * in + b + 16 * h, g, &wo[j], &we[j]);
     }
 }
 
-/* RO output rows (one scale tile) x RR activation rows (layout DS_FF_BF16_FMA). */
-AI void fp8_tile2(const ds_linear *L, const ds_ffact *X, int o, int r, const int RO, const int RR, __m256i t0, float *y,
-                  int ystride) {
-    __m256 acc[4][2][2];
+/* The same weights through ds_fp8_bf16_one: any scale, a partial last block. */
+static void fp8_half_scalar(const uint8_t *row0, size_t in, int b, int h, uint8_t s, int RO, __m256 wo[4], __m256 we[4]) {
+    const float f = ds_fp8_scale_f(s);
+    const int lo = b + 16 * h, cnt = (int)DS_MAX(0, DS_MIN(16, (int)in - lo));
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+    for (int j = 0; j < RO; j++) {
+        ds_bf16 tmp[16] = {0};
+        for (int i = 0; i < cnt; i++) tmp[i] = ds_fp8_bf16_one(row0[(size_t)j * in + lo + i], f);
+        const __m256i w = _mm256_loadu_si256((const __m256i *)tmp);
+        wo[j] = _mm256_castsi256_ps(_mm256_and_si256(w, hi));
+        we[j] = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+    }
+}
+
+/* acc[j][i] += half h of block b: RO weight rows x RR activation rows (layout DS_FF_BF16_FMA). */
+AI void fp8_half_fma(const ds_ffact *X, int r, int b, int h, const int RO, const int RR, const __m256 wo[4],
+                     const __m256 we[4], __m256 acc[4][2]) {
+    UNROLL4
+    for (int i = 0; i < RR; i++) {
+        const float *xf = (const float *)X->x + (size_t)(r + i) * X->stride + b;
+        const __m256 xo = _mm256_loadu_ps(xf + 8 * h), xe = _mm256_loadu_ps(xf + 16 + 8 * h);
+        UNROLL4
+        for (int j = 0; j < RO; j++) acc[j][i] = _mm256_fmadd_ps(we[j], xe, _mm256_fmadd_ps(wo[j], xo, acc[j][i]));
+    }
+}
+
+/* RO output rows (one scale tile) x RR activation rows.  The leading whole blocks whose scales are
+ * in range run a loop with nothing else in it (a fallback inside the loop cost the registers of
+ * the accumulators: 1.4x slower); the rest, if any, takes the block-by-block choice. */
+AI void fp8_tile2(const ds_linear *L, const ds_ffact *X, int o, int r, const int RO, const int RR, float *y, int ystride) {
+    __m256 a0[4][2], a1[4][2];   /* the two halves' accumulators */
     UNROLL4
     for (int j = 0; j < RO; j++)
         UNROLL4
-        for (int i = 0; i < RR; i++) acc[j][i][0] = acc[j][i][1] = _mm256_setzero_ps();
+        for (int i = 0; i < RR; i++) a0[j][i] = a1[j][i] = _mm256_setzero_ps();
     const size_t in = (size_t)L->in;
     const int scc = (L->in + 31) / 32, whole = L->in & ~31;
     const uint8_t *row0 = (const uint8_t *)L->w + (size_t)o * in, *srow = L->w_e8m0 + (size_t)(o / 32) * scc;
-    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
-    for (int b = 0; b < X->kpad; b += 32)
+    int fast_end = 0;
+    while (fast_end < whole && srow[fast_end / 32] >= DS_FP8_SAFE_SMIN && srow[fast_end / 32] <= FP8_AVX2_INREG_SMAX)
+        fast_end += 32;
+    __m256 wo[4], we[4];
+    for (int b = 0; b < fast_end; b += 32) {
+        fp8_half_inreg(row0, in, b, 0, srow[b / 32], RO, wo, we);
+        fp8_half_fma(X, r, b, 0, RO, RR, wo, we, a0);
+        fp8_half_inreg(row0, in, b, 1, srow[b / 32], RO, wo, we);
+        fp8_half_fma(X, r, b, 1, RO, RR, wo, we, a1);
+    }
+    for (int b = fast_end; b < X->kpad; b += 32) {
+        const uint8_t s = srow[b / 32];
+        const int inreg = b < whole && s >= DS_FP8_SAFE_SMIN && s <= FP8_AVX2_INREG_SMAX;
         for (int h = 0; h < 2; h++) {
-            __m256i w[4];
-            __m256 wo[4], we[4];
-            fp8_half_words(row0, in, b, h, srow[b / 32], b < whole, t0, RO, w);
-            UNROLL4
-            for (int j = 0; j < RO; j++) {
-                wo[j] = _mm256_castsi256_ps(_mm256_and_si256(w[j], hi));
-                we[j] = _mm256_castsi256_ps(_mm256_slli_epi32(w[j], 16));
-            }
-            UNROLL4
-            for (int i = 0; i < RR; i++) {
-                const float *xf = (const float *)X->x + (size_t)(r + i) * X->stride + b;
-                __m256 xo = _mm256_loadu_ps(xf + 8 * h), xe = _mm256_loadu_ps(xf + 16 + 8 * h);
-                UNROLL4
-                for (int j = 0; j < RO; j++)
-                    acc[j][i][h] = _mm256_fmadd_ps(we[j], xe, _mm256_fmadd_ps(wo[j], xo, acc[j][i][h]));
-            }
+            if (inreg) fp8_half_inreg(row0, in, b, h, s, RO, wo, we);
+            else fp8_half_scalar(row0, in, b, h, s, RO, wo, we);
+            fp8_half_fma(X, r, b, h, RO, RR, wo, we, h ? a1 : a0);
         }
+    }
     UNROLL4
     for (int i = 0; i < RR; i++)
         UNROLL4
-        for (int j = 0; j < RO; j++) y[(size_t)(r + i) * ystride + o + j] = fp8_reduce2(acc[j][i][0], acc[j][i][1]);
+        for (int j = 0; j < RO; j++) y[(size_t)(r + i) * ystride + o + j] = fp8_reduce2(a0[j][i], a1[j][i]);
 }
 
 /* One activation row: 4 output rows (8 accumulators, 8 weight halves); several: 2 x 2 tiles, so
  * the accumulators and weight halves fit the 16 ymm registers. */
 void ds_fp8_ff_avx2(const ds_linear *L, const ds_ffact *X, int o0, int o1, float *y, int ystride) {
-    uint16_t tab[8] = {0};
-    for (int m = 1; m < 8; m++) tab[m] = ds_fp8_bf16_one((uint32_t)m, 1.0f);   /* m·2^-9 */
-    const __m256i t0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)tab));
     int o = o0;
     if (X->n == 1) {
-        for (; o + 4 <= o1 && o / 32 == (o + 3) / 32; o += 4) fp8_tile2(L, X, o, 0, 4, 1, t0, y, ystride);
+        for (; o + 4 <= o1 && o / 32 == (o + 3) / 32; o += 4) fp8_tile2(L, X, o, 0, 4, 1, y, ystride);
     } else {
         for (; o + 2 <= o1 && o / 32 == (o + 1) / 32; o += 2) {
             int r = 0;
-            for (; r + 2 <= X->n; r += 2) fp8_tile2(L, X, o, r, 2, 2, t0, y, ystride);
-            if (r < X->n) fp8_tile2(L, X, o, r, 2, 1, t0, y, ystride);
+            for (; r + 2 <= X->n; r += 2) fp8_tile2(L, X, o, r, 2, 2, y, ystride);
+            if (r < X->n) fp8_tile2(L, X, o, r, 2, 1, y, ystride);
         }
     }
     for (; o < o1; o++)
-        for (int r = 0; r < X->n; r++) fp8_tile2(L, X, o, r, 1, 1, t0, y, ystride);
+        for (int r = 0; r < X->n; r++) fp8_tile2(L, X, o, r, 1, 1, y, ystride);
 }
 #pragma GCC pop_options

@@ -11,8 +11,8 @@
  * to bf16 / float64:
  *   exact tier: y = fp32(Σ_i f64(W[o][i])·f64(x[i])), i ascending — NUMERICS rule 2 as for BF16
  *               linears, one scalar routine on every path;
- *   fast tier:  up to FP8_INREG_MAX_ROWS(_AVX512) activation rows the codes are decoded to bf16 in
- *               registers and fed straight to vdpbf16ps / FMA (kern_official_fp8_*.c); beyond, 16
+ *   fast tier:  up to FP8_INREG_MAX_ROWS(_AVX512) activation rows the codes are decoded in
+ *               registers (to bf16 for vdpbf16ps, to fp32 for FMA: kern_official_fp8_*.c); beyond, 16
  *               output rows at a time are converted to bf16 into a per-task buffer (16·in·2 bytes,
  *               cache resident) and fed to the active path's fast BF16 kernel.  Both equal the
  *               fast BF16 linear of the dequantized matrix bit for bit.
@@ -377,7 +377,9 @@ static void fp8_fast_task(void *vctx, int t, int thread) {
  * some rows the tile's one decode is cheaper (AVX-512, 2 threads, the mini's attention shapes
  * [2048, 4096], [2048, 2048], [8192, 512]: in-register 1.3-1.4x the tiles at 16 rows, 1.1x at 24,
  * even at 32). */
-enum { FP8_INREG_MAX_ROWS = 16, FP8_INREG_MAX_ROWS_AVX512 = 24 };
+/* AVX2: past 8 rows the 2 x 2 in-register tiles decode each weight once per two rows, and the
+ * decoded tiles fed to the blocked FMA kernel win (decision 148). */
+enum { FP8_INREG_MAX_ROWS = 8, FP8_INREG_MAX_ROWS_AVX512 = 24 };
 static _Atomic int g_fp8_inreg_allowed = 1;
 
 int ds_fp8_inreg_allow(int allow) { return atomic_exchange(&g_fp8_inreg_allowed, allow); }

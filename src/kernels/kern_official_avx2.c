@@ -197,63 +197,98 @@ void ds_mx_decode_bf16_avx2(const uint8_t *codes, const uint8_t *sc, int in, ds_
  * block accumulators, the two decoded halves and 3 constants fill 15 of the 16 registers. */
 #define MXP2_NR 4
 #define MXP2_AI static inline __attribute__((always_inline))
+/* One or two rows take both halves of a panel in one pass, so each 64-byte line of tiles is used
+ * whole when it arrives (the stream the prefetchers see is one line per line used), and prefetch
+ * ahead into L2 as the other streaming kernels (decision 145); with more rows the halves are
+ * separate passes (the registers) and the second reads the panel back from L2. */
+#define MXP2_PREFETCH 1024
 
-MXP2_AI void mxp2_stretch(const ds_mxpack *P, int p, int half, const int NR, const uint8_t *const *xr, size_t part,
-                          size_t init, int b0, int b1, __m256i a[MXP2_NR]) {
+MXP2_AI void mxp2_stretch(const ds_mxpack *P, int p, int half0, const int NH, const int NR, const uint8_t *const *xr,
+                          size_t part, size_t init, int b0, int b1, __m256i a[2][MXP2_NR]) {
     const __m256i lut = _mm256_setr_epi8(DS_MX_U12_LUT, DS_MX_U12_LUT), low4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
-    const uint8_t *tp = P->tiles + (size_t)p * P->nb * 256 + 32 * (size_t)half;
-    for (int i = 0; i < NR; i++) a[i] = _mm256_setzero_si256();
+    const uint8_t *tp = P->tiles + (size_t)p * P->nb * 256 + 32 * (size_t)half0;
+    for (int h = 0; h < NH; h++)
+        for (int i = 0; i < NR; i++) a[h][i] = _mm256_setzero_si256();
     for (int b = b0; b < b1; b++) {
-        __m256i blk[MXP2_NR];
+        __m256i blk[2][MXP2_NR];
         for (int i = 0; i < NR; i++) {
             int32_t v;
             memcpy(&v, xr[i] + init + 4 * (size_t)b, 4);
-            blk[i] = _mm256_set1_epi32(v);
+            blk[0][i] = blk[1][i] = _mm256_set1_epi32(v);
         }
         for (int t = 0; t < 4; t++) {
-            const __m256i w = _mm256_loadu_si256((const __m256i *)(tp + 256 * (size_t)b + 64 * (size_t)t));
-            const __m256i wl = _mm256_shuffle_epi8(lut, _mm256_and_si256(w, low4));
-            const __m256i wh = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(w, 4), low4));
-            const size_t xo = 16 * (size_t)b + 4 * (size_t)t;
-            for (int i = 0; i < NR; i++) {
-                int32_t e4, o4;
-                memcpy(&e4, xr[i] + xo, 4);
-                memcpy(&o4, xr[i] + part + xo, 4);
-                const __m256i pr = _mm256_add_epi16(_mm256_maddubs_epi16(wl, _mm256_set1_epi32(e4)),
-                                                    _mm256_maddubs_epi16(wh, _mm256_set1_epi32(o4)));
-                blk[i] = _mm256_add_epi32(blk[i], _mm256_madd_epi16(pr, ones));
+            const size_t off = 256 * (size_t)b + 64 * (size_t)t, xo = 16 * (size_t)b + 4 * (size_t)t;
+            if (NH == 2) _mm_prefetch((const char *)(tp + off + MXP2_PREFETCH), _MM_HINT_T1);
+            for (int h = 0; h < NH; h++) {
+                const __m256i w = _mm256_loadu_si256((const __m256i *)(tp + off + 32 * (size_t)h));
+                const __m256i wl = _mm256_shuffle_epi8(lut, _mm256_and_si256(w, low4));
+                const __m256i wh = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(w, 4), low4));
+                for (int i = 0; i < NR; i++) {
+                    int32_t e4, o4;
+                    memcpy(&e4, xr[i] + xo, 4);
+                    memcpy(&o4, xr[i] + part + xo, 4);
+                    const __m256i pr = _mm256_add_epi16(_mm256_maddubs_epi16(wl, _mm256_set1_epi32(e4)),
+                                                        _mm256_maddubs_epi16(wh, _mm256_set1_epi32(o4)));
+                    blk[h][i] = _mm256_add_epi32(blk[h][i], _mm256_madd_epi16(pr, ones));
+                }
             }
         }
-        long long s8;
-        memcpy(&s8, P->shift + ((size_t)p * P->nb + b) * 16 + 8 * (size_t)half, 8);
-        const __m256i sh = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(s8));
-        for (int i = 0; i < NR; i++) a[i] = _mm256_add_epi32(a[i], _mm256_sllv_epi32(blk[i], sh));
+        for (int h = 0; h < NH; h++) {
+            long long s8;
+            memcpy(&s8, P->shift + ((size_t)p * P->nb + b) * 16 + 8 * (size_t)(half0 + h), 8);
+            const __m256i sh = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(s8));
+            for (int i = 0; i < NR; i++) a[h][i] = _mm256_add_epi32(a[h][i], _mm256_sllv_epi32(blk[h][i], sh));
+        }
     }
 }
 
-/* Half `half` of panel p for NR rows: stretch by stretch, then y = (float)(total · 2^(lo−128) · xs). */
-MXP2_AI void mxp2_tile(const ds_mxpack *P, int p, int half, const int NR, const uint8_t *const *xr, size_t part,
-                       size_t init, const float *xs, float *const *yr) {
+/* Halves [half0, half0 + NH) of panel p for NR rows: stretch by stretch, then
+ * y = (float)(total · 2^(lo−128) · xs). */
+MXP2_AI void mxp2_tile(const ds_mxpack *P, int p, int half0, const int NH, const int NR, const uint8_t *const *xr,
+                       size_t part, size_t init, const float *xs, float *const *yr) {
     const int F = P->chunk[p];
-    int64_t tot[MXP2_NR][8] = {{0}};
+    int64_t tot[2][MXP2_NR][8] = {{{0}}};
     for (int b0 = 0; b0 < P->nb; b0 += F) {
-        __m256i a[MXP2_NR];
-        mxp2_stretch(P, p, half, NR, xr, part, init, b0, DS_MIN(P->nb, b0 + F), a);
-        for (int i = 0; i < NR; i++) {
-            int32_t v[8];
-            _mm256_storeu_si256((__m256i *)v, a[i]);
-            for (int l = 0; l < 8; l++) tot[i][l] += v[l];
-        }
+        __m256i a[2][MXP2_NR];
+        mxp2_stretch(P, p, half0, NH, NR, xr, part, init, b0, DS_MIN(P->nb, b0 + F), a);
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < NR; i++) {
+                int32_t v[8];
+                _mm256_storeu_si256((__m256i *)v, a[h][i]);
+                for (int l = 0; l < 8; l++) tot[h][i][l] += v[l];
+            }
     }
-    for (int i = 0; i < NR; i++)
-        for (int l = 0; l < 8; l++) {
-            const int o = 16 * p + 8 * half + l;
-            if (o < P->out) yr[i][o] = (float)(ds_mx_scale_total(tot[i][l], P->lo[o]) * (double)xs[i]);
+    for (int h = 0; h < NH; h++)
+        for (int i = 0; i < NR; i++)
+            for (int l = 0; l < 8; l++) {
+                const int o = 16 * p + 8 * (half0 + h) + l;
+                if (o < P->out) yr[i][o] = (float)(ds_mx_scale_total(tot[h][i][l], P->lo[o]) * (double)xs[i]);
+            }
+}
+
+/* Rows [r, r + nr) of panel p: both halves at once for one or two rows, else half by half in
+ * tiles of up to 4 rows. */
+static void mxp2_panel_rows(const ds_mxpack *P, int p, const uint8_t *act, size_t rowstride, size_t part, size_t init,
+                            const float *xs, int r, int nr, float *y, int ystride) {
+    const uint8_t *xr[MXP2_NR];
+    float *yr[MXP2_NR];
+    for (int i = 0; i < nr; i++) xr[i] = act + (size_t)(r + i) * rowstride, yr[i] = y + (size_t)(r + i) * ystride;
+    const int two_halves = 16 * p + 8 < P->out;
+    if (nr <= 2 && two_halves) {
+        if (nr == 2) mxp2_tile(P, p, 0, 2, 2, xr, part, init, xs + r, yr);
+        else mxp2_tile(P, p, 0, 2, 1, xr, part, init, xs + r, yr);
+        return;
+    }
+    for (int half = 0; half < 1 + two_halves; half++) switch (nr) {
+        case 4: mxp2_tile(P, p, half, 1, 4, xr, part, init, xs + r, yr); break;
+        case 3: mxp2_tile(P, p, half, 1, 3, xr, part, init, xs + r, yr); break;
+        case 2: mxp2_tile(P, p, half, 1, 2, xr, part, init, xs + r, yr); break;
+        default: mxp2_tile(P, p, half, 1, 1, xr, part, init, xs + r, yr); break;
         }
 }
 
 /* Panels [p0, p1) for rows [0, n): rows in chunks whose activations stay in L2 (as the AVX-512
- * route), each half panel against tiles of up to 4 rows; panels of chunk 0 are skipped. */
+ * route), each panel against tiles of up to 4 rows; panels of chunk 0 are skipped. */
 enum { MXP2_CHUNK_BYTES = 256 << 10 };
 void ds_mx_panels_avx2(const ds_mxpack *P, const uint8_t *act, size_t rowstride, size_t part, size_t init,
                        const float *xs, int n, int p0, int p1, float *y, int ystride) {
@@ -262,19 +297,8 @@ void ds_mx_panels_avx2(const ds_mxpack *P, const uint8_t *act, size_t rowstride,
         const int c1 = DS_MIN(n, c0 + chunk);
         for (int p = p0; p < p1; p++) {
             if (!P->chunk[p]) continue;
-            for (int half = 0; half < 2 && 16 * p + 8 * half < P->out; half++)
-                for (int r = c0; r < c1; r += MXP2_NR) {
-                    const int nr = DS_MIN(MXP2_NR, c1 - r);
-                    const uint8_t *xr[MXP2_NR];
-                    float *yr[MXP2_NR];
-                    for (int i = 0; i < nr; i++) xr[i] = act + (size_t)(r + i) * rowstride, yr[i] = y + (size_t)(r + i) * ystride;
-                    switch (nr) {
-                    case 4: mxp2_tile(P, p, half, 4, xr, part, init, xs + r, yr); break;
-                    case 3: mxp2_tile(P, p, half, 3, xr, part, init, xs + r, yr); break;
-                    case 2: mxp2_tile(P, p, half, 2, xr, part, init, xs + r, yr); break;
-                    default: mxp2_tile(P, p, half, 1, xr, part, init, xs + r, yr); break;
-                    }
-                }
+            for (int r = c0; r < c1; r += MXP2_NR)
+                mxp2_panel_rows(P, p, act, rowstride, part, init, xs, r, DS_MIN(MXP2_NR, c1 - r), y, ystride);
         }
     }
 }

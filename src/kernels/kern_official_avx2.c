@@ -197,6 +197,7 @@ void ds_mx_decode_bf16_avx2(const uint8_t *codes, const uint8_t *sc, int in, ds_
  * block accumulators, the two decoded halves and 3 constants fill 15 of the 16 registers. */
 #define MXP2_NR 4
 #define MXP2_AI static inline __attribute__((always_inline))
+#define MXP2_UNROLL _Pragma("GCC unroll 4")   /* every index of the register arrays a constant */
 /* One or two rows take both halves of a panel in one pass, so each 64-byte line of tiles is used
  * whole when it arrives (the stream the prefetchers see is one line per line used), and prefetch
  * ahead into L2 as the other streaming kernels (decision 145); with more rows the halves are
@@ -207,22 +208,28 @@ MXP2_AI void mxp2_stretch(const ds_mxpack *P, int p, int half0, const int NH, co
                           size_t part, size_t init, int b0, int b1, __m256i a[2][MXP2_NR]) {
     const __m256i lut = _mm256_setr_epi8(DS_MX_U12_LUT, DS_MX_U12_LUT), low4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
     const uint8_t *tp = P->tiles + (size_t)p * P->nb * 256 + 32 * (size_t)half0;
+    MXP2_UNROLL
     for (int h = 0; h < NH; h++)
+        MXP2_UNROLL
         for (int i = 0; i < NR; i++) a[h][i] = _mm256_setzero_si256();
     for (int b = b0; b < b1; b++) {
         __m256i blk[2][MXP2_NR];
+        MXP2_UNROLL
         for (int i = 0; i < NR; i++) {
             int32_t v;
             memcpy(&v, xr[i] + init + 4 * (size_t)b, 4);
             blk[0][i] = blk[1][i] = _mm256_set1_epi32(v);
         }
+        MXP2_UNROLL
         for (int t = 0; t < 4; t++) {
             const size_t off = 256 * (size_t)b + 64 * (size_t)t, xo = 16 * (size_t)b + 4 * (size_t)t;
             if (NH == 2) _mm_prefetch((const char *)(tp + off + MXP2_PREFETCH), _MM_HINT_T1);
+            MXP2_UNROLL
             for (int h = 0; h < NH; h++) {
                 const __m256i w = _mm256_loadu_si256((const __m256i *)(tp + off + 32 * (size_t)h));
                 const __m256i wl = _mm256_shuffle_epi8(lut, _mm256_and_si256(w, low4));
                 const __m256i wh = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(w, 4), low4));
+                MXP2_UNROLL
                 for (int i = 0; i < NR; i++) {
                     int32_t e4, o4;
                     memcpy(&e4, xr[i] + xo, 4);
@@ -233,10 +240,12 @@ MXP2_AI void mxp2_stretch(const ds_mxpack *P, int p, int half0, const int NH, co
                 }
             }
         }
+        MXP2_UNROLL
         for (int h = 0; h < NH; h++) {
             long long s8;
             memcpy(&s8, P->shift + ((size_t)p * P->nb + b) * 16 + 8 * (size_t)(half0 + h), 8);
             const __m256i sh = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(s8));
+            MXP2_UNROLL
             for (int i = 0; i < NR; i++) a[h][i] = _mm256_add_epi32(a[h][i], _mm256_sllv_epi32(blk[h][i], sh));
         }
     }

@@ -79,10 +79,25 @@ AI void fp8_half_fma(const ds_ffact *X, int r, int b, int h, const int RO, const
     }
 }
 
-/* RO output rows (one scale tile) x RR activation rows.  The leading whole blocks whose scales are
- * in range run a loop with nothing else in it (a fallback inside the loop cost the registers of
- * the accumulators: 1.4x slower); the rest, if any, takes the block-by-block choice. */
-AI void fp8_tile2(const ds_linear *L, const ds_ffact *X, int o, int r, const int RO, const int RR, float *y, int ystride) {
+/* Inputs [0, end) of the output rows of o's scale tile: the leading whole blocks whose scales are
+ * in range (one scan per 32 output rows, shared by every tile of them). */
+static int fp8_inreg_prefix(const ds_linear *L, int o) {
+    const int scc = (L->in + 31) / 32, whole = L->in & ~31;
+    const uint8_t *srow = L->w_e8m0 + (size_t)(o / 32) * scc;
+    int end = 0;
+    while (end < whole && srow[end / 32] >= DS_FP8_SAFE_SMIN && srow[end / 32] <= FP8_AVX2_INREG_SMAX) end += 32;
+    return end;
+}
+
+static void fp8_prefix_of(const ds_linear *L, int o, int *group, int *end) {
+    if (*group != o / 32) *group = o / 32, *end = fp8_inreg_prefix(L, o);
+}
+
+/* RO output rows (one scale tile) x RR activation rows.  The blocks before fast_end run a loop
+ * with nothing else in it (a fallback inside the loop cost the registers of the accumulators: 1.4x
+ * slower); the rest, if any, takes the block-by-block choice. */
+AI void fp8_tile2(const ds_linear *L, const ds_ffact *X, int o, int r, const int RO, const int RR, int fast_end, float *y,
+                  int ystride) {
     __m256 a0[4][2], a1[4][2];   /* the two halves' accumulators */
     UNROLL4
     for (int j = 0; j < RO; j++)
@@ -91,9 +106,6 @@ AI void fp8_tile2(const ds_linear *L, const ds_ffact *X, int o, int r, const int
     const size_t in = (size_t)L->in;
     const int scc = (L->in + 31) / 32, whole = L->in & ~31;
     const uint8_t *row0 = (const uint8_t *)L->w + (size_t)o * in, *srow = L->w_e8m0 + (size_t)(o / 32) * scc;
-    int fast_end = 0;
-    while (fast_end < whole && srow[fast_end / 32] >= DS_FP8_SAFE_SMIN && srow[fast_end / 32] <= FP8_AVX2_INREG_SMAX)
-        fast_end += 32;
     __m256 wo[4], we[4];
     for (int b = 0; b < fast_end; b += 32) {
         fp8_half_inreg(row0, in, b, 0, srow[b / 32], RO, wo, we);
@@ -119,17 +131,23 @@ AI void fp8_tile2(const ds_linear *L, const ds_ffact *X, int o, int r, const int
 /* One activation row: 4 output rows (8 accumulators, 8 weight halves); several: 2 x 2 tiles, so
  * the accumulators and weight halves fit the 16 ymm registers. */
 void ds_fp8_ff_avx2(const ds_linear *L, const ds_ffact *X, int o0, int o1, float *y, int ystride) {
-    int o = o0;
+    int o = o0, group = -1, end = 0;   /* the prefix of scale-tile row `group` */
     if (X->n == 1) {
-        for (; o + 4 <= o1 && o / 32 == (o + 3) / 32; o += 4) fp8_tile2(L, X, o, 0, 4, 1, y, ystride);
+        for (; o + 4 <= o1 && o / 32 == (o + 3) / 32; o += 4) {
+            fp8_prefix_of(L, o, &group, &end);
+            fp8_tile2(L, X, o, 0, 4, 1, end, y, ystride);
+        }
     } else {
         for (; o + 2 <= o1 && o / 32 == (o + 1) / 32; o += 2) {
+            fp8_prefix_of(L, o, &group, &end);
             int r = 0;
-            for (; r + 2 <= X->n; r += 2) fp8_tile2(L, X, o, r, 2, 2, y, ystride);
-            if (r < X->n) fp8_tile2(L, X, o, r, 2, 1, y, ystride);
+            for (; r + 2 <= X->n; r += 2) fp8_tile2(L, X, o, r, 2, 2, end, y, ystride);
+            if (r < X->n) fp8_tile2(L, X, o, r, 2, 1, end, y, ystride);
         }
     }
-    for (; o < o1; o++)
-        for (int r = 0; r < X->n; r++) fp8_tile2(L, X, o, r, 1, 1, y, ystride);
+    for (; o < o1; o++) {
+        fp8_prefix_of(L, o, &group, &end);
+        for (int r = 0; r < X->n; r++) fp8_tile2(L, X, o, r, 1, 1, end, y, ystride);
+    }
 }
 #pragma GCC pop_options

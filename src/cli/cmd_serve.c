@@ -146,8 +146,34 @@ static int start_log_tee(const char *path) {
     return 0;
 }
 
+/* SIGINT/SIGTERM: a signal sent to the process runs its handler on any thread that does not block
+ * it (HTTP, engine, pool, log tee), so the handler also writes a byte to a pipe that the main thread
+ * waits on: a flag alone left the main thread in pause() whenever another thread took the signal,
+ * and the server never drained. */
 static volatile sig_atomic_t g_stop;
-static void on_signal(int sig) { g_stop = 1; }
+static int g_stop_pipe[2] = {-1, -1};
+static void on_signal(int sig) {
+    g_stop = 1;
+    const char byte = 1;
+    ssize_t w = write(g_stop_pipe[1], &byte, 1);   /* async-signal-safe; a full pipe already wakes */
+    (void)w;
+}
+
+static int install_stop_signals(void) {
+    if (pipe(g_stop_pipe) != 0) return -1;
+    for (int i = 0; i < 2; i++) fcntl(g_stop_pipe[i], F_SETFD, FD_CLOEXEC);
+    fcntl(g_stop_pipe[1], F_SETFL, O_NONBLOCK);
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    return sigaction(SIGINT, &sa, NULL) || sigaction(SIGTERM, &sa, NULL) ? -1 : 0;
+}
+
+static void wait_for_stop(void) {
+    char byte;
+    while (!g_stop)
+        if (read(g_stop_pipe[0], &byte, 1) < 0 && errno != EINTR) break;
+}
 
 /* The tiny checkpoint, generated once through `dsflash mkmodel` into a cache directory. */
 static int ensure_default_model(const char *model_cache, char *out, size_t outlen) {
@@ -627,8 +653,11 @@ int cmd_serve(int argc, char **argv) {
         return wrc;
     }
     signal(SIGPIPE, SIG_IGN);
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
+    if (install_stop_signals()) {
+        fprintf(stderr, "dsflash serve: cannot install the SIGINT/SIGTERM handlers: %s\n", strerror(errno));
+        free(s.names_buf);
+        return ds_cli_dist_end(1);
+    }
     ds_metrics_init(&s.metrics);
     rc = start_listener(&s);
     if (!rc) rc = load_model(&s);
@@ -638,7 +667,7 @@ int cmd_serve(int argc, char **argv) {
     if (!rc) rc = run_selfchecks(&s);
     if (!rc) {
         announce_ready(&s);
-        while (!g_stop) pause();
+        wait_for_stop();
         fprintf(stderr, "[serve] shutting down: draining for up to %llds\n", (long long)fi("--shutdown-timeout"));
         int left = ds_server_drain(s.srv, (double)fi("--shutdown-timeout"));
         fprintf(stderr, "[serve] drained (%d request(s) ended with finish_reason abort)\n", left);

@@ -40,6 +40,19 @@ if start_server "$DS_TEST_TMP/serve-http-d.log" --kv-cache-memory 256MiB --shutd
     fi
     if FIXED_PORT=$PORT start_server "$DS_TEST_TMP/serve-http-e.log" --kv-cache-memory 256MiB; then
         pass=$((pass + 1)); echo "ok restart binds port $PORT right after the shutdown"
+        # A SIGTERM that lands on a thread other than main (the kernel may pick any thread that does
+        # not block it) must still drain and exit: sent here to one HTTP/engine thread on purpose.
+        tid=$(ls "/proc/$SERVER_PID/task" | grep -vx "$SERVER_PID" | head -1)
+        python3 -c 'import ctypes, sys; sys.exit(ctypes.CDLL(None, use_errno=True).syscall(234, int(sys.argv[1]), int(sys.argv[2]), 15))' \
+            "$SERVER_PID" "$tid"
+        for _ in $(seq 1 100); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
+        if kill -0 "$SERVER_PID" 2>/dev/null; then
+            fail=$((fail + 1)); echo "not ok SIGTERM delivered to thread $tid: still running after 10 s"
+        else
+            wait "$SERVER_PID"; rc=$?; SERVER_PID=""
+            if [ "$rc" = 0 ]; then pass=$((pass + 1)); echo "ok SIGTERM delivered to a non-main thread ($tid) drains and exits 0"
+            else fail=$((fail + 1)); echo "not ok SIGTERM to thread $tid: exit status $rc"; fi
+        fi
     else
         fail=$((fail + 1)); echo "not ok restart on port $PORT"
     fi

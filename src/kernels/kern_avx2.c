@@ -20,6 +20,7 @@
  * Every function here is compiled for AVX2 through the target pragma; the dispatcher only calls
  * them when CPUID reports AVX2 and FMA. */
 #include "kernels/kern_internal.h"
+#include "kernels/kern_official.h"
 #include <string.h>
 
 #pragma GCC push_options
@@ -341,10 +342,9 @@ static void f_rows(const ds_linear *L, const double *xd, int xstride, int n, int
  * Each of the 16 lanes of the order is split over two ymm registers (lanes 0-7, 8-15).  BF16
  * blocks are 32 inputs: the low 16 bf16 of a block feed lanes 0-7, the high 16 lanes 8-15; within
  * a 32-bit word the high half (element 2j+1) is taken by an AND with 0xffff0000 and the low half
- * (element 2j) by a 16-bit left shift, odd first, as vdpbf16ps does.  One-pass tiles are RO
- * output rows x RR activation rows (2 x 2 for a few BF16 rows: 8 accumulators plus the weight
- * halves fit 16 registers; 4 x 1 for matrix-vector calls, whose activation operands come straight
- * from memory); the blocked tiles further down take the rest. */
+ * (element 2j) by a 16-bit left shift, odd first, as vdpbf16ps does.  One activation row runs
+ * tiles of RO output rows over the whole input (its operands come straight from memory); the
+ * blocked tiles further down take two rows and more. */
 
 AI float ff_reduce(__m256 lo, __m256 hi) {
     __m256 h = _mm256_add_ps(lo, hi);
@@ -362,25 +362,18 @@ static void ff_tail_copy(const ds_ffw *W, int o, int RO, uint8_t *tail) {
                (size_t)(W->in - full) * esz);
 }
 
-/* Outputs [o, o + RO) of rows [r, r + RR) of X, the whole input in one pass.  BF16 == 1: blocks of
- * 32 bf16, activations in the odd/even fp32 layout; else blocks of 16 fp32.  Either activation
- * layout (plain or gathered halves). */
-AI void ff_tile(const ds_ffw *W, const ds_ffact *X, int o, int r, const int RO, const int RR, const int BF16,
-                float *y, int ystride) {
-    __m256 acc[4][2][2];
+/* Outputs [o, o + RO) of the one row of X, the whole input in one pass.  BF16 == 1: blocks of 32
+ * bf16, activations in the odd/even fp32 layout; else blocks of 16 fp32. */
+AI void ff_tile(const ds_ffw *W, const ds_ffact *X, int o, const int RO, const int BF16, float *y, int ystride) {
+    __m256 acc[4][2];
 #pragma GCC unroll 4
-    for (int j = 0; j < RO; j++)
-#pragma GCC unroll 2
-        for (int i = 0; i < RR; i++) acc[j][i][0] = acc[j][i][1] = _mm256_setzero_ps();
+    for (int j = 0; j < RO; j++) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
     _Alignas(64) uint8_t tail[64 * 4];
     const int step = BF16 ? 32 : 16, full = W->in & ~(step - 1);
     if (W->in % step) ff_tail_copy(W, o, RO, tail);
     const size_t esz = BF16 ? 2 : 4, rowb = (size_t)W->in * esz;
     const uint8_t *wbase = (const uint8_t *)W->w + (size_t)o * rowb;
-    const float *xb = (const float *)X->x + (size_t)r * X->stride;
-    /* half h of input block b: plain layout at b + 8h (odd) / b + 16 + 8h (even); gathered halves
-     * at h * kpad / 2 + b / 2 and 8 further */
-    const size_t half = X->halves ? (size_t)X->kpad / 2 : 8, even = X->halves ? 8 : 16;
+    const float *xb = (const float *)X->x;
     const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
     for (int b = 0; b < X->kpad; b += step) {
 #pragma GCC unroll 2
@@ -399,28 +392,20 @@ AI void ff_tile(const ds_ffw *W, const ds_ffact *X, int o, int r, const int RO, 
                     w0[j] = _mm256_castsi256_ps(v);
                 }
             }
-#pragma GCC unroll 2
-            for (int i = 0; i < RR; i++) {
-                const float *xr = xb + (size_t)i * X->stride + half * h + (X->halves ? (size_t)b / 2 : (size_t)b);
-                if (BF16) {
-                    __m256 xo = _mm256_loadu_ps(xr), xe = _mm256_loadu_ps(xr + even);
+            const float *xr = xb + (size_t)b + 8 * h;   /* one row: the plain layout */
+            if (BF16) {
+                __m256 xo = _mm256_loadu_ps(xr), xe = _mm256_loadu_ps(xr + 16);
 #pragma GCC unroll 4
-                    for (int j = 0; j < RO; j++) {
-                        acc[j][i][h] = _mm256_fmadd_ps(w0[j], xo, acc[j][i][h]);
-                        acc[j][i][h] = _mm256_fmadd_ps(w1[j], xe, acc[j][i][h]);
-                    }
-                } else {
-                    __m256 xv = _mm256_loadu_ps(xr);
+                for (int j = 0; j < RO; j++) acc[j][h] = _mm256_fmadd_ps(w1[j], xe, _mm256_fmadd_ps(w0[j], xo, acc[j][h]));
+            } else {
+                __m256 xv = _mm256_loadu_ps(xr);
 #pragma GCC unroll 4
-                    for (int j = 0; j < RO; j++) acc[j][i][h] = _mm256_fmadd_ps(w0[j], xv, acc[j][i][h]);
-                }
+                for (int j = 0; j < RO; j++) acc[j][h] = _mm256_fmadd_ps(w0[j], xv, acc[j][h]);
             }
         }
     }
-#pragma GCC unroll 2
-    for (int i = 0; i < RR; i++)
 #pragma GCC unroll 4
-        for (int j = 0; j < RO; j++) y[(size_t)(r + i) * ystride + o + j] = ff_reduce(acc[j][i][0], acc[j][i][1]);
+    for (int j = 0; j < RO; j++) y[o + j] = ff_reduce(acc[j][0], acc[j][1]);
 }
 
 /* ---- fast tier, two or more activation rows: input blocks held in L1 (decision 146) ----
@@ -440,6 +425,9 @@ AI void ff_tile(const ds_ffw *W, const ds_ffact *X, int o, int r, const int RO, 
  * exactly an F32 block of twice as many 16-value steps: the widening is paid once per block, not
  * once per row tile.  6 x 2 tiles (each activation vector serving 6 FMAs) measured 0.8x. */
 enum { FFB_RO = 4, FFB_RR = 3, FFB_KB = 1024, FFB_WS = 1024 + 16, FFB_MAXCHUNK = 96 };
+/* Where a group's weight block comes from: F32 in place, BF16 widened into fp32, BF16 split in the
+ * row tiles' registers, FP8 codes decoded into fp32 (ds_fp8_widen_f32_avx2). */
+enum { FFB_F32, FFB_BF16, FFB_BF16_REG, FFB_FP8 };
 
 /* One half (lanes 8h .. 8h+7) of RO outputs x RR rows over `nblk` 16-value steps of w (rows
  * wstride floats apart) and x (rows xstride apart, the half's lanes of step b at x + xstep * b).
@@ -472,6 +460,58 @@ AI void ffb_tile(const float *w, size_t wstride, const float *x, size_t xstride,
             if (last && h == 1) y[(size_t)i * ystride + j] = ff_reduce(_mm256_loadu_ps(p), acc[j][i]);
             else _mm256_storeu_ps(p + 8 * h, acc[j][i]);
         }
+}
+
+/* The same half-pass straight on bf16 weights (a few rows: decision 151): `nblk` 32-value blocks of
+ * w (rows wstride bf16 apart), each split in registers into its odd and even words, then the two
+ * 16-value steps of the widened order (odd, then even) against x, read as memory operands so that
+ * 4 x 3 accumulators fit beside the two weight halves. */
+AI void ffbn_tile(const ds_bf16 *w, size_t wstride, const float *x, size_t xstride, size_t xstep, int nblk, int h,
+                  int first, int last, const int RO, const int RR, float *part, float *y, int ystride) {
+    __m256 acc[FFB_RO][FFB_RR];
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+#pragma GCC unroll 4
+    for (int j = 0; j < RO; j++)
+#pragma GCC unroll 3
+        for (int i = 0; i < RR; i++)
+            acc[j][i] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(part + (size_t)((i * FFB_RO + j) * 2 + h) * 8);
+    w += 16 * h;
+    for (int b = 0; b < nblk; b++) {
+        const float *xo = x + xstep * (size_t)(2 * b), *xe = xo + xstep;
+#pragma GCC unroll 4
+        for (int j = 0; j < RO; j++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(w + (size_t)j * wstride + (size_t)32 * b));
+            const __m256 wo = _mm256_castsi256_ps(_mm256_and_si256(v, hi)), we = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+#pragma GCC unroll 3
+            for (int i = 0; i < RR; i++)
+                acc[j][i] = _mm256_fmadd_ps(we, _mm256_loadu_ps(xe + (size_t)i * xstride),
+                                            _mm256_fmadd_ps(wo, _mm256_loadu_ps(xo + (size_t)i * xstride), acc[j][i]));
+        }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < RO; j++)
+#pragma GCC unroll 3
+        for (int i = 0; i < RR; i++) {
+            float *p = part + (size_t)((i * FFB_RO + j) * 2) * 8;
+            if (last && h == 1) y[(size_t)i * ystride + j] = ff_reduce(_mm256_loadu_ps(p), acc[j][i]);
+            else _mm256_storeu_ps(p + 8 * h, acc[j][i]);
+        }
+}
+
+/* bf16 inputs [k0, k1) of RO rows: in place, except a block reaching past `in`, copied with zeros
+ * into dst (rows FFB_WS bf16 apart). */
+static const ds_bf16 *ffbn_block(const ds_ffw *W, int o, int RO, int k0, int k1, ds_bf16 *dst, size_t *wstride) {
+    if (k1 <= W->in) {
+        *wstride = (size_t)W->in;
+        return (const ds_bf16 *)W->w + (size_t)o * W->in + k0;
+    }
+    for (int j = 0; j < RO; j++) {
+        memset(dst + (size_t)j * FFB_WS, 0, sizeof(ds_bf16) * (size_t)(k1 - k0));
+        memcpy(dst + (size_t)j * FFB_WS, (const ds_bf16 *)W->w + (size_t)(o + j) * W->in + k0,
+               sizeof(ds_bf16) * (size_t)(W->in - k0));
+    }
+    *wstride = FFB_WS;
+    return dst;
 }
 
 /* Widen inputs [k0, k1) (multiples of 32) of RO bf16 rows into dst (rows FFB_KB floats apart),
@@ -515,6 +555,7 @@ static const float *ffb_f32_block(const ds_ffw *W, int o, int RO, int k0, int k1
 }
 
 #define FFB_TILE(RO, RR) ffb_tile(w, wstride, xr, xstride, xstep, nblk, h, first, last, RO, RR, pr, yr, ystride)
+#define FFBN_TILE(RO, RR) ffbn_tile(wn, wstride, xr, xstride, xstep, nblk / 2, h, first, last, RO, RR, pr, yr, ystride)
 
 /* Outputs [o, o + RO) of rows [c0, r1) (at most FFB_MAXCHUNK rows). */
 /* Prefetch (into L2) the share [l0, l1) of the `lines` cache lines of the next weight block: rows
@@ -527,12 +568,14 @@ static void ffb_prefetch(const uint8_t *nb, size_t rowb, int RO, unsigned l0, un
 
 /* Outputs [o, o + RO) of rows [c0, r1) (at most FFB_MAXCHUNK rows); more_rows: outputs from o + RO
  * follow in this call (their first block is prefetched with this group's last). */
-AI void ffb_group(const ds_ffw *W, const ds_ffact *X, int o, int c0, int r1, const int RO, const int BF16,
+AI void ffb_group(const ds_ffw *W, const ds_ffact *X, int o, int c0, int r1, const int RO, const int SRC,
                   int more_rows, float *scratch, float *part, float *y, int ystride) {
-    const int full = BF16 ? W->in : W->in & ~15; /* F32 inputs from `full` take the zero-padded copy */
+    const int NATIVE = SRC == FFB_BF16_REG;
+    /* inputs from `full` take the zero-padded copy (a widened block pads itself) */
+    const int full = SRC == FFB_F32 ? W->in & ~15 : NATIVE ? W->in & ~31 : W->in;
     /* where the lanes of half h of step s of a row sit: gathered halves or the plain layout */
     const size_t xstride = (size_t)X->stride, xstep = X->halves ? 8 : 16;
-    const size_t esz = BF16 ? 2 : 4, rowb = (size_t)W->in * esz;
+    const size_t esz = SRC == FFB_F32 ? 4 : SRC == FFB_FP8 ? 1 : 2, rowb = (size_t)W->in * esz;
     const uint8_t *wo = (const uint8_t *)W->w + (size_t)o * rowb;
     /* weights streaming from memory: the next block is fetched while the row tiles run on this one */
     const int stream = (size_t)W->out * rowb >= ((size_t)4 << 20);
@@ -543,11 +586,17 @@ AI void ffb_group(const ds_ffw *W, const ds_ffact *X, int o, int c0, int r1, con
     const int threes = nrows - 2 * (int)tiles;
     for (int k0 = 0; k0 < X->kpad;) {
         int k1 = DS_MIN(X->kpad, k0 + FFB_KB);
-        if (!BF16 && k0 < full && k1 > full) k1 = full;
+        if ((SRC == FFB_F32 || NATIVE) && k0 < full && k1 > full) k1 = full;
         size_t wstride = FFB_WS;
-        const float *w;
-        if (BF16) {
+        const float *w = NULL;
+        const ds_bf16 *wn = NULL;
+        if (NATIVE) {
+            wn = ffbn_block(W, o, RO, k0, k1, (ds_bf16 *)scratch, &wstride);
+        } else if (SRC == FFB_BF16) {
             ffb_widen_bf16(W, o, RO, k0, k1, scratch);
+            w = scratch;
+        } else if (SRC == FFB_FP8) {
+            ds_fp8_widen_f32_avx2(W, o, RO, k0, k1, scratch, FFB_WS);
             w = scratch;
         } else {
             w = ffb_f32_block(W, o, RO, k0, k1, scratch, &wstride);
@@ -563,7 +612,10 @@ AI void ffb_group(const ds_ffw *W, const ds_ffact *X, int o, int c0, int r1, con
                                   (X->halves ? (size_t)h * (X->kpad / 2) + (size_t)k0 / 2 : (size_t)k0 + 8 * h);
                 float *pr = part + (size_t)(r - (unsigned)c0) * FFB_RO * 16, *yr = y + (size_t)r * ystride + o;
                 const int rr = (int)t < threes ? 3 : nrows == 1 ? 1 : 2;
-                if (rr == 3) FFB_TILE(RO, 3);
+                if (NATIVE && rr == 3) FFBN_TILE(RO, 3);
+                else if (NATIVE && rr == 2) FFBN_TILE(RO, 2);
+                else if (NATIVE) FFBN_TILE(RO, 1);
+                else if (rr == 3) FFB_TILE(RO, 3);
                 else if (rr == 2) FFB_TILE(RO, 2);
                 else FFB_TILE(RO, 1);
                 r += (unsigned)rr;
@@ -572,54 +624,49 @@ AI void ffb_group(const ds_ffw *W, const ds_ffact *X, int o, int c0, int r1, con
     }
 }
 #undef FFB_TILE
+#undef FFBN_TILE
 
-static void ffb_rows(const ds_ffw *W, const ds_ffact *X, int o0, int o1, float *y, int ystride, const int BF16) {
+static void ffb_rows(const ds_ffw *W, const ds_ffact *X, int o0, int o1, float *y, int ystride, const int SRC) {
     _Alignas(64) float scratch[FFB_RO * FFB_WS];
     _Alignas(64) float part[FFB_MAXCHUNK * FFB_RO * 16];
     for (int c0 = 0; c0 < X->n; c0 += FFB_MAXCHUNK) {
         const int r1 = DS_MIN(X->n, c0 + FFB_MAXCHUNK);
         int o = o0;
-        for (; o + 4 <= o1; o += 4) ffb_group(W, X, o, c0, r1, 4, BF16, o + 8 <= o1, scratch, part, y, ystride);
-        for (; o < o1; o++) ffb_group(W, X, o, c0, r1, 1, BF16, 0, scratch, part, y, ystride);
+        for (; o + 4 <= o1; o += 4) ffb_group(W, X, o, c0, r1, 4, SRC, o + 8 <= o1, scratch, part, y, ystride);
+        for (; o < o1; o++) ffb_group(W, X, o, c0, r1, 1, SRC, 0, scratch, part, y, ystride);
     }
 }
 
-/* BF16 below this many rows takes the one-pass tiles: widening a block that streams from memory
- * costs more than the few rows' FMAs save (alternated calls, 2 threads, blocked against one-pass:
- * BF16 [10240, 6144] x 2 / 4 / 8 / 12 / 16 / 24 / 32 rows 0.39 / 0.63 / 0.79 / 0.93 / 0.97 / 1.07 /
- * 1.06x; [1024, 4096], which stays in L3, x 12 / 16: 1.06 / 1.34x).  F32 has nothing to widen and
- * takes the blocked path from two rows (mini head shape [8192, 2048] x 4: 1.28x). */
-#define FF_BF16_BLOCKED_ROWS 16
+/* BF16 from this many rows widens each block once into fp32 (ffb_tile); below it the row tiles
+ * split the bf16 words in registers (ffbn_tile), as the widening costs more than a few rows' FMAs
+ * save.  Alternated calls, 2 threads, in-register against widened: [10240, 6144] x 2 / 6 / 16 / 24
+ * / 96 / 512 rows 1.9 / 1.35 / 1.2 / 1.09 / 0.91 / 0.91x; [2048, 2048] x 16 / 24 / 96: 1.05 / 0.88
+ * / 0.90x.  Against the one-pass 2 x 2 tiles they replaced (2-15 rows), 1.05-1.46x on the mini
+ * shapes (decision 151).  F32 has nothing to widen and always takes ffb_tile. */
+#define FF_BF16_WIDEN_ROWS 24
 
-/* One activation row (decode): tiles of four weight rows, four streams from memory at once; a
- * few BF16 rows: 2 x 2 tiles over the whole input; else input blocks (ffb_rows). */
+/* One activation row (decode): tiles of four weight rows over the whole input, four streams from
+ * memory at once; more rows: input blocks held in L1 (ffb_rows). */
 AI void ff_rows_fmt(const ds_ffw *W, const ds_ffact *X, int o0, int o1, float *y, int ystride, const int BF16) {
-    if (X->n > 1 && (!BF16 || X->n >= FF_BF16_BLOCKED_ROWS)) {
-        ffb_rows(W, X, o0, o1, y, ystride, BF16);
-        return;
-    }
-    if (X->n == 1) {
-        int o = o0;
-        for (; o + 4 <= o1; o += 4) ff_tile(W, X, o, 0, 4, 1, BF16, y, ystride);
-        for (; o < o1; o++) ff_tile(W, X, o, 0, 1, 1, BF16, y, ystride);
+    if (X->n > 1) {
+        ffb_rows(W, X, o0, o1, y, ystride, !BF16 ? FFB_F32 : X->n < FF_BF16_WIDEN_ROWS ? FFB_BF16_REG : FFB_BF16);
         return;
     }
     int o = o0;
-    for (; o + 2 <= o1; o += 2) {
-        int r = 0;
-        for (; r + 2 <= X->n; r += 2) ff_tile(W, X, o, r, 2, 2, BF16, y, ystride);
-        if (r < X->n) ff_tile(W, X, o, r, 2, 1, BF16, y, ystride);
-    }
-    for (; o < o1; o++) {
-        int r = 0;
-        for (; r + 2 <= X->n; r += 2) ff_tile(W, X, o, r, 1, 2, BF16, y, ystride);
-        if (r < X->n) ff_tile(W, X, o, r, 1, 1, BF16, y, ystride);
-    }
+    for (; o + 4 <= o1; o += 4) ff_tile(W, X, o, 4, BF16, y, ystride);
+    for (; o < o1; o++) ff_tile(W, X, o, 1, BF16, y, ystride);
 }
 
 static void ff_rows(const ds_ffw *W, const ds_ffact *X, int o0, int o1, float *y, int ystride) {
     if (X->kind == DS_FF_F32) ff_rows_fmt(W, X, o0, o1, y, ystride, 0);
     else ff_rows_fmt(W, X, o0, o1, y, ystride, 1);
+}
+
+/* FP8 E4M3 fast tier, two rows and more (the contract of ds_fp8_ff_fn): each block of codes is
+ * decoded once into fp32 and every row tile runs on it as on an F32 block. */
+void ds_fp8_ff_blocked_avx2(const ds_linear *L, const ds_ffact *X, int o0, int o1, float *y, int ystride) {
+    const ds_ffw W = {.fmt = DS_LIN_FP8, .out = L->out, .in = L->in, .w = L->w, .e8m0 = L->w_e8m0};
+    ffb_rows(&W, X, o0, o1, y, ystride, FFB_FP8);
 }
 
 /* ---- activation quantization (bit-exact with the scalar reference: IEEE division and

@@ -61,9 +61,10 @@ float ds_ff_bf16_value(ds_bf16 v);          /* the flush rule: |v| < 2^-50 -> 0 
 float ds_ff_reduce16(const float a[16]);    /* the fixed lane-combination tree */
 
 typedef struct ds_ffw {
-    ds_lin_fmt fmt;       /* DS_LIN_BF16 or DS_LIN_F32 */
+    ds_lin_fmt fmt;       /* DS_LIN_BF16 or DS_LIN_F32 (DS_LIN_FP8: only inside the AVX2 FP8 route) */
     int out, in;
-    const void *w;        /* row-major [out][in]: the published matrix or its flushed copy */
+    const void *w;        /* row-major [out][in]: the published matrix or its flushed copy (FP8: codes) */
+    const uint8_t *e8m0;  /* FP8: block scales [ceil(out/32)][ceil(in/32)]; else NULL */
 } ds_ffw;
 
 /* Activation layouts (rows zero padded to kpad = in rounded up to 32 (BF16) / 16 (F32)):

@@ -67,6 +67,37 @@ static void fp8_half_scalar(const uint8_t *row0, size_t in, int b, int h, uint8_
     }
 }
 
+void ds_fp8_widen_f32_avx2(const ds_ffw *W, int o, int RO, int k0, int k1, float *dst, int dstride) {
+    const int scc = (W->in + 31) / 32, whole = W->in & ~31;
+    for (int j = 0; j < RO; j++) {
+        const uint8_t *row = (const uint8_t *)W->w + (size_t)(o + j) * (size_t)W->in;
+        const uint8_t *srow = W->e8m0 + (size_t)((o + j) / 32) * scc;
+        float *d = dst + (size_t)j * dstride;
+        for (int b = k0; b < k1; b += 32, d += 32) {
+            const uint8_t s = srow[b / 32];
+            if (b < whole && s >= DS_FP8_SAFE_SMIN && s <= FP8_AVX2_INREG_SMAX) {
+                const uint32_t gbits = (uint32_t)(s + 120) << 23;   /* 2^(s-7), as fp8_half_inreg */
+                float gf;
+                memcpy(&gf, &gbits, sizeof gf);
+                const __m256 g = _mm256_set1_ps(gf);
+                for (int h = 0; h < 2; h++) {
+                    __m256 wo, we;
+                    fp8_decode16_f32(row + b + 16 * h, g, &wo, &we);
+                    _mm256_storeu_ps(d + 8 * h, wo);
+                    _mm256_storeu_ps(d + 16 + 8 * h, we);
+                }
+                continue;
+            }
+            const float f = ds_fp8_scale_f(s);   /* any scale, a partial last block: the scalar rule */
+            for (int i = 0; i < 32; i++) {
+                const ds_bf16 v = b + i < W->in ? ds_fp8_bf16_one(row[b + i], f) : 0;
+                const int h = i / 16, l = (i % 16) / 2;
+                d[(i & 1 ? 0 : 16) + 8 * h + l] = ds_bf16_to_f32(v);
+            }
+        }
+    }
+}
+
 /* acc[j][i] += half h of block b: RO weight rows x RR activation rows (layout DS_FF_BF16_FMA). */
 AI void fp8_half_fma(const ds_ffact *X, int r, int b, int h, const int RO, const int RR, const __m256 wo[4],
                      const __m256 we[4], __m256 acc[4][2]) {

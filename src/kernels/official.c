@@ -377,9 +377,12 @@ static void fp8_fast_task(void *vctx, int t, int thread) {
  * some rows the tile's one decode is cheaper (AVX-512, 2 threads, the mini's attention shapes
  * [2048, 4096], [2048, 2048], [8192, 512]: in-register 1.3-1.4x the tiles at 16 rows, 1.1x at 24,
  * even at 32). */
-/* AVX2: past 8 rows the 2 x 2 in-register tiles decode each weight once per two rows, and the
- * decoded tiles fed to the blocked FMA kernel win (decision 148). */
-enum { FP8_INREG_MAX_ROWS = 8, FP8_INREG_MAX_ROWS_AVX512 = 24 };
+/* AVX2: past 4 rows the 2 x 2 in-register tiles, which decode each weight once per two rows, give
+ * way to the blocked kernel that decodes each block of codes once into fp32 for every row tile
+ * (alternated calls, 2 threads, the mini's attention shapes [2048, 4096], [8192, 512], [2048,
+ * 2048] and [4608, 5120]: 4 rows 0.9-1.1x, 5-6 rows 1.05-1.5x, 8-16 rows 1.2-1.65x against the
+ * better of in-register and the decoded bf16 tiles, 512 rows equal; decision 151). */
+enum { FP8_INREG_MAX_ROWS_AVX2 = 4, FP8_INREG_MAX_ROWS_AVX512 = 24 };
 static _Atomic int g_fp8_inreg_allowed = 1;
 
 int ds_fp8_inreg_allow(int allow) { return atomic_exchange(&g_fp8_inreg_allowed, allow); }
@@ -393,10 +396,11 @@ static void fp8_inreg_task(void *vctx, int t, int thread) {
     c->fn(c->L, c->X, o0, o1, c->y, c->L->out);
 }
 
+/* The route that decodes FP8 codes inside the kernel for n rows, or NULL for the decoded tiles. */
 static ds_fp8_ff_fn fp8_inreg_fn(const ds_linear *L, const ds_kern_ops *o, int n) {
     if (!o || L->fmt != DS_LIN_FP8 || !atomic_load(&g_fp8_inreg_allowed)) return NULL;
-    if (n > (o == &ds_kern_avx512 ? FP8_INREG_MAX_ROWS_AVX512 : FP8_INREG_MAX_ROWS)) return NULL;
-    return o == &ds_kern_avx512 ? ds_fp8_ff_avx512 : o == &ds_kern_avx2 ? ds_fp8_ff_avx2 : NULL;
+    if (o == &ds_kern_avx2) return n > FP8_INREG_MAX_ROWS_AVX2 ? ds_fp8_ff_blocked_avx2 : ds_fp8_ff_avx2;
+    return o == &ds_kern_avx512 && n <= FP8_INREG_MAX_ROWS_AVX512 ? ds_fp8_ff_avx512 : NULL;
 }
 
 void ds_fp8_forward_fast_with(const ds_linear *L, const ds_kern_ops *o, int use_dot, const ds_bf16 *x, int n, float *y) {
@@ -405,7 +409,7 @@ void ds_fp8_forward_fast_with(const ds_linear *L, const ds_kern_ops *o, int use_
     if (inreg) {
         ds_ffact X;
         void *xbuf = ds_kern_scratch(DS_SLOT_OFF_ACT, sizeof(float) * (size_t)n * (size_t)(((L->in + 31) & ~31) + 32));
-        ds_ff_prepare_act(use_dot && o->ff_dot ? DS_FF_BF16_DOT : DS_FF_BF16_FMA, 0, x, n, L->in, xbuf, &X);
+        ds_ff_prepare_act(use_dot && o->ff_dot ? DS_FF_BF16_DOT : DS_FF_BF16_FMA, inreg == ds_fp8_ff_blocked_avx2, x, n, L->in, xbuf, &X);
         firun c = {.L = L, .X = &X, .fn = inreg, .y = y};
         int tasks = ds_official_task_split(L->out, (double)L->out * L->in * n, &c.per);
         ds_pool_run(tasks, fp8_inreg_task, &c);

@@ -185,17 +185,19 @@ TEST(every_path_equals_reference_bit_for_bit) {
 /* The AVX2 multi-row kernel reads either activation layout: the plain one and the gathered
  * halves (what the dispatcher gives it from two rows on); both against the scalar reference, with
  * input tails, several input blocks (2085 > 1024 inputs), output groups of 4 and of 1, and a
- * matrix past 4 MiB (the weight prefetch on). */
+ * matrix past 4 MiB (the weight prefetch on); BF16 on both sides of the row count where its tiles
+ * stop splitting the bf16 words in registers and widen each block instead. */
 TEST(avx2_multirow_reads_both_layouts) {
     if (!ds_kernels_available("avx2")) {
         printf("  (avx2 not runnable on this CPU: not run here)\n");
         return;
     }
-    static const int ins[] = {17, 100, 1037, 2085}, ns[] = {2, 3, 7, 16, 97};
+    /* BF16 below 24 rows splits its words in registers, from 24 on widens each block: both sides */
+    static const int ins[] = {17, 100, 1037, 2085}, ns[] = {2, 3, 7, 16, 23, 24, 97};
     int runs = 0;
     for (int f = 0; f < 2; f++)
         for (int ii = 0; ii < 4; ii++)
-            for (int ni = 0; ni < 5; ni++) {
+            for (int ni = 0; ni < (int)DS_ARRAY_LEN(ns); ni++) {
                 const int in = ins[ii], n = ns[ni], out = ii == 3 && ni == 1 ? 1100 : 4 * ni + 3;
                 tk_lin t = fast_lin(f ? DS_LIN_F32 : DS_LIN_BF16, out, in);
                 ds_bf16 *x = malloc(sizeof(ds_bf16) * n * in);

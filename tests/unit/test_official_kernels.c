@@ -366,14 +366,18 @@ TEST(fp8_inreg_decode_equals_the_fast_bf16_order_on_every_path) {
         float *want = malloc(sizeof(float) * n * out), *got = malloc(sizeof(float) * n * out);
         void *buf = malloc(sizeof(float) * (size_t)n * (size_t)(((in + 31) & ~31) + 32));
         ds_ref_linear_f(&f.B, x, n, want);
-        static const char *names[4] = {"avx512 emulated", "avx2", "avx512-vnni", "avx512-vnni"};
-        ds_fp8_ff_fn fns[4] = {ds_fp8_ff_avx512_emu, ds_kernels_available("avx2") ? ds_fp8_ff_avx2 : NULL,
-                               ds_kernels_available("avx512-vnni") ? ds_fp8_ff_avx512 : NULL, NULL};
-        for (int p = 0; p < 4; p++)
+        /* the AVX2 blocked kernel (one decode per block of codes, from 5 rows in the dispatcher) in
+         * both activation layouts: the plain one and the gathered halves it is given */
+        static const char *names[6] = {"avx512 emulated", "avx2", "avx512-vnni", "avx512-vnni", "avx2 blocked", "avx2 blocked halves"};
+        const int avx2 = ds_kernels_available("avx2");
+        ds_fp8_ff_fn fns[6] = {ds_fp8_ff_avx512_emu, avx2 ? ds_fp8_ff_avx2 : NULL,
+                               ds_kernels_available("avx512-vnni") ? ds_fp8_ff_avx512 : NULL, NULL,
+                               avx2 ? ds_fp8_ff_blocked_avx2 : NULL, avx2 ? ds_fp8_ff_blocked_avx2 : NULL};
+        for (int p = 0; p < 6; p++)
             for (int kind = DS_FF_BF16_FMA; kind <= DS_FF_BF16_DOT; kind++) {
-                if (!fns[p] || (kind == DS_FF_BF16_DOT && (p == 1 || (p == 2 && !ds_avx512_bf16dot_matches())))) continue;
+                if (!fns[p] || (kind == DS_FF_BF16_DOT && (p == 1 || p >= 4 || (p == 2 && !ds_avx512_bf16dot_matches())))) continue;
                 ds_ffact X;
-                ds_ff_prepare_act(kind, 0, x, n, in, buf, &X);
+                ds_ff_prepare_act(kind, p == 5, x, n, in, buf, &X);
                 tk_poison(got, (size_t)n * out);
                 fns[p](&f.L, &X, 0, out, got, out);
                 CHECK(!memcmp(want, got, sizeof(float) * n * out), "%s %s out=%d in=%d n=%d differs", names[p],

@@ -11,11 +11,13 @@
  * to bf16 / float64:
  *   exact tier: y = fp32(Σ_i f64(W[o][i])·f64(x[i])), i ascending — NUMERICS rule 2 as for BF16
  *               linears, one scalar routine on every path;
- *   fast tier:  up to FP8_INREG_MAX_ROWS(_AVX512) activation rows the codes are decoded in
- *               registers (to bf16 for vdpbf16ps, to fp32 for FMA: kern_official_fp8_*.c); beyond, 16
- *               output rows at a time are converted to bf16 into a per-task buffer (16·in·2 bytes,
- *               cache resident) and fed to the active path's fast BF16 kernel.  Both equal the
- *               fast BF16 linear of the dequantized matrix bit for bit.
+ *   fast tier:  up to FP8_INREG_MAX_ROWS_AVX2 / _AVX512 activation rows the codes are decoded in
+ *               registers (to bf16 for vdpbf16ps, to fp32 for FMA: kern_official_fp8_*.c); beyond,
+ *               on AVX2 each block of codes is decoded once into fp32 for the blocked row tiles
+ *               (ds_fp8_ff_blocked_avx2), elsewhere 16 output rows at a time are converted to bf16
+ *               into a per-task buffer (16·in·2 bytes, cache resident) and fed to the active path's
+ *               fast BF16 kernel.  All equal the fast BF16 linear of the dequantized matrix bit
+ *               for bit.
  * Weights below 2^-50 are flushed as the fast BF16 rule says; no copy of the matrix is kept.
  *
  * With `--activations e4m3` (ds_linear.act_e4m3) the rows are first quantized as the official

@@ -39,7 +39,7 @@ typedef struct ds_draft {
     const float *norm;             /* [D] mtp.{S−1}.norm */
     const ds_bf16 *markov_embed;   /* [V][r] lookup table */
     ds_linear markov_head;         /* [V, r] */
-    const ds_bf16 *markov_t;       /* [r][V] transposed copy of a BF16 Markov head (draft_heads.c) */
+    const ds_bf16 *markov_t;       /* [V/64][r][64] blocked transposed copy of a BF16 Markov head (draft_heads.c) */
     const float *markov_norm;      /* [V] upper bounds of ||markov_head[v]||_2 (greedy pruning), or NULL */
     const float *conf_proj;        /* [D + r] confidence head (fp32) */
     int own_vocab;                 /* mtp.0.embed / mtp.{S−1}.head present */

@@ -5,10 +5,13 @@
  * tiny fixture, 256 on the release), and it runs once per draft row, serially, because row i's
  * correction reads the token chosen at row i−1.  Through the generic linear every one of the V
  * outputs is a short dot product ending in a horizontal reduction, which made five Markov rows cost
- * more than the whole draft head.  Here the weight is kept transposed ([r][V], packed once at load)
- * and each output is an element-wise accumulation over j = 0..r−1 in that order, so the compiler
- * vectorizes across outputs and nothing is reduced horizontally; the rows of every sequence of a
- * batched pass share one read of each weight block.  Numerics: the exact tier accumulates the
+ * more than the whole draft head.  Here the weight is kept transposed in blocks of MK_BLOCK outputs
+ * ([V/MK_BLOCK][r][MK_BLOCK], packed once at load) and each output is an element-wise accumulation
+ * over j = 0..r−1 in that order, so the compiler vectorizes across outputs, the accumulators stay
+ * in registers and nothing is reduced horizontally; a block is one contiguous stretch of memory
+ * (a plain [r][V] transpose read each block as r pieces of 512 bytes, V·2 bytes apart, which the
+ * prefetchers could not follow: a full correction ran at ~2 GFLOP/s); the rows of every sequence
+ * of a batched pass share one read of each weight block.  Numerics: the exact tier accumulates the
  * (exact) bf16·bf16 products in float64 and rounds once (docs/NUMERICS.md "float linear"), the
  * fast tier accumulates fp32 products in ascending j (its own fixed order), both independent of
  * the batch and of the thread count.
@@ -28,17 +31,23 @@
 #include "model/fast_vec.h"
 
 
-enum { MK_BLOCK = 256, MK_TASK_BLOCKS = 8, AM_LANES = 16, PF_BLOCK = 64 };
+enum { MK_BLOCK = 64, MK_TASK_BLOCKS = 32, AM_LANES = 16, PF_BLOCK = 64 };
+
+/* Where W[v][j] sits in the packed copy (zero padded to whole blocks). */
+static size_t markov_at(int r, int v, int j) {
+    return ((size_t)(v / MK_BLOCK) * (size_t)r + (size_t)j) * MK_BLOCK + (size_t)(v % MK_BLOCK);
+}
 
 void ds_draft_pack_markov(ds_model *m, ds_draft *d) {
     const ds_linear *L = &d->markov_head;
     d->markov_t = NULL;
     if (L->fmt != DS_LIN_BF16) return;   /* other formats go through the generic linear */
-    const size_t V = (size_t)L->out, r = (size_t)L->in;
-    ds_bf16 *t = ds_model_own(m, ds_amalloc(sizeof(ds_bf16) * V * r));
+    const size_t V = (size_t)L->out, r = (size_t)L->in, Vpad = (V + MK_BLOCK - 1) / MK_BLOCK * MK_BLOCK;
+    ds_bf16 *t = ds_model_own(m, ds_amalloc(sizeof(ds_bf16) * Vpad * r));
+    memset(t + V / MK_BLOCK * MK_BLOCK * r, 0, sizeof(ds_bf16) * (Vpad - V / MK_BLOCK * MK_BLOCK) * r);
     const ds_bf16 *w = L->w;
     for (size_t v = 0; v < V; v++)
-        for (size_t j = 0; j < r; j++) t[j * V + v] = w[v * r + j];
+        for (size_t j = 0; j < r; j++) t[markov_at((int)r, (int)v, (int)j)] = w[v * r + j];
     d->markov_t = t;
     /* ||W[v]||_2 rounded up, for the greedy bound below; a non-finite weight disables the bound */
     float *nv = ds_model_own(m, ds_xmalloc(sizeof(float) * V));
@@ -51,31 +60,49 @@ void ds_draft_pack_markov(ds_model *m, ds_draft *d) {
     d->markov_norm = nv;
 }
 
-/* out[v] += fp32(Σ_j e_j·W[v][j]) for outputs v0..v0+nb−1 of one row (fast tier: fp32, j ascending). */
-DS_CLONES static void markov_block_fast(const ds_bf16 *Wt, size_t V, int r, const float *e, int v0, int nb, float *out) {
-    float acc[MK_BLOCK];
-    for (int i = 0; i < nb; i++) acc[i] = 0.0f;
+/* Eight lanes in GCC's generic vectors, so that every clone keeps the block's 64 accumulators in
+ * registers (an array the compiler vectorized stayed in memory: a load and a store per add). */
+typedef float mk_f8 __attribute__((vector_size(32)));
+typedef uint16_t mk_h8 __attribute__((vector_size(16)));
+typedef uint32_t mk_w8 __attribute__((vector_size(32)));
+enum { MK_VECS = MK_BLOCK / 8 };
+
+static inline mk_f8 mk_widen(const ds_bf16 *p) {
+    mk_h8 h;
+    memcpy(&h, p, sizeof h);
+    const mk_w8 w = __builtin_convertvector(h, mk_w8) << 16;
+    mk_f8 f;
+    memcpy(&f, &w, sizeof f);
+    return f;
+}
+
+/* out[i] += fp32(Σ_j e_j·W[v0+i][j]) for the nb outputs of the packed block blk (fast tier: fp32,
+ * j ascending, a product then a sum as markov_one; the padding past V is computed and dropped). */
+DS_CLONES static void markov_block_fast(const ds_bf16 *blk, int r, const float *e, int nb, float *out) {
+    mk_f8 acc[MK_VECS];
+#pragma GCC unroll 8
+    for (int k = 0; k < MK_VECS; k++) acc[k] = (mk_f8){0};
     for (int j = 0; j < r; j++) {
-        const float ej = e[j];
-        const ds_bf16 *w = Wt + (size_t)j * V + v0;
-#pragma omp simd
-        for (int i = 0; i < nb; i++) acc[i] = acc[i] + ej * ds_bf16_to_f32(w[i]);
+        const float x = e[j];
+        const mk_f8 ej = {x, x, x, x, x, x, x, x};
+        const ds_bf16 *w = blk + (size_t)j * MK_BLOCK;
+#pragma GCC unroll 8
+        for (int k = 0; k < MK_VECS; k++) acc[k] = acc[k] + ej * mk_widen(w + 8 * k);
     }
-#pragma omp simd
-    for (int i = 0; i < nb; i++) out[v0 + i] = out[v0 + i] + acc[i];
+    for (int i = 0; i < nb; i++) out[i] = out[i] + acc[i / 8][i % 8];
 }
 
 /* The same in float64 (exact tier): products of bf16 values are exact, one rounding to fp32. */
-DS_CLONES static void markov_block_exact(const ds_bf16 *Wt, size_t V, int r, const float *e, int v0, int nb, float *out) {
+DS_CLONES static void markov_block_exact(const ds_bf16 *blk, int r, const float *e, int nb, float *out) {
     double acc[MK_BLOCK];
-    for (int i = 0; i < nb; i++) acc[i] = 0.0;
+    for (int i = 0; i < MK_BLOCK; i++) acc[i] = 0.0;
     for (int j = 0; j < r; j++) {
         const double ej = e[j];
-        const ds_bf16 *w = Wt + (size_t)j * V + v0;
+        const ds_bf16 *w = blk + (size_t)j * MK_BLOCK;
 #pragma omp simd
-        for (int i = 0; i < nb; i++) acc[i] = acc[i] + ej * (double)ds_bf16_to_f32(w[i]);
+        for (int i = 0; i < MK_BLOCK; i++) acc[i] = acc[i] + ej * (double)ds_bf16_to_f32(w[i]);
     }
-    for (int i = 0; i < nb; i++) out[v0 + i] = out[v0 + i] + (float)acc[i];
+    for (int i = 0; i < nb; i++) out[i] = out[i] + (float)acc[i];
 }
 
 typedef struct markov_ctx {
@@ -92,9 +119,10 @@ static void markov_task(void *vctx, int t, int thread) {
     const int v_end = c->V < (t + 1) * MK_BLOCK * MK_TASK_BLOCKS ? c->V : (t + 1) * MK_BLOCK * MK_TASK_BLOCKS;
     for (int v0 = t * MK_BLOCK * MK_TASK_BLOCKS; v0 < v_end; v0 += MK_BLOCK) {
         const int nb = v_end - v0 < MK_BLOCK ? v_end - v0 : MK_BLOCK;
+        const ds_bf16 *blk = c->d->markov_t + markov_at(r, v0, 0);
         for (int s = 0; s < c->n; s++) {   /* the block of weights stays in cache across sequences */
-            if (c->exact) markov_block_exact(c->d->markov_t, (size_t)c->V, r, c->e + (size_t)s * r, v0, nb, c->rows[s]);
-            else markov_block_fast(c->d->markov_t, (size_t)c->V, r, c->e + (size_t)s * r, v0, nb, c->rows[s]);
+            if (c->exact) markov_block_exact(blk, r, c->e + (size_t)s * r, nb, c->rows[s] + v0);
+            else markov_block_fast(blk, r, c->e + (size_t)s * r, nb, c->rows[s] + v0);
         }
     }
 }
@@ -155,15 +183,15 @@ int32_t ds_draft_argmax(const float *x, int V, const uint8_t *masked, int32_t ex
 }
 
 /* Markov correction of one output, with the arithmetic of the block routines (same bits). */
-static float markov_one(const ds_draft *d, const float *e, int32_t v, int V, int exact) {
-    const ds_bf16 *w = d->markov_t + v;
+static float markov_one(const ds_draft *d, const float *e, int32_t v, int exact) {
+    const ds_bf16 *w = d->markov_t + markov_at(d->rank, v, 0);
     if (exact) {
         double acc = 0.0;
-        for (int j = 0; j < d->rank; j++) acc = acc + (double)e[j] * (double)ds_bf16_to_f32(w[(size_t)j * V]);
+        for (int j = 0; j < d->rank; j++) acc = acc + (double)e[j] * (double)ds_bf16_to_f32(w[(size_t)j * MK_BLOCK]);
         return (float)acc;
     }
     float acc = 0.0f;
-    for (int j = 0; j < d->rank; j++) acc = acc + e[j] * ds_bf16_to_f32(w[(size_t)j * V]);
+    for (int j = 0; j < d->rank; j++) acc = acc + e[j] * ds_bf16_to_f32(w[(size_t)j * MK_BLOCK]);
     return acc;
 }
 
@@ -195,7 +223,7 @@ static int32_t pick_pruned(const ds_draft *d, const float *b, const float *e, in
     E = sqrt(E) * (1.0 + 1e-3);
     const int32_t v0 = ds_draft_argmax(b, V, mask, noise);
     if (!isfinite(E) || (mask && mask[v0]) || v0 == noise || !isfinite(b[v0])) return -1;
-    const float T = b[v0] + markov_one(d, e, v0, V, exact);
+    const float T = b[v0] + markov_one(d, e, v0, exact);
     if (!isfinite(T)) return -1;
     const double thr = (double)T - fabs((double)T) * 0x1p-20 - 1e-30;
     /* fp32 bounds no smaller than E and no larger than thr: the prefilter's set contains the exact one */
@@ -219,7 +247,7 @@ static int32_t pick_pruned(const ds_draft *d, const float *b, const float *e, in
     int32_t best = -1;
     float bv = 0.0f;
     for (int k = 0; k < n; k++) {
-        const float val = b[cand[k]] + markov_one(d, e, cand[k], V, exact);
+        const float val = b[cand[k]] + markov_one(d, e, cand[k], exact);
         if (!isfinite(val)) return -1;
         if (best < 0 || val > bv) best = cand[k], bv = val;
     }

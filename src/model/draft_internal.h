@@ -7,7 +7,7 @@
 #include "model/draft.h"
 #include "model/forward.h"
 
-/* Keep a transposed [r][V] copy of a BF16 Markov head (d->markov_t; NULL for other formats). */
+/* Keep a transposed copy of a BF16 Markov head in blocks of outputs (d->markov_t; NULL for other formats). */
 void ds_draft_pack_markov(ds_model *m, ds_draft *d);
 
 /* Heads of a pass over n sequences whose B rows each sit in st->X (sequence s: rows s·B..s·B+B−1):

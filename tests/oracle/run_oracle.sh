@@ -7,7 +7,8 @@
 # 1, 7, 16 and 64: per-layer hidden states and logits within 1e-4 relative error and 64 identical
 # greedy tokens, plus the oracle's own check that the fixture is decisive (selection margins >= 1e-3).
 # The DSpark draft of the decisive fixture: every draft pass of a greedy speculative run equals the
-# oracle's (compare_draft.py).  Then a plain (non-decisive) tiny fixture in robust mode: well-formed and finite,
+# oracle's (compare_draft.py), also on the same fixture with a vocabulary of 1000 ids (the tail of every
+# per-id blocking).  Then a plain (non-decisive) tiny fixture in robust mode: well-formed and finite,
 # greedy agreement reported; the same on a fixture written by the oracle's own make_tiny.py, so the
 # release format is exercised by two independent writers and readers.  An engine binary whose
 # `mkmodel` or `generate` does not run is a failure: the comparison could not be made.
@@ -77,6 +78,20 @@ if "$BIN" mkmodel --help >/dev/null 2>&1 && "$BIN" generate --help >/dev/null 2>
     if [ -f "$TMP/tiny_smooth/config.json" ]; then
         part "$PY" tests/oracle/compare_draft.py --bin "$BIN" --model "$TMP/tiny_smooth" --tmp "$TMP/draft_smooth" \
             --prompt-len 40 --steps 24 --seed "$SEED" --label "draft smooth"
+    fi
+    echo "--- DSpark draft vs oracle on a vocabulary of 1000 ids (not a whole number of the 64-output Markov blocks)"
+    if [ -f "$TMP/tiny_smooth/config.json" ] &&
+        "$PY" -c 'import json, sys
+c = json.load(open(sys.argv[1]))
+c["text_config"].update(vocab_size=1000, dspark_noise_token_id=985)
+c["image_token_id"] = 990
+json.dump(c, open(sys.argv[2], "w"))' "$TMP/tiny_smooth/config.json" "$TMP/v1000.json" &&
+        "$BIN" mkmodel --config "$TMP/v1000.json" --smooth --seed "$SEED" --quiet --out "$TMP/tiny_v1000"; then
+        part "$PY" tests/oracle/compare_draft.py --bin "$BIN" --model "$TMP/tiny_v1000" --tmp "$TMP/draft_v1000" \
+            --prompt-len 40 --steps 24 --seed "$SEED" --label "draft vocab 1000"
+    else
+        echo "FAIL the 1000-id tiny fixture could not be written"
+        fail=$((fail + 1))
     fi
     echo "--- engine vs oracle, plain random tiny fixture (robustness, agreement not gated)"
     if "$BIN" mkmodel --config tiny --seed "$SEED" --out "$TMP/tiny_plain"; then

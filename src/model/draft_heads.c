@@ -60,34 +60,20 @@ void ds_draft_pack_markov(ds_model *m, ds_draft *d) {
     d->markov_norm = nv;
 }
 
-/* Eight lanes in GCC's generic vectors, so that every clone keeps the block's 64 accumulators in
- * registers (an array the compiler vectorized stayed in memory: a load and a store per add). */
-typedef float mk_f8 __attribute__((vector_size(32)));
-typedef uint16_t mk_h8 __attribute__((vector_size(16)));
-typedef uint32_t mk_w8 __attribute__((vector_size(32)));
-enum { MK_VECS = MK_BLOCK / 8 };
-
-static inline mk_f8 mk_widen(const ds_bf16 *p) {
-    mk_h8 h;
-    memcpy(&h, p, sizeof h);
-    const mk_w8 w = __builtin_convertvector(h, mk_w8) << 16;
-    mk_f8 f;
-    memcpy(&f, &w, sizeof f);
-    return f;
-}
+enum { MK_VECS = MK_BLOCK / 8 };   /* the block's accumulators: eight 8-lane vectors (fast_vec.h) */
 
 /* out[i] += fp32(Σ_j e_j·W[v0+i][j]) for the nb outputs of the packed block blk (fast tier: fp32,
  * j ascending, a product then a sum as markov_one; the padding past V is computed and dropped). */
 DS_CLONES static void markov_block_fast(const ds_bf16 *blk, int r, const float *e, int nb, float *out) {
-    mk_f8 acc[MK_VECS];
+    v8f acc[MK_VECS];   /* in registers on every clone (a plain float array stayed in memory) */
 #pragma GCC unroll 8
-    for (int k = 0; k < MK_VECS; k++) acc[k] = (mk_f8){0};
+    for (int k = 0; k < MK_VECS; k++) acc[k] = (v8f){0};
     for (int j = 0; j < r; j++) {
         const float x = e[j];
-        const mk_f8 ej = {x, x, x, x, x, x, x, x};
+        const v8f ej = {x, x, x, x, x, x, x, x};
         const ds_bf16 *w = blk + (size_t)j * MK_BLOCK;
 #pragma GCC unroll 8
-        for (int k = 0; k < MK_VECS; k++) acc[k] = acc[k] + ej * mk_widen(w + 8 * k);
+        for (int k = 0; k < MK_VECS; k++) acc[k] = acc[k] + ej * ds_v8_ld_b(w + 8 * k);
     }
     for (int i = 0; i < nb; i++) out[i] = out[i] + acc[i / 8][i % 8];
 }

@@ -484,17 +484,36 @@ enum { FFB_RO = 4, FFB_RR = 3, FFB_KB = 1024, FFB_WS = 1024 + 16, FFB_MAXCHUNK =
  * row tiles' registers, FP8 codes decoded into fp32 (ds_fp8_widen_f32_avx2). */
 enum { FFB_F32, FFB_BF16, FFB_BF16_REG, FFB_FP8 };
 
+/* A row tile's accumulators for half h: zero on the first input block, else the lanes it left in
+ * `part` ([RR][RO][2][8]); out: back into `part`, or after the last block and the second half the
+ * finished outputs. */
+AI void ffb_lanes_in(const float *part, int first, int h, const int RO, const int RR, __m256 acc[FFB_RO][FFB_RR]) {
+#pragma GCC unroll 4
+    for (int j = 0; j < RO; j++)
+#pragma GCC unroll 3
+        for (int i = 0; i < RR; i++)
+            acc[j][i] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(part + (size_t)((i * FFB_RO + j) * 2 + h) * 8);
+}
+
+AI void ffb_lanes_out(float *part, int last, int h, const int RO, const int RR, __m256 acc[FFB_RO][FFB_RR], float *y,
+                      int ystride) {
+#pragma GCC unroll 4
+    for (int j = 0; j < RO; j++)
+#pragma GCC unroll 3
+        for (int i = 0; i < RR; i++) {
+            float *p = part + (size_t)((i * FFB_RO + j) * 2) * 8;
+            if (last && h == 1) y[(size_t)i * ystride + j] = ff_reduce(_mm256_loadu_ps(p), acc[j][i]);
+            else _mm256_storeu_ps(p + 8 * h, acc[j][i]);
+        }
+}
+
 /* One half (lanes 8h .. 8h+7) of RO outputs x RR rows over `nblk` 16-value steps of w (rows
  * wstride floats apart) and x (rows xstride apart, the half's lanes of step b at x + xstep * b).
  * part: [RR][RO][2][8] lanes. */
 AI void ffb_tile(const float *w, size_t wstride, const float *x, size_t xstride, size_t xstep, int nblk, int h,
                  int first, int last, const int RO, const int RR, float *part, float *y, int ystride) {
     __m256 acc[FFB_RO][FFB_RR];
-#pragma GCC unroll 4
-    for (int j = 0; j < RO; j++)
-#pragma GCC unroll 3
-        for (int i = 0; i < RR; i++)
-            acc[j][i] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(part + (size_t)((i * FFB_RO + j) * 2 + h) * 8);
+    ffb_lanes_in(part, first, h, RO, RR, acc);
     w += 8 * h;
     for (int b = 0; b < nblk; b++) {
         __m256 xv[FFB_RR];
@@ -507,14 +526,7 @@ AI void ffb_tile(const float *w, size_t wstride, const float *x, size_t xstride,
             for (int i = 0; i < RR; i++) acc[j][i] = _mm256_fmadd_ps(wv, xv[i], acc[j][i]);
         }
     }
-#pragma GCC unroll 4
-    for (int j = 0; j < RO; j++)
-#pragma GCC unroll 3
-        for (int i = 0; i < RR; i++) {
-            float *p = part + (size_t)((i * FFB_RO + j) * 2) * 8;
-            if (last && h == 1) y[(size_t)i * ystride + j] = ff_reduce(_mm256_loadu_ps(p), acc[j][i]);
-            else _mm256_storeu_ps(p + 8 * h, acc[j][i]);
-        }
+    ffb_lanes_out(part, last, h, RO, RR, acc, y, ystride);
 }
 
 /* The same half-pass straight on bf16 weights (a few rows: decision 151): `nblk` 32-value blocks of
@@ -523,13 +535,9 @@ AI void ffb_tile(const float *w, size_t wstride, const float *x, size_t xstride,
  * 4 x 3 accumulators fit beside the two weight halves. */
 AI void ffbn_tile(const ds_bf16 *w, size_t wstride, const float *x, size_t xstride, size_t xstep, int nblk, int h,
                   int first, int last, const int RO, const int RR, float *part, float *y, int ystride) {
-    __m256 acc[FFB_RO][FFB_RR];
     const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
-#pragma GCC unroll 4
-    for (int j = 0; j < RO; j++)
-#pragma GCC unroll 3
-        for (int i = 0; i < RR; i++)
-            acc[j][i] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(part + (size_t)((i * FFB_RO + j) * 2 + h) * 8);
+    __m256 acc[FFB_RO][FFB_RR];
+    ffb_lanes_in(part, first, h, RO, RR, acc);
     w += 16 * h;
     for (int b = 0; b < nblk; b++) {
         const float *xo = x + xstep * (size_t)(2 * b), *xe = xo + xstep;
@@ -543,30 +551,7 @@ AI void ffbn_tile(const ds_bf16 *w, size_t wstride, const float *x, size_t xstri
                                             _mm256_fmadd_ps(wo, _mm256_loadu_ps(xo + (size_t)i * xstride), acc[j][i]));
         }
     }
-#pragma GCC unroll 4
-    for (int j = 0; j < RO; j++)
-#pragma GCC unroll 3
-        for (int i = 0; i < RR; i++) {
-            float *p = part + (size_t)((i * FFB_RO + j) * 2) * 8;
-            if (last && h == 1) y[(size_t)i * ystride + j] = ff_reduce(_mm256_loadu_ps(p), acc[j][i]);
-            else _mm256_storeu_ps(p + 8 * h, acc[j][i]);
-        }
-}
-
-/* bf16 inputs [k0, k1) of RO rows: in place, except a block reaching past `in`, copied with zeros
- * into dst (rows FFB_WS bf16 apart). */
-static const ds_bf16 *ffbn_block(const ds_ffw *W, int o, int RO, int k0, int k1, ds_bf16 *dst, size_t *wstride) {
-    if (k1 <= W->in) {
-        *wstride = (size_t)W->in;
-        return (const ds_bf16 *)W->w + (size_t)o * W->in + k0;
-    }
-    for (int j = 0; j < RO; j++) {
-        memset(dst + (size_t)j * FFB_WS, 0, sizeof(ds_bf16) * (size_t)(k1 - k0));
-        memcpy(dst + (size_t)j * FFB_WS, (const ds_bf16 *)W->w + (size_t)(o + j) * W->in + k0,
-               sizeof(ds_bf16) * (size_t)(W->in - k0));
-    }
-    *wstride = FFB_WS;
-    return dst;
+    ffb_lanes_out(part, last, h, RO, RR, acc, y, ystride);
 }
 
 /* Widen inputs [k0, k1) (multiples of 32) of RO bf16 rows into dst (rows FFB_KB floats apart),
@@ -594,16 +579,18 @@ static void ffb_widen_bf16(const ds_ffw *W, int o, int RO, int k0, int k1, float
     }
 }
 
-/* F32 inputs [k0, k1) of RO rows: in place, except a block reaching past `in`, copied with zeros. */
-static const float *ffb_f32_block(const ds_ffw *W, int o, int RO, int k0, int k1, float *dst, size_t *wstride) {
+/* Inputs [k0, k1) of RO rows of esz-byte weights (F32, or BF16 split in registers): in place,
+ * except a block reaching past `in`, copied with zeros into dst (rows FFB_WS elements apart). */
+static const void *ffb_plain_block(const ds_ffw *W, size_t esz, int o, int RO, int k0, int k1, void *dst, size_t *wstride) {
+    const uint8_t *w = (const uint8_t *)W->w;
     if (k1 <= W->in) {
         *wstride = (size_t)W->in;
-        return (const float *)W->w + (size_t)o * W->in + k0;
+        return w + ((size_t)o * W->in + k0) * esz;
     }
     for (int j = 0; j < RO; j++) {
-        memset(dst + (size_t)j * FFB_WS, 0, sizeof(float) * (size_t)(k1 - k0));
-        memcpy(dst + (size_t)j * FFB_WS, (const float *)W->w + (size_t)(o + j) * W->in + k0,
-               sizeof(float) * (size_t)(W->in - k0));
+        uint8_t *d = (uint8_t *)dst + (size_t)j * FFB_WS * esz;
+        memset(d, 0, esz * (size_t)(k1 - k0));
+        memcpy(d, w + ((size_t)(o + j) * W->in + k0) * esz, esz * (size_t)(W->in - k0));
     }
     *wstride = FFB_WS;
     return dst;
@@ -646,7 +633,7 @@ AI void ffb_group(const ds_ffw *W, const ds_ffact *X, int o, int c0, int r1, con
         const float *w = NULL;
         const ds_bf16 *wn = NULL;
         if (NATIVE) {
-            wn = ffbn_block(W, o, RO, k0, k1, (ds_bf16 *)scratch, &wstride);
+            wn = ffb_plain_block(W, sizeof(ds_bf16), o, RO, k0, k1, scratch, &wstride);
         } else if (SRC == FFB_BF16) {
             ffb_widen_bf16(W, o, RO, k0, k1, scratch);
             w = scratch;
@@ -654,7 +641,7 @@ AI void ffb_group(const ds_ffw *W, const ds_ffact *X, int o, int c0, int r1, con
             ds_fp8_widen_f32_avx2(W, o, RO, k0, k1, scratch, FFB_WS);
             w = scratch;
         } else {
-            w = ffb_f32_block(W, o, RO, k0, k1, scratch, &wstride);
+            w = ffb_plain_block(W, sizeof(float), o, RO, k0, k1, scratch, &wstride);
         }
         const uint8_t *nb = k1 < W->in ? wo + (size_t)k1 * esz : more_rows ? wo + (size_t)RO * rowb : NULL;
         const int nlen = nb == NULL ? 0 : k1 < W->in ? DS_MIN(FFB_KB, W->in - k1) : DS_MIN(FFB_KB, W->in);

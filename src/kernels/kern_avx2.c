@@ -475,10 +475,12 @@ AI void ff_tile(const ds_ffw *W, const ds_ffact *X, int o, const int RO, const i
  * per 7 loads.  The activations then stream from L2 one half at a time, which is why the
  * dispatcher lays them out with their halves gathered (ds_ffact.halves): a pass reads whole cache
  * lines instead of every other 32 bytes (x 512 rows 1.15-1.4x).  The lanes wait in `part` between
- * blocks and halves.  A BF16 block is first widened into fp32 in the odd / even order of its
- * activation layout (per 32 values the 16 odd ones, then the 16 even ones), after which it is
- * exactly an F32 block of twice as many 16-value steps: the widening is paid once per block, not
- * once per row tile.  6 x 2 tiles (each activation vector serving 6 FMAs) measured 0.8x. */
+ * blocks and halves.  A BF16 block of 24 rows or more (an FP8 block always) is first widened into
+ * fp32 in the odd / even order of its activation layout (per 32 values the 16 odd ones, then the 16
+ * even ones), after which it is exactly an F32 block of twice as many 16-value steps: the widening
+ * is paid once per block, not once per row tile; fewer BF16 rows split the words in the row tiles'
+ * registers instead (ffbn_tile, decision 151).  6 x 2 tiles (each activation vector serving 6
+ * FMAs) measured 0.8x. */
 enum { FFB_RO = 4, FFB_RR = 3, FFB_KB = 1024, FFB_WS = 1024 + 16, FFB_MAXCHUNK = 96 };
 /* Where a group's weight block comes from: F32 in place, BF16 widened into fp32, BF16 split in the
  * row tiles' registers, FP8 codes decoded into fp32 (ds_fp8_widen_f32_avx2). */
@@ -554,7 +556,7 @@ AI void ffbn_tile(const ds_bf16 *w, size_t wstride, const float *x, size_t xstri
     ffb_lanes_out(part, last, h, RO, RR, acc, y, ystride);
 }
 
-/* Widen inputs [k0, k1) (multiples of 32) of RO bf16 rows into dst (rows FFB_KB floats apart),
+/* Widen inputs [k0, k1) (multiples of 32) of RO bf16 rows into dst (rows FFB_WS floats apart),
  * per 32 values the 16 odd ones then the 16 even ones; values past `in` are zero. */
 static void ffb_widen_bf16(const ds_ffw *W, int o, int RO, int k0, int k1, float *dst) {
     const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);

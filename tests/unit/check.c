@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 struct ds_test_case ds_tests[512];
@@ -84,6 +85,12 @@ const char *ds_test_tiny_fixture(void) {
     return state == 1 ? dir : NULL;
 }
 
+static double wall_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 int ds_test_main(int argc, char **argv) {
     int passed = 0, failed = 0;
     for (int i = 0; i < ds_ntests; i++) {
@@ -93,9 +100,12 @@ int ds_test_main(int argc, char **argv) {
             if (!want) continue;
         }
         ds_case_failed = 0;
+        const double t0 = wall_seconds();
         ds_tests[i].fn();
-        if (ds_case_failed) { failed++; printf("not ok %s\n", ds_tests[i].name); }
-        else { passed++; printf("ok %s\n", ds_tests[i].name); }
+        /* each case's wall time, so the slow ones stay visible as the suite grows (CI has a limit) */
+        const double dt = wall_seconds() - t0;
+        if (ds_case_failed) { failed++; printf("not ok %s (%.1f s)\n", ds_tests[i].name, dt); }
+        else { passed++; printf("ok %s (%.1f s)\n", ds_tests[i].name, dt); }
         fflush(stdout);
     }
     for (int i = 0; i < ds_ncleanups; i++) ds_cleanups[i]();

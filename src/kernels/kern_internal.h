@@ -119,6 +119,8 @@ int ds_kernels_bf16dot_active(void);
 extern const ds_kern_ops ds_kern_avx2;
 extern const ds_kern_ops ds_kern_avx512;
 void ds_avx2_quantize_row(const ds_bf16 *x, int k, int8_t *q, float *s);
+/* The AVX2 fast-tier float linears (kern_avx2_fast.c): outputs [o0, o1) of every row of X. */
+void ds_avx2_ff_rows(const ds_ffw *W, const ds_ffact *X, int o0, int o1, float *y, int ystride);
 
 /* Reference pieces on output-row ranges (threaded by the dispatcher). */
 void ds_ref_quantize_rows(const ds_bf16 *x, int n, int k, int8_t *q, float *s);

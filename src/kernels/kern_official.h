@@ -157,7 +157,7 @@ static inline float ds_fp8_scale_f(uint8_t s) {   /* 2^(s-127) as fp32 bits (s =
 #define DS_FP8_SAFE_SMAX 246
 typedef void (*ds_fp8_ff_fn)(const ds_linear *L, const ds_ffact *X, int o0, int o1, float *y, int ystride);
 void ds_fp8_ff_avx2(const ds_linear *L, const ds_ffact *X, int o0, int o1, float *y, int ystride);
-/* AVX2 from two activation rows (kern_avx2.c): each block of codes decoded once into fp32, then the
+/* AVX2 from five activation rows (kern_avx2_fast.c): each block of codes decoded once into fp32, then the
  * blocked F32 row tiles on it; the same bits as the decoded BF16 matrix through the BF16 kernels. */
 void ds_fp8_ff_blocked_avx2(const ds_linear *L, const ds_ffact *X, int o0, int o1, float *y, int ystride);
 /* Inputs [k0, k1) (multiples of 32, k1 <= kpad) of FP8 rows [o, o + RO) of W as fp32 into dst (rows

@@ -31,6 +31,16 @@
 
 static inline int32_t load4(const void *p) { int32_t v; memcpy(&v, p, 4); return v; }
 
+
+/* DS_Q_PREFETCH ahead in panel j of a tile of NP consecutive panels.  Near a panel's end that
+ * distance lands in panel j + 1, which a two-panel tile is already streaming: fetch the same
+ * offset of the next tile's panel j instead, so the next tile starts warm (decision 155). */
+AI void q_prefetch(const ds_packed *P, const uint8_t *wp, int j, int s, const int NP) {
+    const size_t off = (size_t)s * DS_TILE_BYTES + DS_Q_PREFETCH;
+    const size_t wrap = off >= P->panel_bytes ? (size_t)(NP - 1) * P->panel_bytes : 0;
+    _mm_prefetch((const char *)(wp + (size_t)j * P->panel_bytes + off + wrap), _MM_HINT_T0);
+}
+
 /* Scale and store 8 outputs (o0..o0+7) of one row; outputs >= out are dropped. */
 AI void store8(__m256i acc, float sx, const float *scale, int o0, int out, float *yrow) {
     __m256 sc = _mm256_mul_ps(_mm256_set1_ps(sx), _mm256_loadu_ps(scale + o0));
@@ -63,7 +73,7 @@ AI void w8_block(const ds_packed *P, const ds_qact *X, int p, int r, const int N
         for (int j = 0; j < NP; j++)
 #pragma GCC unroll 8
             for (int h = 0; h < 2; h++) {
-                if (h == 0) _mm_prefetch((const char *)(wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES + DS_Q_PREFETCH), _MM_HINT_T0);
+                if (h == 0) q_prefetch(P, wp, j, s, NP);
                 w[j][h] = _mm256_load_si256((const __m256i *)(wp + (size_t)j * P->panel_bytes +
                                                               (size_t)s * DS_TILE_BYTES + 32 * h));
                 aw[j][h] = _mm256_abs_epi8(w[j][h]);
@@ -116,7 +126,7 @@ AI void w4_block(const ds_packed *P, const ds_qact *X, int p, int r, const int N
             for (int j = 0; j < NP; j++)
 #pragma GCC unroll 8
                 for (int h = 0; h < 2; h++) {
-                    if (h == 0) _mm_prefetch((const char *)(wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES + DS_Q_PREFETCH), _MM_HINT_T0);
+                    if (h == 0) q_prefetch(P, wp, j, s, NP);
                     __m256i w = _mm256_load_si256((const __m256i *)(wp + (size_t)j * P->panel_bytes +
                                                                     (size_t)s * DS_TILE_BYTES + 32 * h));
                     __m256i lo = _mm256_and_si256(w, m0f);
@@ -177,7 +187,7 @@ AI void w4_block2x2(const ds_packed *P, const ds_qact *X, int p, int r, float *y
         for (int j = 0; j < 2; j++)
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
-                if (h == 0) _mm_prefetch((const char *)(wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES + DS_Q_PREFETCH), _MM_HINT_T0);
+                if (h == 0) q_prefetch(P, wp, j, s, 2);
                 __m256i w = _mm256_load_si256((const __m256i *)(wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES + 32 * h));
                 __m256i lo = _mm256_and_si256(w, m0f);
                 __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m0f);

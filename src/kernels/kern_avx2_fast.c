@@ -64,7 +64,14 @@ AI void ff_tile(const ds_ffw *W, const ds_ffact *X, int o, const int RO, const i
             for (int j = 0; j < RO; j++) {
                 const uint8_t *src = b < full ? wbase + (size_t)j * rowb + (size_t)b * esz + 32 * h
                                               : tail + 64 * j + 32 * h;
-                if (h == 0 && b < full) _mm_prefetch((const char *)(src + 1024), _MM_HINT_T1); /* into L2: decision 145 */
+                if (h == 0 && b < full) {
+                    /* into L2 (decision 145).  In the last KiB of a row the same distance would land
+                     * in row j + 1, which this tile is already streaming: fetch the start of the
+                     * next tile's row j instead (rows are contiguous), so that a tile begins warm
+                     * (decision 155) */
+                    const size_t wrap = (size_t)b * esz + 1024 >= rowb ? (size_t)(RO - 1) * rowb : 0;
+                    _mm_prefetch((const char *)(src + 1024 + wrap), _MM_HINT_T1);
+                }
                 __m256i v = _mm256_loadu_si256((const __m256i *)src);
                 if (BF16) {
                     w0[j] = _mm256_castsi256_ps(_mm256_and_si256(v, hi));

@@ -95,14 +95,18 @@ static void sample_limits(bs_limits *l, int quick) {
     const double bw = bs.best;
     const char *what = NULL;
     double pk = ds_bench_int8_peak(&what);
+    const char *fw = NULL, *bw16 = NULL;
+    const double fpk = ds_bench_float_peak(0, &fw), bpk = ds_bench_float_peak(1, &bw16);
+    if (fpk > l->f32_peak) l->f32_peak = fpk, l->f32_what = fw;
+    if (bpk > l->bf16_peak) l->bf16_peak = bpk, l->bf16_what = bw16;
     if (bw > l->read_bw) l->read_bw = bw, l->read_median = bs.median;
     if (!l->read_passes || bs.worst < l->read_worst) l->read_worst = bs.worst;
     l->read_passes += bs.passes;
     if (pk > l->peak) { l->peak = pk; l->peak_what = what; }
     l->samples++;
     fprintf(stderr, "  limits sample %d: read %.1f GB/s (median %.1f, worst %.1f of %d passes of %zu MiB over %zu MiB), "
-            "int8 %.0f GOP/s (best so far %.1f GB/s, %.0f GOP/s)\n", l->samples, bw, bs.median, bs.worst, bs.passes,
-            bs.pass_bytes >> 20, bs.buffer_bytes >> 20, pk, l->read_bw, l->peak);
+            "int8 %.0f GOP/s, fp32 %.0f / bf16 %.0f GOP/s (best so far %.1f GB/s, %.0f GOP/s)\n", l->samples, bw,
+            bs.median, bs.worst, bs.passes, bs.pass_bytes >> 20, bs.buffer_bytes >> 20, pk, fpk, bpk, l->read_bw, l->peak);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -139,9 +143,12 @@ static int run_level(bs_run *r, ds_seq **seqs, float **logits, int conc, int ste
         ds_dist_bcast(tok, sizeof(int32_t) * (size_t)conc, 0);   /* mpirun: every rank feeds rank 0's picks */
         uint64_t b0 = ds_kernels_weight_bytes_read();
         ds_prof_take(ph);   /* discards what came before: the profile brackets the step */
+        if (s >= 0) ds_kernels_observe(bs_tally_observe, out->calls);
         double c0 = ds_dist_comm_seconds(), t0 = ds_now();
-        if (ds_batch_step(r->m, conc, seqs, tp, rows, logits, nl, r->err, sizeof r->err)) { free(t); return -1; }
+        int bad = ds_batch_step(r->m, conc, seqs, tp, rows, logits, nl, r->err, sizeof r->err);
         double dt = ds_now() - t0;
+        ds_kernels_observe(NULL, NULL);
+        if (bad) { free(t); return -1; }
         ds_prof_take(ph);
         if (s < 0) continue;
         comm += ds_dist_comm_seconds() - c0;
@@ -155,7 +162,7 @@ static int run_level(bs_run *r, ds_seq **seqs, float **logits, int conc, int ste
     snprintf(what, sizeof what, "  concurrency %2d decode steps", conc);
     ds_cli_dist_comm_share(stderr, what, comm, sum);
     qsort(t, (size_t)steps, sizeof(double), cmp_double);
-    *out = (bs_level){.conc = conc, .steps = steps, .t_mean = sum / steps, .bytes_step = bytes / steps,
+    *out = (bs_level){.conc = conc, .steps = steps, .t_mean = sum / steps, .bytes_step = bytes / steps, .calls = out->calls,
                       .t_median = steps % 2 ? t[steps / 2] : 0.5 * (t[steps / 2 - 1] + t[steps / 2])};
     for (int p = 0; p < DS_PH_COUNT; p++) out->phase_s[p] = ph_sum[p] / steps;
     free(t);
@@ -185,8 +192,10 @@ static int decode_sweep(bs_run *r, const bs_opts *o, bs_tier *t) {
     }
     fprintf(stderr, "  prefilling %d sequences of %d tokens\n", nmax, P);
     if (ds_batch_step(r->m, nmax, seqs, tp, rows, logits, nl, r->err, sizeof r->err)) rc = -1;
-    for (int l = 0; !rc && l < BS_N_LEVELS; l++)
+    for (int l = 0; !rc && l < BS_N_LEVELS; l++) {
+        t->lv[l].calls = bs_tally_new();
         rc = run_level(r, seqs, logits, o->levels[l], o->decode_steps, &t->lv[l]);
+    }
     for (int i = 0; i < nmax; i++) { ds_seq_free(seqs[i]); free(logits[i]); }
     free(seqs); free(logits); free(prompts); free(tp); free(rows); free(nl);
     return rc;
@@ -202,11 +211,14 @@ static int ttft(bs_run *r, const bs_opts *o, bs_tier *t) {
     fprintf(stderr, "  prefilling a %d-token prompt in %d-token chunks\n", P, C);
     uint64_t mac0 = ds_kernels_macs();
     double ph[DS_PH_COUNT];
+    t->prefill_calls = bs_tally_new();
     double t0 = ds_now(), c0 = ds_dist_comm_seconds();
     for (int p = 0; p < P && !rc; p += C) {
         int n = DS_MIN(C, P - p), last = p + n == P;
         ds_prof_take(ph);   /* discards what came before: the profile brackets the chunk */
+        ds_kernels_observe(bs_tally_observe, t->prefill_calls);
         rc = ds_seq_step(r->m, s, prompt + p, n, last ? logits : NULL, last, r->err, sizeof r->err);
+        ds_kernels_observe(NULL, NULL);
         ds_prof_take(ph);
         for (int q = 0; q < DS_PH_COUNT; q++) t->prefill_phase_s[q] += ph[q];
     }
@@ -275,6 +287,11 @@ static int json_writable(const char *path) {
     return 0;
 }
 
+static void free_tallies(bs_tier *t) {
+    for (int l = 0; l < BS_N_LEVELS; l++) bs_tally_free(t->lv[l].calls);
+    bs_tally_free(t->prefill_calls);
+}
+
 static int run_all(bs_opts *o) {
     ds_error err;
     if (ds_kernels_select(o->kernels, &err)) { fprintf(stderr, "dsflash perf serve: %s\n", err.msg); return 2; }
@@ -284,11 +301,11 @@ static int run_all(bs_opts *o) {
     if (o->json && !json_writable(o->json)) return 3;
     bs_limits lim = {0};
     bs_tier tiers[BS_MAX_TIERS];
-    for (int i = 0; i < o->n_tiers; i++) {
-        int rc = run_tier(o, o->tiers[i], &lim, &tiers[i]);
-        if (rc) return rc;
-    }
-    int over = bs_report(o, &lim, tiers, o->n_tiers, ds_kernels_active());
+    int rc = 0, done = 0;
+    for (; done < o->n_tiers && !rc; done++) rc = run_tier(o, o->tiers[done], &lim, &tiers[done]);
+    int over = rc ? 0 : bs_report(o, &lim, tiers, o->n_tiers, ds_kernels_active());
+    for (int i = 0; i < done; i++) free_tallies(&tiers[i]);
+    if (rc) return rc;
     if (over < 0) return 3;
     return 0;
 }

@@ -6,6 +6,7 @@
 #ifndef DS_CLI_CMD_BENCH_SERVE_H
 #define DS_CLI_CMD_BENCH_SERVE_H
 #include "base/phase_prof.h"
+#include "cli/bench_floor.h"
 #include <stdint.h>
 
 #define BS_N_LEVELS 4
@@ -19,6 +20,8 @@ typedef struct {
     int read_passes;         /* read passes over the run */
     double peak;             /* int8 GOP/s (2 ops per multiply-add) */
     const char *peak_what;
+    double f32_peak, bf16_peak;   /* GOP/s of the fast tier's float linears: FMA on fp32, the bf16 path */
+    const char *f32_what, *bf16_what;
     int samples;
 } bs_limits;
 
@@ -28,6 +31,7 @@ typedef struct {
     double t_median, t_mean;  /* seconds per step */
     double bytes_step;        /* mean distinct weight bytes one step read (kernel counter) */
     double phase_s[DS_PH_COUNT];  /* --profile: mean seconds per step in each phase (exclusive) */
+    bs_tally *calls;          /* every linear call of the timed steps (the linears' floor) */
 } bs_level;
 
 typedef struct {
@@ -38,6 +42,7 @@ typedef struct {
     double ttft_s;            /* first chunk start to the argmax of the last chunk's logits */
     double prefill_macs;      /* multiply-adds of the linears over that prefill */
     double prefill_phase_s[DS_PH_COUNT];  /* --profile: seconds of that whole prefill in each phase */
+    bs_tally *prefill_calls;  /* every linear call of that prefill */
 } bs_tier;
 
 typedef struct {

@@ -16,6 +16,7 @@
 
 #define BW_PROBE "read-bandwidth probe (ds_bench_read_bw, src/kernels/membench.c)"
 #define PEAK_PROBE "int8-peak probe (ds_bench_int8_peak, src/kernels/membench.c)"
+#define FLOOR_PROBES "read-bandwidth, int8- and float-peak probes (src/kernels/membench.c)"
 
 /* Percentage of a limit; counts and announces the ones above 100%. */
 static double pct(double achieved, double limit, const char *what, const char *probe, int *over) {
@@ -37,7 +38,18 @@ static pct_text fmt_pct(double p) {
 
 typedef struct {
     double tok_s, tok_s_wall, roof_tok_s, pct_roof, vs_conc1;
+    double floor_s, floor_compute_s, pct_floor;   /* per step; floor_s < 0: no floor (float64 linears) */
 } level_figs;
+
+/* The linears' floor (bench_floor.h) of `calls` over `secs` of `n` steps, and its % of those seconds. */
+static void floor_figures(const bs_tally *calls, int n, double secs, const bs_limits *lim, const char *what,
+                          int *over, double *floor_s, double *compute_s, double *pct_floor) {
+    const double peaks[DS_MAC_CLASSES] = {lim->peak, lim->f32_peak, lim->bf16_peak, 0};
+    double c = 0, f = bs_tally_floor(calls, lim->read_bw, peaks, &c);
+    *floor_s = f < 0 ? -1 : f / n;
+    *compute_s = f < 0 ? 0 : c / n;
+    *pct_floor = f < 0 ? 0 : pct(f / n, secs, what, FLOOR_PROBES, over);
+}
 
 static level_figs level_figures(const bs_level *lv, const bs_level *lv1, const bs_limits *lim, const char *tier,
                                 int *over) {
@@ -50,6 +62,8 @@ static level_figs level_figures(const bs_level *lv, const bs_level *lv1, const b
     snprintf(what, sizeof what, "%s decode at concurrency %d", tier, lv->conc);
     f.pct_roof = pct(f.tok_s, f.roof_tok_s, what, BW_PROBE, over);
     f.vs_conc1 = f.tok_s / (lv1->conc / lv1->t_median);
+    snprintf(what, sizeof what, "the linears' floor of %s decode at concurrency %d", tier, lv->conc);
+    floor_figures(lv->calls, lv->steps, lv->t_median, lim, what, over, &f.floor_s, &f.floor_compute_s, &f.pct_floor);
     return f;
 }
 
@@ -68,13 +82,27 @@ static void print_tier(const bs_tier *t, const bs_limits *lim, int *over) {
     printf("| TTFT, %d-token prompt in %d-token chunks | %.2f s | | |\n", t->prompt_tokens, t->chunk, t->ttft_s);
     printf("| prefill, %d-token chunks | %.1f tok/s, %.1f GOP/s (%.1f MMAC/token) | int8 peak %.0f GOP/s | %s |\n",
            t->chunk, pf_tok_s, pf_gops, t->prefill_macs / t->prompt_tokens / 1e6, lim->peak, fmt_pct(pf_pct).s);
+    double pff, pfc, pfp;
+    snprintf(what, sizeof what, "the linears' floor of the %s prefill", t->numerics);
+    floor_figures(t->prefill_calls, 1, t->ttft_s, lim, what, over, &pff, &pfc, &pfp);
+    if (pff >= 0)
+        printf("| prefill, its linears' floor | %.2f s of the %.2f s (%s of the floor compute-bound) | bytes or operations"
+               " per call | %s |\n", pff, t->ttft_s, fmt_pct(pff > 0 ? 100.0 * pfc / pff : 0).s, fmt_pct(pfp).s);
+    else
+        printf("| prefill, its linears' floor | n/a: float64 linears (no probe measures their peak) | | |\n");
     printf("\n| concurrency | ms/step (median) | aggregate tok/s | wall tok/s | MB read/step | batched roofline tok/s "
-           "| %% of roofline | vs concurrency 1 |\n|---|---|---|---|---|---|---|---|\n");
+           "| %% of roofline | vs concurrency 1 | linears' floor ms/step (compute-bound share) | %% of the floor |\n"
+           "|---|---|---|---|---|---|---|---|---|---|\n");
     for (int l = 0; l < BS_N_LEVELS; l++) {
         const bs_level *lv = &t->lv[l];
         level_figs f = l ? level_figures(lv, l1, lim, t->numerics, over) : f1;
-        printf("| %d | %.1f | %.2f | %.2f | %.1f | %.2f | %s | %.2fx |\n", lv->conc, 1e3 * lv->t_median, f.tok_s,
+        printf("| %d | %.1f | %.2f | %.2f | %.1f | %.2f | %s | %.2fx |", lv->conc, 1e3 * lv->t_median, f.tok_s,
                f.tok_s_wall, lv->bytes_step / 1e6, f.roof_tok_s, fmt_pct(f.pct_roof).s, f.vs_conc1);
+        if (f.floor_s >= 0)
+            printf(" %.1f (%s) | %s |\n", 1e3 * f.floor_s, fmt_pct(f.floor_s > 0 ? 100.0 * f.floor_compute_s / f.floor_s : 0).s,
+                   fmt_pct(f.pct_floor).s);
+        else
+            printf(" n/a (float64 linears) | n/a |\n");
     }
 }
 
@@ -105,6 +133,30 @@ static void print_profile(const bs_tier *t) {
     printf(" %.2f |\n", 1e3 * ptot / chunks);
 }
 
+/* The floor (null when there is none) and the raw tally it came from: every distinct linear call
+ * (class, weight bytes, multiply-adds) and how many times it ran in the section. */
+static void add_floor_json(cJSON *e, const bs_tally *calls, double floor_s, double compute_s, double pct_floor) {
+    if (floor_s >= 0) {
+        cJSON_AddNumberToObject(e, "linear_floor_s", floor_s);
+        cJSON_AddNumberToObject(e, "linear_floor_compute_s", compute_s);
+        cJSON_AddNumberToObject(e, "pct_linear_floor", pct_floor);
+    } else {
+        cJSON_AddNullToObject(e, "linear_floor_s");
+    }
+    cJSON *arr = cJSON_AddArrayToObject(e, "linear_calls");
+    for (size_t i = 0; calls && i < BS_KINDS_MAX; i++) {
+        const bs_call_kind *k = &calls->k[i];
+        if (!k->calls) continue;
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddStringToObject(c, "class", bs_mac_class_name(k->cls));
+        cJSON_AddNumberToObject(c, "bytes", (double)k->bytes);
+        cJSON_AddNumberToObject(c, "macs", (double)k->macs);
+        cJSON_AddNumberToObject(c, "calls", (double)k->calls);
+        cJSON_AddItemToArray(arr, c);
+    }
+    cJSON_AddNumberToObject(e, "linear_calls_lost", calls ? (double)calls->lost : 0);
+}
+
 static cJSON *tier_json(const bs_tier *t, const bs_limits *lim, int profile) {
     int ignored = 0;
     cJSON *j = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(j, "concurrency");
@@ -124,6 +176,7 @@ static cJSON *tier_json(const bs_tier *t, const bs_limits *lim, int profile) {
         cJSON_AddNumberToObject(e, "roofline_tok_s", f.roof_tok_s);
         cJSON_AddNumberToObject(e, "pct_roofline", f.pct_roof);
         cJSON_AddNumberToObject(e, "vs_conc1", f.vs_conc1);
+        add_floor_json(e, lv->calls, f.floor_s, f.floor_compute_s, f.pct_floor);
         if (profile) { /* --profile: mean seconds per step of each phase, named as in the table */
             cJSON *ph = cJSON_AddObjectToObject(e, "phase_s");
             for (int p = 0; p < DS_PH_COUNT; p++) cJSON_AddNumberToObject(ph, ds_phase_name((ds_phase)p), lv->phase_s[p]);
@@ -143,6 +196,9 @@ static cJSON *tier_json(const bs_tier *t, const bs_limits *lim, int profile) {
         for (int q = 0; q < DS_PH_COUNT; q++) cJSON_AddNumberToObject(ph, ds_phase_name((ds_phase)q), t->prefill_phase_s[q]);
     }
     cJSON_AddNumberToObject(p, "pct_int8_peak", 100.0 * gops / lim->peak);
+    double pff, pfc, pfp;
+    floor_figures(t->prefill_calls, 1, t->ttft_s, lim, "", &ignored, &pff, &pfc, &pfp);
+    add_floor_json(p, t->prefill_calls, pff, pfc, pfp);
     return j;
 }
 
@@ -162,6 +218,10 @@ static int write_json(const char *path, const bs_opts *o, const bs_limits *lim, 
     cJSON_AddNumberToObject(l, "read_passes", lim->read_passes);
     cJSON_AddNumberToObject(l, "int8_peak_gops", lim->peak);
     cJSON_AddStringToObject(l, "int8_peak_what", lim->peak_what ? lim->peak_what : "");
+    cJSON_AddNumberToObject(l, "f32_peak_gops", lim->f32_peak);
+    cJSON_AddStringToObject(l, "f32_peak_what", lim->f32_what ? lim->f32_what : "");
+    cJSON_AddNumberToObject(l, "bf16_peak_gops", lim->bf16_peak);
+    cJSON_AddStringToObject(l, "bf16_peak_what", lim->bf16_what ? lim->bf16_what : "");
     cJSON_AddNumberToObject(l, "samples", lim->samples);
     cJSON *arr = cJSON_AddArrayToObject(root, "tiers");
     for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, tier_json(&t[i], lim, o->profile));
@@ -186,15 +246,20 @@ int bs_report(const bs_opts *o, const bs_limits *lim, const bs_tier *t, int n_ti
     printf("dsflash perf serve: model %s, %d threads, kernel path %s%s\n", o->model, ds_pool_threads(), kernel_path,
            o->quick ? " (--quick)" : "");
     printf("limits (best of %d samples through this run): read-only %.1f GB/s (spread of its %d passes: median %.1f of"
-           " the best sample, worst %.1f) | int8 peak %.0f GOP/s (%s)\n", lim->samples, lim->read_bw, lim->read_passes,
-           lim->read_median, lim->read_worst, lim->peak, lim->peak_what ? lim->peak_what : "?");
+           " the best sample, worst %.1f) | int8 peak %.0f GOP/s (%s) | fp32 peak %.0f GOP/s (%s) | bf16-path peak %.0f"
+           " GOP/s (%s)\n", lim->samples, lim->read_bw, lim->read_passes, lim->read_median, lim->read_worst, lim->peak,
+           lim->peak_what ? lim->peak_what : "?", lim->f32_peak, lim->f32_what ? lim->f32_what : "?", lim->bf16_peak,
+           lim->bf16_what ? lim->bf16_what : "?");
     for (int i = 0; i < n_tiers; i++) {
         print_tier(&t[i], lim, &over);
         if (o->profile) print_profile(&t[i]);
     }
     printf("\n(rates from the median step, 'wall' from the mean; MB read = distinct weight bytes the kernels streamed"
            " (dense + the union of routed experts); batched roofline = rows x read BW / MB read per step; prefill ops"
-           " = 2 x linear multiply-adds; TTFT ends at the argmax of the last chunk's logits)\n");
+           " = 2 x linear multiply-adds; TTFT ends at the argmax of the last chunk's logits; linears' floor = the sum over"
+           " the section's linear calls of the larger of weight bytes / read BW and 2 x multiply-adds / the peak of the"
+           " units the call runs on (int8, fp32 FMA, bf16 path): what the linears alone cannot beat; attention, norms"
+           " and mixes are outside it)\n");
     if (over) printf("WARNING: %d ratio(s) above 100%%: the limits above are too low to judge against\n", over);
     fflush(stdout);
     if (o->json && write_json(o->json, o, lim, t, n_tiers, kernel_path)) return -1;

@@ -154,6 +154,34 @@ static uint64_t weight_bytes(const ds_linear *L) {
     }
 }
 
+ds_mac_class ds_linear_mac_class(const ds_linear *L) {
+    switch (L->fmt) {
+    case DS_LIN_W8A8:
+    case DS_LIN_W4A8: return DS_MAC_INT8;
+    case DS_LIN_MXFP4: if (!L->act_e4m3) return DS_MAC_INT8; break;   /* e4m3 rows: the float paths */
+    default: break;
+    }
+    if (L->numerics != DS_NUMERICS_FAST) return DS_MAC_F64;
+    return L->fmt == DS_LIN_F32 ? DS_MAC_F32 : DS_MAC_BF16;
+}
+
+/* Set and cleared by a benchmark while no forward runs; read by every call after that. */
+static ds_kernel_call_fn g_observer;
+static void *g_observer_ctx;
+void ds_kernels_observe(ds_kernel_call_fn fn, void *ctx) {
+    g_observer = fn;
+    g_observer_ctx = ctx;
+}
+
+/* Every linear call counts once, whatever its row count, before it runs. */
+static void count_call(const ds_linear *L, int n) {
+    if (n <= 0) return;
+    const uint64_t bytes = weight_bytes(L), macs = (uint64_t)L->out * (uint64_t)L->in * (uint64_t)n;
+    atomic_fetch_add_explicit(&g_weight_bytes, bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&g_macs, macs, memory_order_relaxed);
+    if (g_observer) g_observer(g_observer_ctx, ds_linear_mac_class(L), bytes, macs);
+}
+
 /* ---- per-thread scratch: slots that grow and are reused (no page faults per call) ---- */
 typedef struct { void *p; size_t cap; } scratch_slot;
 static _Thread_local scratch_slot tl_scratch[DS_SLOT_N];
@@ -360,8 +388,7 @@ void ds_linear_forward_q_many(const ds_linear_job *jobs, int n_jobs) {
                 const ds_linear *L = jobs[k].L;
                 if (jobs[k].n <= 0) continue;
                 if (L->fmt != DS_LIN_MXFP4) { ds_linear_forward_q_many(&jobs[k], 1); continue; }
-                atomic_fetch_add_explicit(&g_weight_bytes, weight_bytes(L), memory_order_relaxed);
-                atomic_fetch_add_explicit(&g_macs, (uint64_t)L->out * (uint64_t)L->in * (uint64_t)jobs[k].n, memory_order_relaxed);
+                count_call(L, jobs[k].n);
                 mx[nm++] = jobs[k];
             }
             ds_official_forward_q_many(mx, nm);
@@ -375,9 +402,7 @@ void ds_linear_forward_q_many(const ds_linear_job *jobs, int n_jobs) {
         const ds_linear *L = jobs[j].L;
         if (jobs[j].n <= 0) continue;
         total_work += (double)L->out * L->in * jobs[j].n;
-        atomic_fetch_add_explicit(&g_weight_bytes, weight_bytes(L), memory_order_relaxed);
-        atomic_fetch_add_explicit(&g_macs, (uint64_t)L->out * (uint64_t)L->in * (uint64_t)DS_MAX(jobs[j].n, 0),
-                                  memory_order_relaxed);
+        count_call(L, jobs[j].n);
         announce(L->fmt, 0);
         if (o) {
             size_t kpad = (size_t)((L->in + 63) & ~63);
@@ -519,8 +544,7 @@ static void ff_forward(const ds_linear *L, const ds_kern_ops *o, const ds_bf16 *
 void ds_linear_forward(const ds_linear *L, const ds_bf16 *x, int n, float *y) {
     if (n <= 0) return;
     if (L->fmt == DS_LIN_FP8 || L->fmt == DS_LIN_MXFP4) {   /* official formats: official.c */
-        atomic_fetch_add_explicit(&g_weight_bytes, weight_bytes(L), memory_order_relaxed);
-        atomic_fetch_add_explicit(&g_macs, (uint64_t)L->out * (uint64_t)L->in * (uint64_t)n, memory_order_relaxed);
+        count_call(L, n);
         ds_official_forward(L, x, n, y);
         return;
     }
@@ -532,8 +556,7 @@ void ds_linear_forward(const ds_linear *L, const ds_bf16 *x, int n, float *y) {
         return;
     }
     const ds_kern_ops *o = ops();
-    atomic_fetch_add_explicit(&g_weight_bytes, weight_bytes(L), memory_order_relaxed);
-    atomic_fetch_add_explicit(&g_macs, (uint64_t)L->out * (uint64_t)L->in * (uint64_t)n, memory_order_relaxed);
+    count_call(L, n);
     int fast = L->numerics == DS_NUMERICS_FAST;
     announce(L->fmt, fast);
     if (fast && o) {

@@ -95,6 +95,17 @@ size_t ds_kernels_packed_bytes(void);
 uint64_t ds_kernels_weight_bytes_read(void);
 /* Multiply-adds issued by linear forwards since start (out * in * n per call). */
 uint64_t ds_kernels_macs(void);
+/* What a linear's multiply-adds run on, so a benchmark can set each call against the right peak:
+ * int8 dot products (W8A8, W4A8, MXFP4 with int8 rows), fp32 FMA on fp32 weights (fast-tier F32),
+ * the fast tier's bf16 path (BF16 and FP8 weights: vdpbf16ps where the CPU has it, else widening +
+ * FMA), and the exact tier's float64 accumulation (no probe measures its peak). */
+typedef enum { DS_MAC_INT8, DS_MAC_F32, DS_MAC_BF16, DS_MAC_F64, DS_MAC_CLASSES } ds_mac_class;
+ds_mac_class ds_linear_mac_class(const ds_linear *L);
+/* Called once per linear call (n > 0 rows) with its class, weight bytes and multiply-adds, from
+ * the calling thread (several at once when forwards run concurrently).  Install or clear (NULL)
+ * only while no forward runs. */
+typedef void (*ds_kernel_call_fn)(void *ctx, ds_mac_class cls, uint64_t weight_bytes, uint64_t macs);
+void ds_kernels_observe(ds_kernel_call_fn fn, void *ctx);
 
 /* Several independent quantized linears in ONE pool dispatch (e.g. w1 and w3 of every expert of a
  * MoE step, or wq_a + wkv on the same rows).  Each job has its own rows; outputs are identical to

@@ -50,10 +50,20 @@ for c in 1 4 16 32; do
     check "concurrency $c row in both tiers" rows "^| $c | [0-9.]* | [0-9.]* | [0-9.]* | [0-9.]* | [0-9.]* | [0-9.]*% | [0-9.]*x |"
 done
 
-# ---- every percentage in (0, 100] and no warning ----
-pcts=$(grep '^|' "$OUT" | grep -oE '[0-9]+(\.[0-9]+)?%' | tr -d '%')
+# ---- the linears' floor: in the fast tier per level and for the prefill; n/a in the exact tier (float64) ----
+n=$(grep -cE '^\| (1|4|16|32) \| .*x \| [0-9.]+ \([0-9.]+%\) \| [0-9.]+% \|$' "$OUT")
+check "a linears' floor (with its compute-bound share) on the 4 fast-tier levels" [ "$n" = 4 ]
+n=$(grep -cE '^\| (1|4|16|32) \| .*x \| n/a \(float64 linears\) \| n/a \|$' "$OUT")
+check "no floor on the 4 exact-tier levels (float64 linears have no probed peak)" [ "$n" = 4 ]
+check "the fast prefill's floor row" grep -qE '^\| prefill, its linears. floor \| [0-9.]+ s of the [0-9.]+ s \([0-9.]+% of the floor compute-bound\) \| bytes or operations per call \| [0-9.]+% \|$' "$OUT"
+check "the exact prefill's floor row says n/a" grep -q '^| prefill, its linears. floor | n/a: float64 linears' "$OUT"
+shares=$(grep '^|' "$OUT" | grep -oE '\([0-9]+(\.[0-9]+)?%' | tr -d '(%' | awk '$1 < 0 || $1 > 100' | tr '\n' ' ')
+if [ -z "$shares" ]; then ok "every compute-bound share is in [0, 100]"; else bad "compute-bound shares outside [0, 100]: $shares" "$OUT"; fi
+
+# ---- every percentage of a limit in (0, 100] and no warning ----
+pcts=$(grep '^|' "$OUT" | grep -oE ' [0-9]+(\.[0-9]+)?%' | tr -d ' %')
 n=$(echo "$pcts" | grep -c .)
-check "12 percentages printed (2 per tier above the sweep, 4 per sweep)" [ "$n" = 12 ]
+check "17 percentages of a limit printed (exact: 2 + 4 levels; fast: 3 + 4 levels x 2)" [ "$n" = 17 ]
 badp=$(echo "$pcts" | awk '$1 <= 0 || $1 > 100' | tr '\n' ' ')
 if [ -z "$badp" ]; then ok "every % is in (0, 100]"; else bad "percentages outside (0, 100]: $badp" "$OUT"; fi
 if grep -q WARNING "$OUT"; then bad "no ratio above 100% (warnings printed)" "$OUT"; else ok "no over-100% warning"; fi
@@ -82,7 +92,22 @@ for (const t of j.tiers) {
     if (p.prompt_tokens !== 512 || p.chunk !== 128) errs.push("prefill shape");
     near(p.gops, 2 * p.macs / p.ttft_s / 1e9, `${t.numerics} prefill GOP/s`);
     near(p.pct_int8_peak, 100 * p.gops / j.limits.int8_peak_gops, `${t.numerics} prefill %`);
+    // the linears' floor, recomputed from the listed calls: per call max(bytes / BW, 2 macs / peak)
+    const L = j.limits, peak = { int8: L.int8_peak_gops, f32: L.f32_peak_gops, bf16: L.bf16_peak_gops };
+    const floorOf = (calls) => calls.some(c => !(c.class in peak)) ? null
+        : calls.reduce((a, c) => a + c.calls * Math.max(c.bytes / (L.read_bw_gbs * 1e9), 2 * c.macs / (peak[c.class] * 1e9)), 0);
+    for (const [what, e, n, secs] of [...t.concurrency.map(c => [`c${c.conc}`, c, c.steps, c.step_s_median]),
+                                      ["prefill", p, 1, p.ttft_s]]) {
+        if (!(e.linear_calls.length > 0 && e.linear_calls_lost === 0)) errs.push(`${t.numerics} ${what}: no calls tallied`);
+        const f = floorOf(e.linear_calls);
+        if (t.numerics === "exact") { if (e.linear_floor_s !== null) errs.push(`exact ${what}: a floor over float64 calls`); continue; }
+        if (f === null || e.linear_floor_s === null) { errs.push(`fast ${what}: no floor`); continue; }
+        near(e.linear_floor_s, f / n, `fast ${what} floor`);
+        near(e.pct_linear_floor, 100 * e.linear_floor_s / secs, `fast ${what} % of floor`);
+        if (!(e.linear_floor_compute_s >= 0 && e.linear_floor_compute_s <= e.linear_floor_s * (1 + 1e-9))) errs.push(`fast ${what} compute share`);
+    }
 }
+if (!(j.limits.f32_peak_gops > 0 && j.limits.bf16_peak_gops > 0)) errs.push("float peaks");
 if (errs.length) { console.log(errs.join("\n")); process.exit(1); }
 EOF
 if node "$TMP/check.mjs" "$JSON" > "$TMP/json.log" 2>&1; then ok "--json record complete, ratios recompute from raw figures"

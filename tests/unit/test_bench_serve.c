@@ -111,4 +111,77 @@ TEST(json_record_holds_the_same_figures) {
     cJSON_Delete(j);
 }
 
+/* The linears' floor: per call the larger of bytes / read BW and 2 x macs / the class's peak. */
+static void tally_n(bs_tally *t, ds_mac_class cls, uint64_t bytes, uint64_t macs, int calls) {
+    for (int i = 0; i < calls; i++) bs_tally_observe(t, cls, bytes, macs);
+}
+
+TEST(linears_floor_matches_hand_computed_values) {
+    bs_tier t;
+    make_tier(&t);
+    /* conc 1, 5 steps of 0.2 s: per step one int8 call (5e8 B / 10 GB/s = 0.05 s > 2e9 op / 100 GOP/s)
+     * and one fp32 call (2e9 op / 20 GOP/s = 0.1 s > 2e8 B / 10 GB/s): floor 0.15 s, 2/3 compute, 75% */
+    t.lv[0].calls = bs_tally_new();
+    tally_n(t.lv[0].calls, DS_MAC_INT8, 500000000, 1000000000, 5);
+    tally_n(t.lv[0].calls, DS_MAC_F32, 200000000, 1000000000, 5);
+    /* conc 4: a float64 call has no peak, so no floor */
+    t.lv[1].calls = bs_tally_new();
+    tally_n(t.lv[1].calls, DS_MAC_F64, 1000, 1000, 5);
+    /* prefill: 10 bf16 calls of 2e10 op / 40 GOP/s = 0.5 s (> 0.1 s of bytes): 5 s of the 10 s TTFT */
+    t.prefill_calls = bs_tally_new();
+    tally_n(t.prefill_calls, DS_MAC_BF16, 1000000000, 10000000000, 10);
+    bs_limits lim = {.read_bw = 10.0, .peak = 100.0, .f32_peak = 20.0, .bf16_peak = 40.0, .samples = 3};
+    char path[512];
+    snprintf(path, sizeof path, "%s/floor.json", ds_test_tmpdir());
+    bs_opts o = {.model = "m", .json = path};
+    static char outbuf[16384];
+    const char *out = outbuf;
+    CHECK(report_to(outbuf, sizeof outbuf, &o, &lim, &t) == 0, "no ratio is above 100%%");
+    CHECK_STR_CONTAINS(out, "| 1 | 200.0 | 5.00 | 5.00 | 1000.0 | 10.00 | 50.0% | 1.00x | 150.0 (66.7%) | 75.0% |");
+    CHECK_STR_CONTAINS(out, "| 4 | 500.0 | 8.00 | 8.00 | 2000.0 | 20.00 | 40.0% | 1.60x | n/a (float64 linears) | n/a |");
+    CHECK_STR_CONTAINS(out, "| prefill, its linears' floor | 5.00 s of the 10.00 s (100.0% of the floor compute-bound) "
+                            "| bytes or operations per call | 50.0% |");
+    FILE *f = fopen(path, "r");
+    static char text[16384];
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    text[n] = 0;
+    if (f) fclose(f);
+    cJSON *j = cJSON_Parse(text);
+    CHECK(j != NULL, "JSON parses");
+    if (j) {
+        cJSON *lv = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "tiers"), 0), "concurrency");
+        cJSON *c1 = cJSON_GetArrayItem(lv, 0), *c4 = cJSON_GetArrayItem(lv, 1);
+        CHECK(fabs(cJSON_GetObjectItem(c1, "linear_floor_s")->valuedouble - 0.15) < 1e-12);
+        CHECK(fabs(cJSON_GetObjectItem(c1, "linear_floor_compute_s")->valuedouble - 0.1) < 1e-12);
+        CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(c1, "linear_calls")) == 2, "two distinct calls listed");
+        CHECK(cJSON_IsNull(cJSON_GetObjectItem(c4, "linear_floor_s")), "no floor where a call is float64");
+        CHECK(fabs(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "limits"), "f32_peak_gops")->valuedouble - 20.0) < 1e-12);
+        cJSON_Delete(j);
+    }
+    /* an fp32 peak of 2 GOP/s puts conc 1's floor at 1.05 s per 0.2 s step: the report warns */
+    lim.f32_peak = 2.0;
+    o.json = NULL;
+    CHECK(report_to(outbuf, sizeof outbuf, &o, &lim, &t) == 1, "one ratio above 100%%");
+    CHECK_STR_CONTAINS(out, "WARNING: the linears' floor of fast decode at concurrency 1 reached 525.0% of the "
+                            "read-bandwidth, int8- and float-peak probes");
+    for (int l = 0; l < 2; l++) bs_tally_free(t.lv[l].calls);
+    bs_tally_free(t.prefill_calls);
+}
+
+TEST(tally_keeps_distinct_calls_and_counts_what_it_cannot_hold) {
+    bs_tally *t = bs_tally_new();
+    for (int rep = 0; rep < 3; rep++)
+        for (uint64_t k = 0; k < BS_KINDS_MAX + 9; k++) bs_tally_observe(t, DS_MAC_INT8, 64 + k, 128 * (k + 1));
+    /* one slot stays free so a lookup always ends: BS_KINDS_MAX - 1 kinds, the other 10 lost each time */
+    CHECK(t->n == BS_KINDS_MAX - 1, "%d kinds", t->n);
+    CHECK(t->calls == 3 * (uint64_t)(BS_KINDS_MAX + 9) && t->lost == 30, "calls %llu lost %llu",
+          (unsigned long long)t->calls, (unsigned long long)t->lost);
+    uint64_t counted = 0;
+    for (int i = 0; i < BS_KINDS_MAX; i++) counted += t->k[i].calls;
+    CHECK(counted == t->calls - t->lost, "every recorded call is in one kind");
+    const double peaks[DS_MAC_CLASSES] = {1, 1, 1, 1};
+    CHECK(bs_tally_floor(t, 1.0, peaks, NULL) < 0, "a tally that lost calls gives no floor");
+    bs_tally_free(t);
+}
+
 RUN_ALL()

@@ -280,6 +280,51 @@ TEST(prepare_reports_bytes_and_counters_move) {
     ds_kernels_select("auto", NULL);
 }
 
+/* The call observer (the benchmarks' linears' floor): one report per call with n > 0 rows, its class
+ * from the weight format and the tier, its weight bytes as CHECKPOINT.md lays them out (codes plus
+ * one fp32 scale per output row for the int8 formats), and out x in x n multiply-adds. */
+typedef struct { int n, cls[8]; uint64_t bytes[8], macs[8]; } seen_calls;
+static void note_call(void *ctx, ds_mac_class cls, uint64_t bytes, uint64_t macs) {
+    seen_calls *s = ctx;
+    if (s->n < 8) s->cls[s->n] = (int)cls, s->bytes[s->n] = bytes, s->macs[s->n] = macs;
+    s->n++;
+}
+
+TEST(observer_sees_every_call_with_class_bytes_and_macs) {
+    tk_lin w4 = tk_make(DS_LIN_W4A8, 33, 64), w8 = tk_make(DS_LIN_W8A8, 20, 96), bf = tk_make(DS_LIN_BF16, 12, 40),
+           f32 = tk_make(DS_LIN_F32, 9, 32);
+    static ds_bf16 x[3 * 96];
+    static float y[3 * 64];
+    seen_calls s = {0};
+    ds_kernels_observe(note_call, &s);
+    ds_linear_forward(&w4.L, x, 3, y);            /* int8, (33 + 1) / 2 x 64 codes + 33 scales */
+    ds_linear_forward(&w8.L, x, 0, y);            /* no rows: not a call */
+    bf.L.numerics = DS_NUMERICS_FAST;
+    ds_linear_forward(&bf.L, x, 2, y);            /* fast bf16 */
+    f32.L.numerics = DS_NUMERICS_FAST;
+    ds_linear_forward(&f32.L, x, 1, y);           /* fast fp32 */
+    f32.L.numerics = DS_NUMERICS_EXACT;
+    ds_linear_forward(&f32.L, x, 2, y);           /* exact: float64 accumulation */
+    int8_t q[2 * 96] = {0};
+    float qs[2] = {1, 1};
+    ds_linear_job jobs[2] = {{&w8.L, q, qs, 2, y}, {&w4.L, q, qs, 1, y + 64}};
+    ds_linear_forward_q_many(jobs, 2);            /* two jobs, two calls */
+    ds_kernels_observe(NULL, NULL);
+    ds_linear_forward(&w4.L, x, 1, y);            /* observer cleared: not seen */
+    const int want_cls[6] = {DS_MAC_INT8, DS_MAC_BF16, DS_MAC_F32, DS_MAC_F64, DS_MAC_INT8, DS_MAC_INT8};
+    const uint64_t want_bytes[6] = {17 * 64 + 4 * 33, 2 * 12 * 40, 4 * 9 * 32, 4 * 9 * 32, 20 * 96 + 4 * 20, 17 * 64 + 4 * 33};
+    const uint64_t want_macs[6] = {33 * 64 * 3, 12 * 40 * 2, 9 * 32, 9 * 32 * 2, 20 * 96 * 2, 33 * 64};
+    CHECK(s.n == 6, "%d calls observed, expected 6", s.n);
+    for (int i = 0; i < 6 && i < s.n; i++)
+        CHECK(s.cls[i] == want_cls[i] && s.bytes[i] == want_bytes[i] && s.macs[i] == want_macs[i],
+              "call %d: class %d bytes %llu macs %llu, expected %d %llu %llu", i, s.cls[i], (unsigned long long)s.bytes[i],
+              (unsigned long long)s.macs[i], want_cls[i], (unsigned long long)want_bytes[i], (unsigned long long)want_macs[i]);
+    CHECK(ds_linear_mac_class(&bf.L) == DS_MAC_BF16);
+    bf.L.numerics = DS_NUMERICS_EXACT;
+    CHECK(ds_linear_mac_class(&bf.L) == DS_MAC_F64);
+    tk_free(&w4); tk_free(&w8); tk_free(&bf); tk_free(&f32);
+}
+
 TEST(moe_grouping_lists_rows_per_expert_in_order) {
     enum { N = 37, K = 6, E = 48 };
     int32_t sel[N * K];

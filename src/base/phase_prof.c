@@ -40,6 +40,8 @@ void ds_prof_pop_slow(void) {
 
 void ds_prof_enable(int on) { ds_prof_enabled = on; }
 
+ds_phase ds_prof_current(void) { return ds_prof_enabled ? top(&g_prof) : DS_PH_OTHER; }
+
 void ds_prof_take(double *sec) {
     prof_state *s = &g_prof;
     charge(s);

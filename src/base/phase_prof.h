@@ -45,5 +45,8 @@ void ds_prof_enable(int on);
  * exactly that step. */
 void ds_prof_take(double *sec);
 const char *ds_phase_name(ds_phase p);
+/* The phase this thread is in now (OTHER when recording is off or no phase is open): lets a
+ * benchmark file what it observes (a kernel call) under the phase that made it. */
+ds_phase ds_prof_current(void);
 
 #endif

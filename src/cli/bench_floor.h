@@ -13,27 +13,30 @@
 #ifndef DS_CLI_BENCH_FLOOR_H
 #define DS_CLI_BENCH_FLOOR_H
 #include "kernels/kernels.h"
+#include "base/phase_prof.h"
 #include <pthread.h>
 #include <stdint.h>
 
-#define BS_KINDS_MAX 1024   /* distinct (class, bytes, multiply-adds) per tally; a power of two */
+#define BS_KINDS_MAX 1024   /* distinct (class, phase, bytes, multiply-adds) per tally; a power of two */
 
 typedef struct {
     uint64_t bytes, macs;   /* of one call */
     uint64_t calls;         /* 0: free slot */
     int cls;                /* ds_mac_class */
+    int phase;              /* ds_phase open on the calling thread (OTHER unless profiling) */
 } bs_call_kind;
 
 typedef struct {
     pthread_mutex_t mu;
     int n;                  /* distinct kinds */
     uint64_t calls, lost;   /* calls seen; calls not recorded (table full) */
-    bs_call_kind k[BS_KINDS_MAX];   /* open addressing on (class, bytes, multiply-adds) */
+    bs_call_kind k[BS_KINDS_MAX];   /* open addressing on (class, phase, bytes, multiply-adds) */
 } bs_tally;
 
 bs_tally *bs_tally_new(void);
 void bs_tally_free(bs_tally *t);
-/* The kernel layer's call observer (ds_kernels_observe(bs_tally_observe, tally)). */
+/* The kernel layer's call observer (ds_kernels_observe(bs_tally_observe, tally)); files the call
+ * under the calling thread's open phase (ds_prof_current). */
 void bs_tally_observe(void *tally, ds_mac_class cls, uint64_t bytes, uint64_t macs);
 
 /* Seconds of the tallied calls' floor: sum over calls of max(bytes / read_bw, 2 * macs / peak of
@@ -41,6 +44,9 @@ void bs_tally_observe(void *tally, ds_mac_class cls, uint64_t bytes, uint64_t ma
  * Returns -1 when there is no floor to give: a call lost, or one in a class without a peak (the
  * exact tier's float64 linears: no probe measures that path). */
 double bs_tally_floor(const bs_tally *t, double read_bw, const double peak_gops[DS_MAC_CLASSES], double *compute_s);
+/* The same floor split by phase: per_phase[DS_PH_COUNT] seconds.  Returns what bs_tally_floor does. */
+double bs_tally_floor_phases(const bs_tally *t, double read_bw, const double peak_gops[DS_MAC_CLASSES], double *compute_s,
+                             double *per_phase);
 
 /* Class names in reports: "int8", "f32", "bf16", "f64". */
 const char *bs_mac_class_name(int cls);

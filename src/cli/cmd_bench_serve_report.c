@@ -133,6 +133,40 @@ static void print_profile(const bs_tier *t) {
     printf(" %.2f |\n", 1e3 * ptot / chunks);
 }
 
+/* --profile, fast tier: each phase's share of the linears' floor beside the time the phase took
+ * (which of the phases' kernels stand furthest from what the host allows). */
+static void print_phase_floors(const bs_tier *t, const bs_limits *lim, int *over) {
+    const double peaks[DS_MAC_CLASSES] = {lim->peak, lim->f32_peak, lim->bf16_peak, 0};
+    const int chunks = t->chunk > 0 ? (t->prompt_tokens + t->chunk - 1) / t->chunk : 1;
+    double fl[BS_N_LEVELS + 1][DS_PH_COUNT];
+    for (int l = 0; l <= BS_N_LEVELS; l++) {
+        const bs_tally *calls = l < BS_N_LEVELS ? t->lv[l].calls : t->prefill_calls;
+        const double n = l < BS_N_LEVELS ? t->lv[l].steps : chunks;
+        if (bs_tally_floor_phases(calls, lim->read_bw, peaks, NULL, fl[l]) < 0) return;   /* no floor: float64 */
+        for (int p = 0; p < DS_PH_COUNT; p++) fl[l][p] /= n;
+    }
+    printf("\nlinears' floor per phase, numerics %s (ms per decode step and per %d-token prefill chunk; in brackets the"
+           " floor as a %% of the phase's time above; phases without linears left out)\n| phase |", t->numerics, t->chunk);
+    for (int l = 0; l < BS_N_LEVELS; l++) printf(" conc %d |", t->lv[l].conc);
+    printf(" prefill chunk |\n|---|");
+    for (int l = 0; l <= BS_N_LEVELS; l++) printf("---|");
+    printf("\n");
+    for (int p = 0; p < DS_PH_COUNT; p++) {
+        int any = 0;
+        for (int l = 0; l <= BS_N_LEVELS; l++) any |= fl[l][p] > 0;
+        if (!any) continue;
+        printf("| %s |", ds_phase_name((ds_phase)p));
+        for (int l = 0; l <= BS_N_LEVELS; l++) {
+            const double secs = l < BS_N_LEVELS ? t->lv[l].phase_s[p] : t->prefill_phase_s[p] / chunks;
+            char what[128];
+            snprintf(what, sizeof what, "the linears' floor of phase '%s' (%s, %s)", ds_phase_name((ds_phase)p), t->numerics,
+                     l < BS_N_LEVELS ? "decode" : "prefill");
+            printf(" %.2f (%s) |", 1e3 * fl[l][p], fmt_pct(pct(fl[l][p], secs, what, FLOOR_PROBES, over)).s);
+        }
+        printf("\n");
+    }
+}
+
 /* The floor (null when there is none) and the raw tally it came from: every distinct linear call
  * (class, weight bytes, multiply-adds) and how many times it ran in the section. */
 static void add_floor_json(cJSON *e, const bs_tally *calls, double floor_s, double compute_s, double pct_floor) {
@@ -155,6 +189,15 @@ static void add_floor_json(cJSON *e, const bs_tally *calls, double floor_s, doub
         cJSON_AddItemToArray(arr, c);
     }
     cJSON_AddNumberToObject(e, "linear_calls_lost", calls ? (double)calls->lost : 0);
+}
+
+/* --profile: the floor split by phase, seconds per step (absent where there is no floor). */
+static void add_phase_floors_json(cJSON *e, const bs_tally *calls, int steps, const bs_limits *lim) {
+    const double peaks[DS_MAC_CLASSES] = {lim->peak, lim->f32_peak, lim->bf16_peak, 0};
+    double fl[DS_PH_COUNT];
+    if (bs_tally_floor_phases(calls, lim->read_bw, peaks, NULL, fl) < 0) return;
+    cJSON *ph = cJSON_AddObjectToObject(e, "phase_floor_s");
+    for (int p = 0; p < DS_PH_COUNT; p++) cJSON_AddNumberToObject(ph, ds_phase_name((ds_phase)p), fl[p] / steps);
 }
 
 static cJSON *tier_json(const bs_tier *t, const bs_limits *lim, int profile) {
@@ -180,6 +223,7 @@ static cJSON *tier_json(const bs_tier *t, const bs_limits *lim, int profile) {
         if (profile) { /* --profile: mean seconds per step of each phase, named as in the table */
             cJSON *ph = cJSON_AddObjectToObject(e, "phase_s");
             for (int p = 0; p < DS_PH_COUNT; p++) cJSON_AddNumberToObject(ph, ds_phase_name((ds_phase)p), lv->phase_s[p]);
+            add_phase_floors_json(e, lv->calls, lv->steps, lim);
         }
         cJSON_AddItemToArray(arr, e);
     }
@@ -252,7 +296,10 @@ int bs_report(const bs_opts *o, const bs_limits *lim, const bs_tier *t, int n_ti
            lim->bf16_what ? lim->bf16_what : "?");
     for (int i = 0; i < n_tiers; i++) {
         print_tier(&t[i], lim, &over);
-        if (o->profile) print_profile(&t[i]);
+        if (o->profile) {
+            print_profile(&t[i]);
+            print_phase_floors(&t[i], lim, &over);
+        }
     }
     printf("\n(rates from the median step, 'wall' from the mean; MB read = distinct weight bytes the kernels streamed"
            " (dense + the union of routed experts); batched roofline = rows x read BW / MB read per step; prefill ops"

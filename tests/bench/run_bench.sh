@@ -143,6 +143,12 @@ import { readFileSync } from "node:fs";
 const j = JSON.parse(readFileSync(process.argv[2], "utf8"));
 const errs = [];
 for (const lv of j.tiers[0].concurrency) {
+    // the floor split by phase adds up to the level's floor
+    const pf = Object.values(lv.phase_floor_s || {});
+    if (pf.length !== 13) errs.push(`conc ${lv.conc}: ${pf.length} phases in phase_floor_s, expected 13`);
+    const fsum = pf.reduce((a, b) => a + b, 0);
+    if (!(Math.abs(fsum - lv.linear_floor_s) <= 1e-9 * lv.linear_floor_s + 1e-12))
+        errs.push(`conc ${lv.conc}: phase floors sum to ${fsum} s, the level's floor is ${lv.linear_floor_s} s`);
     const ph = lv.phase_s || {};
     const v = Object.values(ph);
     if (v.length !== 13) errs.push(`conc ${lv.conc}: ${v.length} phases in phase_s, expected 13`);
@@ -152,6 +158,13 @@ for (const lv of j.tiers[0].concurrency) {
 }
 if (errs.length) { console.log(errs.join("\n")); process.exit(1); }
 EOF
+fl=$(awk '/^linears. floor per phase/{on=1; next} on && /^$/{exit} on && /^\| [a-zA-Z]/ && !/^\| phase/' "$POUT")
+check "--profile prints the linears' floor per phase (the phases with linears)" \
+    bash -c "[ \$(printf '%s\n' \"\$1\" | grep -c .) -ge 5 ]" _ "$fl"
+# a share above 100% is possible here and only here: tiny's weights (a few MiB) stay in the caches,
+# where a phase's linears can beat the memory bandwidth its floor assumes (a real checkpoint's never do)
+badf=$(printf '%s\n' "$fl" | grep -oE '\([0-9]+(\.[0-9]+)?%' | tr -d '(%' | awk '$1 <= 0' | tr '\n' ' ')
+if [ -n "$fl" ] && [ -z "$badf" ]; then ok "every phase's floor is a positive share of its time"; else bad "phase floors not positive: $badf" "$POUT"; fi
 if node "$TMP/pjson.mjs" "$PJSON" > "$TMP/pjson.log" 2>&1; then ok "--json carries the profile per level (13 phases adding up to the mean step)"
 else bad "--json carries the profile per level" "$TMP/pjson.log"; fi
 

@@ -168,6 +168,30 @@ TEST(linears_floor_matches_hand_computed_values) {
     bs_tally_free(t.prefill_calls);
 }
 
+TEST(tally_files_each_call_under_the_open_phase) {
+    bs_tally *t = bs_tally_new();
+    ds_prof_enable(1);
+    ds_prof_push(DS_PH_HEAD);
+    bs_tally_observe(t, DS_MAC_F32, 1000, 4000);       /* 1e-7 s of bytes < 8000 op / 20 GOP/s = 4e-7 s */
+    ds_prof_push(DS_PH_MOE_EXPERTS);
+    bs_tally_observe(t, DS_MAC_INT8, 1000, 4000);      /* the same call, another phase: its own kind */
+    ds_prof_pop();
+    ds_prof_pop();
+    bs_tally_observe(t, DS_MAC_INT8, 1000, 4000);      /* no phase open: OTHER */
+    ds_prof_enable(0);
+    bs_tally_observe(t, DS_MAC_INT8, 1000, 4000);      /* recording off: OTHER too */
+    double ph[DS_PH_COUNT], sec[DS_PH_COUNT], c = 0;
+    ds_prof_take(sec);
+    const double peaks[DS_MAC_CLASSES] = {100, 20, 40, 0};
+    const double f = bs_tally_floor_phases(t, 10.0, peaks, &c, ph);
+    CHECK(t->n == 3, "%d kinds (head, experts, other)", t->n);
+    /* int8: bytes 1e-7 s > 8000 / 100e9 = 8e-8 s */
+    CHECK(fabs(ph[DS_PH_HEAD] - 4e-7) < 1e-15 && fabs(ph[DS_PH_MOE_EXPERTS] - 1e-7) < 1e-15 && fabs(ph[DS_PH_OTHER] - 2e-7) < 1e-15,
+          "head %g experts %g other %g", ph[DS_PH_HEAD], ph[DS_PH_MOE_EXPERTS], ph[DS_PH_OTHER]);
+    CHECK(fabs(f - 7e-7) < 1e-15 && fabs(c - 4e-7) < 1e-15, "floor %g compute %g", f, c);
+    bs_tally_free(t);
+}
+
 TEST(tally_keeps_distinct_calls_and_counts_what_it_cannot_hold) {
     bs_tally *t = bs_tally_new();
     for (int rep = 0; rep < 3; rep++)

@@ -10,6 +10,8 @@
  * several repetitions, each rolled back, so a busy host shows the code's cost, not the neighbours').
  * The speed-up those ratios predict at the measured A is printed beside the one measured. */
 #include "cli/cmd_bench_spec.h"
+#include "cli/bench_floor.h"
+#include "kernels/membench.h"
 #include "engine/spec.h"
 #include "model/draft.h"
 #include "kernels/kernels.h"
@@ -86,7 +88,7 @@ static int run_plain(ds_model *m, const int32_t *prompt, int P, const spec_run *
 /* Best-of-reps (at most; fewer past 30 s) cost of a 1-row decode step, a K+1-row verify step, a
  * draft pass and (processor time only) a batched draft pass of GROUP requests at context P. */
 static int step_costs(ds_model *m, const int32_t *prompt, int P, int K, int reps, double best[3], double cpu[4], double bytes[3],
-                      ds_error *err) {
+                      bs_tally *calls[3], ds_error *err) {
     const int V = ds_model_vocab_size(m);
     float *lg = ds_amalloc(sizeof(float) * (size_t)(K + 1) * V);
     ds_seq *s = ds_seq_new(m);
@@ -101,7 +103,9 @@ static int step_costs(ds_model *m, const int32_t *prompt, int P, int K, int reps
             const int n = kind ? K + 1 : 1;
             const double t0 = ds_now(), c0 = cpu_now();
             const uint64_t b0 = ds_kernels_weight_bytes_read();
+            if (r == 0) ds_kernels_observe(bs_tally_observe, calls[kind]);   /* one repetition's calls: the floor */
             if (ds_seq_step(m, s, prompt + P - K - 1, n, lg, n, eb, sizeof eb) < 0) rc = ds_fail(err, "E_STEP", "%s", eb);
+            ds_kernels_observe(NULL, NULL);
             const double dt = ds_now() - t0, dc = cpu_now() - c0;
             bytes[kind] = (double)(ds_kernels_weight_bytes_read() - b0);
             if (dt < best[kind]) best[kind] = dt;
@@ -111,7 +115,9 @@ static int step_costs(ds_model *m, const int32_t *prompt, int P, int K, int reps
         int32_t d[DS_DRAFT_MAX_BLOCK];
         const double t0 = ds_now(), c0 = cpu_now();
         const uint64_t b0 = ds_kernels_weight_bytes_read();
+        if (r == 0) ds_kernels_observe(bs_tally_observe, calls[2]);
         if (!rc && ds_draft_propose(m, s, prompt[P - K - 1], NULL, NULL, d, NULL, NULL, err) < 0) rc = -1;
+        ds_kernels_observe(NULL, NULL);
         const double dt = ds_now() - t0, dc = cpu_now() - c0;
         /* the Markov rows read their [V, r] bf16 weight outside the kernel layer's counter */
         bytes[2] = (double)(ds_kernels_weight_bytes_read() - b0) + (double)m->draft->block * V * m->draft->rank * 2.0;
@@ -131,7 +137,24 @@ static int step_costs(ds_model *m, const int32_t *prompt, int P, int K, int reps
     return rc ? rc : r;
 }
 
-int ds_bench_spec_decode(ds_model *m, const int32_t *prompt, int P, int n_tokens, int K, int reps) {
+/* The linears' floors of one decode step, one verify step and one draft pass (-1: none, the exact
+ * tier's float64 linears), printed beside the measured ratios. */
+static void print_floors(bs_tally *calls[3], double read_bw, double int8_peak, double A) {
+    const double peaks[DS_MAC_CLASSES] = {int8_peak, ds_bench_float_peak(0, NULL), ds_bench_float_peak(1, NULL), 0};
+    double f[3];
+    for (int i = 0; i < 3; i++) f[i] = bs_tally_floor(calls[i], read_bw, peaks, NULL);
+    if (f[0] <= 0 || f[1] < 0 || f[2] < 0) {
+        printf("| linears' floors | n/a: float64 linears (no probe measures their peak) |\n");
+        return;
+    }
+    printf("| linears' floor: decode step / verify step / draft pass (the larger of bytes / read BW and operations /"
+           " peak per call; the draft's Markov rows outside) | %.2f / %.2f / %.2f ms: verify %.2f, draft %.2f of a decode"
+           " step; speed-up at this A if every section ran at its floor %.2fx |\n", f[0] * 1e3, f[1] * 1e3, f[2] * 1e3,
+           f[1] / f[0], f[2] / f[0], A / ((f[1] + f[2]) / f[0]));
+}
+
+int ds_bench_spec_decode(ds_model *m, const int32_t *prompt, int P, int n_tokens, int K, int reps, double read_bw,
+                         double int8_peak) {
     if (!m->draft) { fprintf(stderr, "dsflash perf decode: --num-speculative-tokens: the model has no usable draft\n"); return 1; }
     if (K > m->draft->block) K = m->draft->block;
     if (P < K + 2) { fprintf(stderr, "dsflash perf decode: --prompt-tokens: expected >= %d with speculation, found %d\n", K + 2, P); return 2; }
@@ -144,11 +167,12 @@ int ds_bench_spec_decode(ds_model *m, const int32_t *prompt, int P, int n_tokens
     ds_error err = {{0}, {0}};
     char eb[512] = "";
     double t_plain = 0, best[3], cpu[4], bytes[3] = {0, 0, 0};
+    bs_tally *calls[3] = {bs_tally_new(), bs_tally_new(), bs_tally_new()};
     int64_t mismatch = 0;
     int rc = run_spec(m, prompt, P, n_tokens, K, masked, &sr, &err);
     if (!rc && run_plain(m, prompt, P, &sr, masked, &t_plain, &mismatch, eb, sizeof eb) < 0) rc = ds_fail(&err, "E_STEP", "%s", eb);
     if (!rc) {
-        reps = step_costs(m, prompt, P, K, reps, best, cpu, bytes, &err);
+        reps = step_costs(m, prompt, P, K, reps, best, cpu, bytes, calls, &err);
         rc = reps < 0 ? -1 : 0;
     }
     if (!rc) {
@@ -173,6 +197,7 @@ int ds_bench_spec_decode(ds_model *m, const int32_t *prompt, int P, int n_tokens
                cpu[3] / GROUP / cpu[2]);
         printf("| speed-up predicted at this A: A / (verify + draft) | %.2fx (processor time: %.2fx) |\n", A / (rv + rd),
                A / ((cpu[1] + cpu[2]) / cpu[0]));
+        print_floors(calls, read_bw, int8_peak, A);
         printf("| greedy identity, speculation on vs off | %s (%lld of %lld tokens differ) |\n", mismatch ? "FAILED" : "ok",
                (long long)mismatch, (long long)sr.n);
         if (mismatch) rc = 1;
@@ -180,6 +205,7 @@ int ds_bench_spec_decode(ds_model *m, const int32_t *prompt, int P, int n_tokens
         fprintf(stderr, "dsflash perf decode: speculation: %s\n", err.msg);
         rc = 1;
     }
+    for (int i = 0; i < 3; i++) bs_tally_free(calls[i]);
     free(sr.gen);
     free(masked);
     return rc;

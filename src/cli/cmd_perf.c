@@ -457,7 +457,7 @@ static int bench_decode(const bench_opts *o) {
                (double)(ds_dist_comm_bytes() - moved0) / N / 1024.0);
     }
     ds_seq_free(s);
-    if (o->spec) rc = ds_bench_spec_decode(m, prompt, P, N, o->spec, 15);
+    if (o->spec) rc = ds_bench_spec_decode(m, prompt, P, N, o->spec, 15, lim.read_bw, lim.peak);
     goto done;
 step_fail:
     fprintf(stderr, "dsflash perf decode: %s\n", errbuf);

@@ -78,9 +78,13 @@ if "$BIN" perf decode --model "$TMP/tt_w4a8" --threads 1 --prompt-tokens 48 --to
 else
     ko "perf decode --num-speculative-tokens 5: $(grep -E 'identity|dsflash' "$TMP/bench.log" | tail -2)"
 fi
-grep -E '^\| (acceptance length|per-position|decode, spec|verify step|draft pass|the same in processor)' "$TMP/bench.log" | sed 's/^/  /'
+grep -E '^\| (acceptance length|per-position|decode, spec|verify step|draft pass|the same in processor|linears)' "$TMP/bench.log" | sed 's/^/  /'
 ab=$(sed -n 's/^| acceptance length A (own greedy continuation) | \([0-9.]*\) |$/\1/p' "$TMP/bench.log")
 check "perf decode prints A > 1 on the trained release (found ${ab:-none})" "$PY" -c "import sys; sys.exit(0 if float('${ab:-0}') > 1.0 else 1)"
+# the floors: a verify step of 6 rows reads every weight a 1-row step does and multiplies more, so its
+# floor is at least the decode step's
+vf=$(sed -n 's/^| linears. floor: decode step \/ verify step \/ draft pass .* ms: verify \([0-9.]*\), draft \([0-9.]*\) of a decode step; .*/\1/p' "$TMP/bench.log")
+check "perf decode prints the linears' floors, verify >= 1 decode step (found ${vf:-none})" "$PY" -c "import sys; sys.exit(0 if float('${vf:-0}') >= 1.0 else 1)"
 
 # ---- 4. identity on a random tiny model
 if "$BIN" mkmodel --config tiny --seed 3 --no-split --out "$TMP/tiny" --quiet > "$TMP/mk.log" 2>&1; then

@@ -44,6 +44,16 @@ static int report_to(char *buf, size_t cap, const bs_opts *o, const bs_limits *l
     return r;
 }
 
+/* The --json record the report wrote (NULL if missing or unparsable). */
+static cJSON *read_json(const char *path) {
+    FILE *f = fopen(path, "r");
+    static char text[16384];
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    text[n] = 0;
+    if (f) fclose(f);
+    return cJSON_Parse(text);
+}
+
 TEST(ratios_match_hand_computed_values) {
     bs_tier t;
     make_tier(&t);
@@ -92,12 +102,7 @@ TEST(json_record_holds_the_same_figures) {
     bs_opts o = {.model = "m", .json = path};
     static char outbuf[16384];
     CHECK(report_to(outbuf, sizeof outbuf, &o, &lim, &t) == 0);
-    FILE *f = fopen(path, "r");
-    static char text[16384];
-    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
-    text[n] = 0;
-    if (f) fclose(f);
-    cJSON *j = cJSON_Parse(text);
+    cJSON *j = read_json(path);
     CHECK(j != NULL, "JSON parses");
     if (!j) return;
     cJSON *tier = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "tiers"), 0);
@@ -141,12 +146,7 @@ TEST(linears_floor_matches_hand_computed_values) {
     CHECK_STR_CONTAINS(out, "| 4 | 500.0 | 8.00 | 8.00 | 2000.0 | 20.00 | 40.0% | 1.60x | n/a (float64 linears) | n/a |");
     CHECK_STR_CONTAINS(out, "| prefill, its linears' floor | 5.00 s of the 10.00 s (100.0% of the floor compute-bound) "
                             "| bytes or operations per call | 50.0% |");
-    FILE *f = fopen(path, "r");
-    static char text[16384];
-    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
-    text[n] = 0;
-    if (f) fclose(f);
-    cJSON *j = cJSON_Parse(text);
+    cJSON *j = read_json(path);
     CHECK(j != NULL, "JSON parses");
     if (j) {
         cJSON *lv = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "tiers"), 0), "concurrency");

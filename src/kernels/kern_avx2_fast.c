@@ -119,6 +119,20 @@ enum { FFB_RO = 4, FFB_RR = 3, FFB_KB = 1024, FFB_WS = 1024 + 16, FFB_MAXCHUNK =
  * row tiles' registers, FP8 codes decoded into fp32 (ds_fp8_widen_f32_avx2). */
 enum { FFB_F32, FFB_BF16, FFB_BF16_REG, FFB_FP8 };
 
+/* The next block's lines a tile fetches (into L2) while it runs: lines [l, l1) of `nb` (rows of
+ * rowb bytes, line l in row l % RO at byte (l / RO) * 64, so that the rows come in together), `per`
+ * of them each iteration of its loop.  Spread over every iteration of both halves of every row tile
+ * rather than issued in a burst before each tile (decision 157): with the bursts a few-row call took
+ * about its 1-row memory time plus its compute time instead of the larger of the two (most likely
+ * the burst fills the core's queue of outstanding misses and the FMAs behind it wait). */
+typedef struct { const uint8_t *nb; size_t rowb; unsigned l, l1, per; } ffb_pf;
+
+AI void ffb_pf_step(ffb_pf *pf, const int RO) {
+    for (unsigned k = 0; k < pf->per && pf->l < pf->l1; k++, pf->l++)
+        _mm_prefetch((const char *)(pf->nb + (size_t)(pf->l % (unsigned)RO) * pf->rowb + (size_t)(pf->l / (unsigned)RO) * 64),
+                     _MM_HINT_T1);
+}
+
 /* A row tile's accumulators for half h: zero on the first input block, else the lanes it left in
  * `part` ([RR][RO][2][8]); out: back into `part`, or after the last block and the second half the
  * finished outputs. */
@@ -146,11 +160,12 @@ AI void ffb_lanes_out(float *part, int last, int h, const int RO, const int RR, 
  * wstride floats apart) and x (rows xstride apart, the half's lanes of step b at x + xstep * b).
  * part: [RR][RO][2][8] lanes. */
 AI void ffb_tile(const float *w, size_t wstride, const float *x, size_t xstride, size_t xstep, int nblk, int h,
-                 int first, int last, const int RO, const int RR, float *part, float *y, int ystride) {
+                 int first, int last, const int RO, const int RR, float *part, float *y, int ystride, ffb_pf pf) {
     __m256 acc[FFB_RO][FFB_RR];
     ffb_lanes_in(part, first, h, RO, RR, acc);
     w += 8 * h;
     for (int b = 0; b < nblk; b++) {
+        ffb_pf_step(&pf, RO);
         __m256 xv[FFB_RR];
 #pragma GCC unroll 3
         for (int i = 0; i < RR; i++) xv[i] = _mm256_loadu_ps(x + (size_t)i * xstride + xstep * b);
@@ -169,12 +184,13 @@ AI void ffb_tile(const float *w, size_t wstride, const float *x, size_t xstride,
  * 16-value steps of the widened order (odd, then even) against x, read as memory operands so that
  * 4 x 3 accumulators fit beside the two weight halves. */
 AI void ffbn_tile(const ds_bf16 *w, size_t wstride, const float *x, size_t xstride, size_t xstep, int nblk, int h,
-                  int first, int last, const int RO, const int RR, float *part, float *y, int ystride) {
+                  int first, int last, const int RO, const int RR, float *part, float *y, int ystride, ffb_pf pf) {
     const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
     __m256 acc[FFB_RO][FFB_RR];
     ffb_lanes_in(part, first, h, RO, RR, acc);
     w += 16 * h;
     for (int b = 0; b < nblk; b++) {
+        ffb_pf_step(&pf, RO);
         const float *xo = x + xstep * (size_t)(2 * b), *xe = xo + xstep;
 #pragma GCC unroll 4
         for (int j = 0; j < RO; j++) {
@@ -231,17 +247,8 @@ static const void *ffb_plain_block(const ds_ffw *W, size_t esz, int o, int RO, i
     return dst;
 }
 
-#define FFB_TILE(RO, RR) ffb_tile(w, wstride, xr, xstride, xstep, nblk, h, first, last, RO, RR, pr, yr, ystride)
-#define FFBN_TILE(RO, RR) ffbn_tile(wn, wstride, xr, xstride, xstep, nblk / 2, h, first, last, RO, RR, pr, yr, ystride)
-
-/* Outputs [o, o + RO) of rows [c0, r1) (at most FFB_MAXCHUNK rows). */
-/* Prefetch (into L2) the share [l0, l1) of the `lines` cache lines of the next weight block: rows
- * of `rowb` bytes from nb, line l in row l % RO at byte (l / RO) * 64 of it, so that the rows come
- * in together. */
-static void ffb_prefetch(const uint8_t *nb, size_t rowb, int RO, unsigned l0, unsigned l1) {
-    for (unsigned l = l0; l < l1; l++)
-        _mm_prefetch((const char *)(nb + (size_t)(l % (unsigned)RO) * rowb + (size_t)(l / (unsigned)RO) * 64), _MM_HINT_T1);
-}
+#define FFB_TILE(RO, RR) ffb_tile(w, wstride, xr, xstride, xstep, nblk, h, first, last, RO, RR, pr, yr, ystride, pf)
+#define FFBN_TILE(RO, RR) ffbn_tile(wn, wstride, xr, xstride, xstep, nblk / 2, h, first, last, RO, RR, pr, yr, ystride, pf)
 
 /* Outputs [o, o + RO) of rows [c0, r1) (at most FFB_MAXCHUNK rows); more_rows: outputs from o + RO
  * follow in this call (their first block is prefetched with this group's last). */
@@ -284,7 +291,14 @@ AI void ffb_group(const ds_ffw *W, const ds_ffact *X, int o, int c0, int r1, con
         const int nblk = (k1 - k0) / 16, first = k0 == 0, last = k1 == X->kpad;
         for (int h = 0; h < 2; h++)
             for (unsigned t = 0, r = (unsigned)c0; t < tiles; t++) {
-                if (h == 0 && lines) ffb_prefetch(nb, rowb, RO, t * lines / tiles, (t + 1) * lines / tiles);
+                /* this tile-half's share of the next block's lines, a few per iteration of its loop */
+                ffb_pf pf = {.nb = nb, .rowb = rowb};
+                if (lines) {
+                    const unsigned slot = (unsigned)h * tiles + t, slots = 2 * tiles, iters = (unsigned)(NATIVE ? nblk / 2 : nblk);
+                    pf.l = slot * lines / slots;
+                    pf.l1 = (slot + 1) * lines / slots;
+                    pf.per = iters ? (pf.l1 - pf.l + iters - 1) / iters : pf.l1 - pf.l;
+                }
                 const float *xr = (const float *)X->x + (size_t)r * xstride +
                                   (X->halves ? (size_t)h * (X->kpad / 2) + (size_t)k0 / 2 : (size_t)k0 + 8 * h);
                 float *pr = part + (size_t)(r - (unsigned)c0) * FFB_RO * 16, *yr = y + (size_t)r * ystride + o;

@@ -106,6 +106,14 @@ static void print_tier(const bs_tier *t, const bs_limits *lim, int *over) {
     }
 }
 
+/* The column heads of the per-phase tables: one per level, then the prefill chunk. */
+static void print_phase_table_head(const bs_tier *t) {
+    for (int l = 0; l < BS_N_LEVELS; l++) printf(" conc %d |", t->lv[l].conc);
+    printf(" prefill chunk |\n|---|");
+    for (int l = 0; l <= BS_N_LEVELS; l++) printf("---|");
+    printf("\n");
+}
+
 /* --profile: mean ms per step of each phase at every level (exclusive times: they add up to the
  * mean step, which is why the step column is the mean, not the median of the table above), and the
  * prefill's phases per chunk (the whole TTFT prefill divided by its chunks). */
@@ -113,10 +121,7 @@ static void print_profile(const bs_tier *t) {
     const int chunks = t->chunk > 0 ? (t->prompt_tokens + t->chunk - 1) / t->chunk : 1;
     printf("\nper-phase profile, numerics %s (mean ms per decode step, and per %d-token prefill chunk; share of the"
            " step)\n| phase |", t->numerics, t->chunk);
-    for (int l = 0; l < BS_N_LEVELS; l++) printf(" conc %d |", t->lv[l].conc);
-    printf(" prefill chunk |\n|---|");
-    for (int l = 0; l <= BS_N_LEVELS; l++) printf("---|");
-    printf("\n");
+    print_phase_table_head(t);
     double ptot = 0;
     for (int q = 0; q < DS_PH_COUNT; q++) ptot += t->prefill_phase_s[q];
     for (int p = 0; p < DS_PH_COUNT; p++) {
@@ -147,10 +152,7 @@ static void print_phase_floors(const bs_tier *t, const bs_limits *lim, int *over
     }
     printf("\nlinears' floor per phase, numerics %s (ms per decode step and per %d-token prefill chunk; in brackets the"
            " floor as a %% of the phase's time above; phases without linears left out)\n| phase |", t->numerics, t->chunk);
-    for (int l = 0; l < BS_N_LEVELS; l++) printf(" conc %d |", t->lv[l].conc);
-    printf(" prefill chunk |\n|---|");
-    for (int l = 0; l <= BS_N_LEVELS; l++) printf("---|");
-    printf("\n");
+    print_phase_table_head(t);
     for (int p = 0; p < DS_PH_COUNT; p++) {
         int any = 0;
         for (int l = 0; l <= BS_N_LEVELS; l++) any |= fl[l][p] > 0;

@@ -7,8 +7,10 @@
  * expert counts (a copy of the config), and the hyper-connection mixes through the hc module; only
  * the attention differs.  Its key list for a row is fixed — ring rows of positions
  * max(P−W+1, first ring row) .. P ascending, then the block's own rows 0..B−1 — and the exact tier
- * reduces it in float64 with one rounding (docs/NUMERICS.md "attention"), the fast tier in fp32 in
- * the same order, so a proposal depends only on the sequence's committed context.
+ * reduces it in float64 with one rounding (docs/NUMERICS.md "attention"), the fast tier with the
+ * trunk's fast per-head core (ds_attn_head_fast: vector dot products in the pair order, keys in list
+ * order), so a proposal depends only on the sequence's committed context.  (A copy of that core with
+ * strictly sequential fp32 sums made the draft attention latency-bound: ~15% of a draft pass on mini.)
  *
  * Batched passes: ds_draft_propose_many runs the B rows of several sequences as one step (rows
  * s·B..s·B+B−1 belong to sequence s); the linears, the MoE and the hyper-connection sites are
@@ -56,30 +58,6 @@ static void core_exact(const ds_bf16 *qh, const ds_bf16 *const *keys, int nk, fl
     for (int d = 0; d < dh; d++) oh[d] = ds_f32_to_bf16((float)acc[d]);
 }
 
-/* The same in fp32, one fixed order (fast tier). */
-static void core_fast(const ds_bf16 *qh, const ds_bf16 *const *keys, int nk, float sink, float scale, int dh, float *sc,
-                      float *acc, ds_bf16 *oh) {
-    memset(acc, 0, sizeof(float) * (size_t)dh);
-    float mx = sink;
-    for (int i = 0; i < nk; i++) {
-        float d = 0.0f;
-        for (int j = 0; j < dh; j++) d += ds_bf16_to_f32(qh[j]) * ds_bf16_to_f32(keys[i][j]);
-        sc[i] = d * scale;
-        if (sc[i] > mx) mx = sc[i];
-    }
-    float den = 0.0f;
-    for (int i = 0; i < nk; i++) {
-        sc[i] = expf(sc[i] - mx);
-        den += sc[i];
-    }
-    den += expf(sink - mx);
-    for (int i = 0; i < nk; i++) {
-        float p = sc[i] / den;
-        for (int j = 0; j < dh; j++) acc[j] += p * ds_bf16_to_f32(keys[i][j]);
-    }
-    for (int d = 0; d < dh; d++) oh[d] = ds_f32_to_bf16(acc[d]);
-}
-
 static void dattn_task(void *vctx, int task, int thread) {
     dattn_ctx *a = vctx;
     ds_step *st = a->st;
@@ -97,7 +75,7 @@ static void dattn_task(void *vctx, int task, int thread) {
     for (int j = 0; j < B; j++) keys[k++] = st->kv + ((size_t)s * B + j) * dh;
     const ds_bf16 *qh = st->q + ((size_t)row * H + h) * dh;
     ds_bf16 *oh = st->o + ((size_t)row * H + h) * dh;
-    if (a->fast) core_fast(qh, keys, nk, a->w->attn_sink[h], a->scale, dh, sc, (float *)acc, oh);
+    if (a->fast) ds_attn_head_fast(qh, keys, nk, a->w->attn_sink[h], a->scale, dh, sc, (float *)acc, oh);
     else core_exact(qh, keys, nk, a->w->attn_sink[h], a->scale, dh, sc, acc, oh);
     ds_rope_apply_t(st->m->numerics, oh, dh, rd, st->cs_swa + (size_t)row * rd, 1);
 }

@@ -131,6 +131,63 @@ static int32_t scalar_argmax(const float *x, int V, const uint8_t *masked, int32
     return best < 0 ? 0 : best;
 }
 
+/* Fidelity of the fast tier's draft pass (every stage, the attention core shared with the trunk,
+ * the heads) against the exact tier's on the trained fixture: same sequences, same anchors, each
+ * tier's own prefill.  Relative L2 of the draft logits and the share of equal proposals, as the
+ * trunk's fidelity check bounds them (docs/NUMERICS.md). */
+static int propose_tier(const char *dir, const char *numerics, const int32_t *ids, int32_t *drafts, float **logits, size_t *nv) {
+    ds_load_options lo = {.kernels = "auto", .draft = 2, .numerics = numerics};
+    char eb[1024];
+    ds_model *m = ds_model_load(dir, &lo, eb, sizeof eb);
+    CHECK(m != NULL && m->draft != NULL, "load %s (%s): %s", dir, numerics, eb);
+    if (!m || !m->draft) { if (m) ds_model_free(m); return -1; }
+    const int B = m->draft->block, V = ds_model_vocab_size(m);
+    ds_error err = {{0}, {0}};
+    *nv = (size_t)V;
+    *logits = malloc(sizeof(float) * 8 * (size_t)B * (size_t)V);
+    for (int i = 0; i < 8; i++) {
+        ds_seq *s = ds_seq_new(m);
+        const int32_t *p = ids + 37 * i, len = 24 + 16 * i;
+        CHECK(ds_spec_prefill(m, s, p, len, 0, NULL, &err) == 0, "prefill: %s", err.msg);
+        CHECK(ds_draft_propose(m, s, p[len], NULL, NULL, drafts + i * B, *logits + (size_t)i * B * V, NULL, &err) == 0,
+              "%s pass: %s", numerics, err.msg);
+        ds_seq_free(s);
+    }
+    ds_model_free(m);
+    return B;
+}
+
+TEST(draft_fast_tier_tracks_exact) {
+    const char *dir = trained_fixture();
+    CHECK(dir != NULL, "trained fixture");
+    int64_t n_ids = 0;
+    int32_t *ids = dir ? heldout(&n_ids) : NULL;
+    CHECK(ids != NULL && n_ids > 600, "held-out ids");
+    if (!ids || n_ids <= 600) { free(ids); return; }
+    int32_t de[8 * DS_DRAFT_MAX_BLOCK], df[8 * DS_DRAFT_MAX_BLOCK];
+    float *le = NULL, *lf = NULL;
+    size_t V = 0, Vf = 0;
+    const int B = propose_tier(dir, "exact", ids, de, &le, &V), Bf = propose_tier(dir, "fast", ids, df, &lf, &Vf);
+    CHECK(B > 0 && B == Bf && V == Vf, "blocks %d / %d", B, Bf);
+    if (B > 0 && B == Bf && V == Vf) {
+        double num = 0, den = 0;
+        int same = 0;
+        for (size_t k = 0; k < (size_t)8 * B * V; k++) {
+            const double d = (double)lf[k] - (double)le[k];
+            num += d * d;
+            den += (double)le[k] * le[k];
+        }
+        for (int r = 0; r < 8 * B; r++) same += de[r] == df[r];
+        const double rel = sqrt(num / den);
+        printf("  %d rows: draft logits fast vs exact relative L2 %.2e, proposals equal %d / %d\n", 8 * B, rel, same, 8 * B);
+        CHECK(rel <= 1e-2, "relative L2 %.3e above 1e-2", rel);
+        CHECK(same * 10 >= 9 * 8 * B, "proposals equal on %d of %d rows (< 90%%)", same, 8 * B);
+    }
+    free(le);
+    free(lf);
+    free(ids);
+}
+
 TEST(draft_argmax_equals_scalar_rule) {
     uint64_t st = 0x9e3779b97f4a7c15ull;
     int bad = 0, cases = 0;

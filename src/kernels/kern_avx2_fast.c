@@ -264,10 +264,13 @@ AI void ffb_group(const ds_ffw *W, const ds_ffact *X, int o, int c0, int r1, con
     /* weights streaming from memory: the next block is fetched while the row tiles run on this one */
     const int stream = (size_t)W->out * rowb >= ((size_t)4 << 20);
     /* row tiles as even as they go: 16 rows are 3 3 3 3 2 2, not 3 3 3 3 3 1 (a 1-row tile runs
-     * 4 FMAs per 5 loads) */
+     * 4 FMAs per 5 loads).  Split bf16 (NATIVE) takes 2-row tiles, one 3-row tile first when the
+     * count is odd: its 3-row tile reads the activations as memory operands (28 loads per 24 FMAs),
+     * the 2-row one keeps them in registers (decision 160) */
     const int nrows = r1 - c0;
-    const unsigned tiles = (unsigned)((nrows + FFB_RR - 1) / FFB_RR);
-    const int threes = nrows - 2 * (int)tiles;
+    const int threes = !NATIVE ? nrows - 2 * ((nrows + FFB_RR - 1) / FFB_RR) : nrows > 1 ? nrows % 2 : 0;
+    const unsigned tiles = !NATIVE ? (unsigned)((nrows + FFB_RR - 1) / FFB_RR)
+                                   : nrows == 1 ? 1u : (unsigned)(threes + (nrows - 3 * threes) / 2);
     for (int k0 = 0; k0 < X->kpad;) {
         int k1 = DS_MIN(X->kpad, k0 + FFB_KB);
         if ((SRC == FFB_F32 || NATIVE) && k0 < full && k1 > full) k1 = full;

@@ -181,8 +181,10 @@ AI void ffb_tile(const float *w, size_t wstride, const float *x, size_t xstride,
 
 /* The same half-pass straight on bf16 weights (a few rows: decision 151): `nblk` 32-value blocks of
  * w (rows wstride bf16 apart), each split in registers into its odd and even words, then the two
- * 16-value steps of the widened order (odd, then even) against x, read as memory operands so that
- * 4 x 3 accumulators fit beside the two weight halves. */
+ * 16-value steps of the widened order (odd, then even) against x.  At 3 rows x is read as memory
+ * operands (4 x 3 accumulators and two weight halves leave no register); at 2 rows the compiler
+ * keeps the four activation vectors in registers, which is why ffb_group prefers 2-row tiles here
+ * (decision 160). */
 AI void ffbn_tile(const ds_bf16 *w, size_t wstride, const float *x, size_t xstride, size_t xstep, int nblk, int h,
                   int first, int last, const int RO, const int RR, float *part, float *y, int ystride, ffb_pf pf) {
     const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);

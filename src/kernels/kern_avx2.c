@@ -301,7 +301,7 @@ static void w4_panels(const ds_packed *P, const ds_qact *X, int r0, int r1, int 
     }
     for (int p = p0; p < p1; p++) {
         int r = r0;
-        for (int left = r1 - r; left >= 3 && left != 4; left = r1 - r) w4_block3(P, X, p, r, y, ystride), r += 3;   /* 4: 2 + 2 */
+        for (; r1 - r >= 3 && r1 - r != 4; r += 3) w4_block3(P, X, p, r, y, ystride);   /* 4 rows: 2 + 2 */
         for (; r + 2 <= r1; r += 2) w4_block(P, X, p, r, 1, 2, y, ystride);
         if (r < r1) w4_block(P, X, p, r, 1, 1, y, ystride);
     }

@@ -30,6 +30,9 @@ typedef struct ds_load_options {
     int draft;                /* DSpark draft: 0 = not loaded (default), 1 = loaded when usable (a missing or
                                  disabled draft logs an ERROR and leaves speculation off), 2 = required
                                  (an unusable draft fails the load) */
+    int no_head_screen;       /* fast tier: 1 = greedy rows compute their full logits instead of screening
+                                 the head through its int8 copy (same tokens, for A/B measurements);
+                                 0 = screen (default) */
 } ds_load_options;
 
 /* Returns NULL on failure and writes a one-line message (E_CODE: file: tensor: expected, found). */

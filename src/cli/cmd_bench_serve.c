@@ -28,6 +28,7 @@
 #include "base/flags.h"
 #include "base/phase_prof.h"
 #include "dsflash.h"
+#include "model/draft.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,9 @@ static ds_flag k_flags[] = {
     {.name = "--quick", .type = DS_FLAG_SWITCH, .help = "fewer steps, a 512-token prompt in 128-token chunks"},
     {.name = "--profile", .type = DS_FLAG_SWITCH,
      .help = "also time each phase of the decode steps (attention, MoE, mHC, head, ...) per level"},
+    {.name = "--rows", .type = DS_FLAG_ENUM, .def = "greedy", .choices = "greedy|logits",
+     .help = "decode rows as greedy requests (the model returns greedy ids: the fast tier screens the head) "
+             "or as sampled ones (full logits rows)"},
     {.name = "--json", .type = DS_FLAG_STRING, .help = "also write the figures to this file"},
     DS_DIST_FLAG_ROWS,
 };
@@ -67,6 +71,7 @@ static int parse(int argc, char **argv, bs_opts *o, int *dist_rc) {
     o->threads = ds_flag_given(&fs, "--threads") ? (int)ds_flag_int(&fs, "--threads") : 0;
     o->quick = ds_flag_on(&fs, "--quick");
     o->profile = ds_flag_on(&fs, "--profile");
+    o->logits_rows = !strcmp(ds_flag_str(&fs, "--rows"), "logits");
     const char *tier = ds_flag_str(&fs, "--numerics");
     if (!strcmp(tier, "both")) {
         o->tiers[0] = "exact";
@@ -125,6 +130,7 @@ static void fill_prompt(int32_t *p, int n, int vocab, int salt) {
 typedef struct {
     ds_model *m;
     int vocab;
+    int logits_rows;          /* 0: decode rows take greedy ids, as the engine asks for greedy requests */
     char err[1024];
 } bs_run;
 
@@ -132,20 +138,28 @@ typedef struct {
  * untimed step at this batch size. */
 static int run_level(bs_run *r, ds_seq **seqs, float **logits, int conc, int steps, bs_level *out) {
     double ph[DS_PH_COUNT], ph_sum[DS_PH_COUNT] = {0};
-    int32_t tok[32];
+    int32_t tok[32], gid[32], *gp[32];
     const int32_t *tp[32];
     int rows[32], nl[32];
     double *t = ds_xmalloc(sizeof(double) * (size_t)steps);
     double bytes = 0, comm = 0;
-    for (int i = 0; i < conc; i++) { tp[i] = &tok[i]; rows[i] = 1; nl[i] = 1; }
+    for (int i = 0; i < conc; i++) { tp[i] = &tok[i]; rows[i] = 1; nl[i] = 1; gp[i] = &gid[i]; }
+    for (int i = 0; i < conc; i++) gid[i] = ds_argmax(logits[i], r->vocab);   /* the prefill's rows */
     for (int s = -1; s < steps; s++) {
-        for (int i = 0; i < conc; i++) tok[i] = ds_argmax(logits[i], r->vocab);
+        for (int i = 0; i < conc; i++) tok[i] = r->logits_rows ? ds_argmax(logits[i], r->vocab) : gid[i];
+        for (int i = 0; i < conc; i++)
+            if (tok[i] < 0) {
+                snprintf(r->err, sizeof r->err, "E_NUMERIC: decode at concurrency %d: a row's logits are not finite", conc);
+                free(t);
+                return -1;
+            }
         ds_dist_bcast(tok, sizeof(int32_t) * (size_t)conc, 0);   /* mpirun: every rank feeds rank 0's picks */
         uint64_t b0 = ds_kernels_weight_bytes_read();
         ds_prof_take(ph);   /* discards what came before: the profile brackets the step */
         if (s >= 0) ds_kernels_observe(bs_tally_observe, out->calls);
         double c0 = ds_dist_comm_seconds(), t0 = ds_now();
-        int bad = ds_batch_step(r->m, conc, seqs, tp, rows, logits, nl, r->err, sizeof r->err);
+        int bad = ds_batch_step_greedy(r->m, conc, seqs, tp, rows, logits, nl, NULL, r->logits_rows ? NULL : gp, NULL,
+                                       r->err, sizeof r->err);
         double dt = ds_now() - t0;
         ds_kernels_observe(NULL, NULL);
         if (bad) { free(t); return -1; }
@@ -259,6 +273,7 @@ static int run_tier(const bs_opts *o, const char *numerics, bs_limits *lim, bs_t
     ds_load_options lo = {.kernels = o->kernels, .threads = o->threads, .numerics = numerics};
     memset(t, 0, sizeof *t);
     t->numerics = numerics;
+    t->rows = o->logits_rows ? "logits" : "greedy";
     fprintf(stderr, "perf serve: loading %s (numerics %s)\n", o->model, numerics);
     double t0 = ds_now();
     r.m = ds_model_load(o->model, &lo, r.err, sizeof r.err);
@@ -266,6 +281,7 @@ static int run_tier(const bs_opts *o, const char *numerics, bs_limits *lim, bs_t
     t->load_s = ds_now() - t0;
     ds_cli_dist_loaded();
     r.vocab = ds_model_vocab_size(r.m);
+    r.logits_rows = o->logits_rows;
     if (!lim->samples) sample_limits(lim, o->quick);   /* first sample once the checkpoint loaded */
     int rc = warm_up(&r);
     if (!rc) rc = decode_sweep(&r, o, t);

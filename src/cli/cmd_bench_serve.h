@@ -36,6 +36,7 @@ typedef struct {
 
 typedef struct {
     const char *numerics;    /* "exact" | "fast" */
+    const char *rows;        /* decode rows: "greedy" (greedy ids) | "logits" (full rows) */
     double load_s;
     bs_level lv[BS_N_LEVELS];   /* lv[0] is concurrency 1 = single-stream decode */
     int prompt_tokens, chunk; /* TTFT prompt, prefill chunk */
@@ -48,6 +49,7 @@ typedef struct {
 typedef struct {
     const char *model, *kernels, *json;
     int threads, quick, profile, n_tiers;
+    int logits_rows;          /* --rows logits: decode rows ask for full logits (sampled requests) */
     const char *tiers[BS_MAX_TIERS];
     int levels[BS_N_LEVELS];
     int decode_steps, context_tokens, prompt_tokens, chunk;

@@ -74,7 +74,9 @@ static void print_tier(const bs_tier *t, const bs_limits *lim, int *over) {
     char what[96];
     snprintf(what, sizeof what, "%s prefill", t->numerics);
     double pf_pct = pct(pf_gops, lim->peak, what, PEAK_PROBE, over);
-    printf("\nnumerics %s (model load %.1f s)\n", t->numerics, t->load_s);
+    const int logits_rows = t->rows && !strcmp(t->rows, "logits");
+    printf("\nnumerics %s (model load %.1f s; decode rows: %s)\n", t->numerics, t->load_s,
+           logits_rows ? "full logits rows" : "greedy ids, the model picks each row's token");
     printf("| metric | measured | limit | %% of limit |\n|---|---|---|---|\n");
     printf("| single-stream decode | %.2f tok/s (%.1f ms/token median of %d; wall %.2f tok/s) | roofline %.2f tok/s "
            "(%.1f MB read per token) | %s |\n", f1.tok_s, 1e3 * l1->t_median, l1->steps, f1.tok_s_wall,
@@ -206,6 +208,7 @@ static cJSON *tier_json(const bs_tier *t, const bs_limits *lim, int profile) {
     int ignored = 0;
     cJSON *j = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(j, "concurrency");
     cJSON_AddStringToObject(j, "numerics", t->numerics);
+    cJSON_AddStringToObject(j, "rows", t->rows && !strcmp(t->rows, "logits") ? "logits" : "greedy");
     cJSON_AddNumberToObject(j, "load_s", t->load_s);
     for (int l = 0; l < BS_N_LEVELS; l++) {
         const bs_level *lv = &t->lv[l];

@@ -46,11 +46,10 @@ static int run_spec(ds_model *m, const int32_t *prompt, int P, int n_tokens, int
     int rc = ds_spec_prefill(m, s, prompt, P, 0, lg, err);
     int32_t anchor;
     ds_spec_accept_greedy(lg, V, masked, NULL, 0, &anchor);
-    ds_spec_trace tr = {.verify_logits = lg};
     const double t0 = ds_now();
-    while (!rc && r->n < n_tokens) {
+    while (!rc && r->n < n_tokens) {   /* greedy ids from the verify steps, as the engine asks for them */
         int32_t out[DS_DRAFT_MAX_BLOCK + 1];
-        int acc = ds_spec_greedy_step(m, s, anchor, K, masked, out, &tr, err);
+        int acc = ds_spec_greedy_step(m, s, anchor, K, masked, out, NULL, err);
         if (acc < 0) { rc = -1; break; }
         r->gen[r->n++] = anchor;
         for (int i = 0; i < acc && r->n < n_tokens; i++) r->gen[r->n++] = out[i];
@@ -72,12 +71,15 @@ static int run_plain(ds_model *m, const int32_t *prompt, int P, const spec_run *
     float *lg = ds_amalloc(sizeof(float) * (size_t)V);
     ds_seq *s = ds_seq_new(m);
     int rc = ds_seq_step(m, s, prompt, P, lg, 1, eb, eblen) < 0 ? -1 : 0;
+    int32_t cur;
+    ds_spec_accept_greedy(lg, V, masked, NULL, 0, &cur);
     const double t0 = ds_now();
-    for (int64_t i = 0; i < sr->n && !rc; i++) {
-        int32_t cur;
-        ds_spec_accept_greedy(lg, V, masked, NULL, 0, &cur);
+    for (int64_t i = 0; i < sr->n && !rc; i++) {   /* the model returns each row's greedy id */
         if (cur != sr->gen[i]) (*mismatch)++;
-        if (ds_seq_step(m, s, &cur, 1, lg, 1, eb, eblen) < 0) rc = -1;
+        int32_t next = -1;
+        if (ds_seq_step_greedy(m, s, &cur, 1, &next, 1, masked, eb, eblen) < 0) rc = -1;
+        else if (next < 0) rc = -1, snprintf(eb, eblen, "E_NUMERIC: plain decode: the logits are not finite");
+        cur = next;
     }
     *secs = ds_now() - t0;
     ds_seq_free(s);
@@ -104,7 +106,8 @@ static int step_costs(ds_model *m, const int32_t *prompt, int P, int K, int reps
             const double t0 = ds_now(), c0 = cpu_now();
             const uint64_t b0 = ds_kernels_weight_bytes_read();
             if (r == 0) ds_kernels_observe(bs_tally_observe, calls[kind]);   /* one repetition's calls: the floor */
-            if (ds_seq_step(m, s, prompt + P - K - 1, n, lg, n, eb, sizeof eb) < 0) rc = ds_fail(err, "E_STEP", "%s", eb);
+            int32_t ids[DS_DRAFT_MAX_BLOCK + 1];   /* greedy rows, as the engine steps them */
+            if (ds_seq_step_greedy(m, s, prompt + P - K - 1, n, ids, n, NULL, eb, sizeof eb) < 0) rc = ds_fail(err, "E_STEP", "%s", eb);
             ds_kernels_observe(NULL, NULL);
             const double dt = ds_now() - t0, dc = cpu_now() - c0;
             bytes[kind] = (double)(ds_kernels_weight_bytes_read() - b0);

@@ -26,6 +26,7 @@
 #include "base/flags.h"
 #include "base/threadpool.h"
 #include "dsflash.h"
+#include "model/draft.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -425,11 +426,19 @@ static int bench_decode(const bench_opts *o) {
     comm0 = ds_dist_comm_seconds();
     const uint64_t moved0 = ds_dist_comm_bytes();
     t0 = ds_now();
-    for (int i = 0; i < N; i++) {
-        int32_t t = next_token(logits, V);
+    int32_t t = next_token(logits, V);
+    for (int i = 0; i < N; i++) {   /* greedy decoding as the engine runs it: the model returns each row's id */
         double ti = ds_now();
-        if (ds_seq_step(m, s, &t, 1, logits, 1, errbuf, sizeof errbuf)) { free(tt); goto step_fail; }
+        int32_t id = -1;
+        if (ds_seq_step_greedy(m, s, &t, 1, &id, 1, NULL, errbuf, sizeof errbuf)) { free(tt); goto step_fail; }
         tt[i] = ds_now() - ti;
+        if (id < 0) {
+            snprintf(errbuf, sizeof errbuf, "E_NUMERIC: decode token %d: the logits are not finite", i);
+            free(tt);
+            goto step_fail;
+        }
+        ds_dist_bcast(&id, sizeof id, 0);
+        t = id;
     }
     double t_decode = ds_now() - t0, comm_decode = ds_dist_comm_seconds() - comm0;
     /* the median token says what the code does when the host lets it run; the mean includes

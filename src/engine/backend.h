@@ -11,7 +11,8 @@
  *     pages of blocks intersecting [pos0-W, pos0), the STATE page);
  *   - the step writes CKV/IDX rows of its positions, the WIN rows of blocks intersecting
  *     [pos0+n-W, pos0+n) that `tab` provides, and STATE slots;
- *   - logits are written for the last n_logits rows, items in order, each row `vocab` floats.
+ *   - logits are written for the last n_logits rows, items in order, each row `vocab` floats
+ *     (rows of an item with `greedy` set get their ids there instead; the logits rows stay unused).
  * Results of a row must not depend on the other items of the step (batch invariance, §8.6). */
 #ifndef DS_ENGINE_BACKEND_H
 #define DS_ENGINE_BACKEND_H
@@ -25,6 +26,12 @@ typedef struct ds_backend_item {
     int64_t pos0;
     int n;
     int n_logits;
+    /* Set by the engine only where the backend says greedy_ids and every logits row of the item is
+     * plain greedy (ds_sampling_greedy_only): the backend writes each row's greedy id here
+     * ([n_logits]; -1 when the row is not finite) instead of its logits, the ids mask marks never
+     * chosen.  NULL: logits as usual.  One mask for every item of a step. */
+    int32_t *greedy;
+    const uint8_t *greedy_mask;
 } ds_backend_item;
 
 typedef struct ds_backend {
@@ -36,6 +43,8 @@ typedef struct ds_backend {
     /* true: pages are taken during step() through the engine's allocator, so the engine must
      * count what it promised while building a step; false: prepare() allocates at once. */
     bool lazy_pages;
+    /* true: step() can answer greedy rows with their ids alone (ds_backend_item.greedy) */
+    bool greedy_ids;
     /* Page layout for a block size. */
     void (*layout)(void *impl, int bs, ds_kv_layout *out);
     /* A sequence whose first `start` positions are already in the pages of `tab` (prefix hit;

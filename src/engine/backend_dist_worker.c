@@ -148,7 +148,7 @@ static void op_step(worker *w, int n, const uint8_t *payload) {
         mirror_tokens(q, it[i].pos0 + it[i].n);
         memcpy(q->tok + it[i].pos0, tok, sizeof(int32_t) * (size_t)it[i].n);
         tok += it[i].n;
-        w->items[i] = (ds_backend_item){q->inner, &q->tab, q->tok, it[i].pos0, it[i].n, it[i].n_logits};
+        w->items[i] = (ds_backend_item){q->inner, &q->tab, q->tok, it[i].pos0, it[i].n, it[i].n_logits, NULL, NULL};
         rows += (size_t)it[i].n_logits;
     }
     size_t need = rows * (size_t)w->be->vocab;

@@ -34,6 +34,7 @@ typedef struct mback {
     const int32_t **toks;
     int *rows, *nl;
     float **out;
+    int32_t **greedy;              /* greedy ids of each item (NULL: logits) */
     ds_bf16 **auxp;                /* draft features of each item (while drafting) */
 } mback;
 
@@ -168,6 +169,7 @@ static int mb_step(void *impl, ds_kv_pools *pools, ds_backend_item *items, int n
         b->rows = ds_xrealloc(b->rows, sizeof(int) * (size_t)n);
         b->nl = ds_xrealloc(b->nl, sizeof(int) * (size_t)n);
         b->out = ds_xrealloc(b->out, sizeof(float *) * (size_t)n);
+        b->greedy = ds_xrealloc(b->greedy, sizeof(int32_t *) * (size_t)n);
         b->auxp = ds_xrealloc(b->auxp, sizeof(ds_bf16 *) * (size_t)n);
     }
     ds_seq **seqs = b->seqs;
@@ -177,6 +179,8 @@ static int mb_step(void *impl, ds_kv_pools *pools, ds_backend_item *items, int n
     size_t off = 0;
     int V = ds_model_vocab_size(b->m), W = drafting(b) ? ds_draft_aux_width(b->m) : 0;
     ds_bf16 **aux = W ? b->auxp : NULL;
+    const uint8_t *mask = NULL;
+    bool any_greedy = false;
     for (int i = 0; i < n; i++) {
         mseq *q = items[i].seq;
         if (aux) { /* every row's features: which of them become committed is known after sampling */
@@ -195,9 +199,11 @@ static int mb_step(void *impl, ds_kv_pools *pools, ds_backend_item *items, int n
         nl[i] = items[i].n_logits;
         out[i] = nl[i] ? logits + off * (size_t)V : NULL;
         off += (size_t)nl[i];
+        b->greedy[i] = items[i].greedy;
+        if (items[i].greedy) any_greedy = true, mask = items[i].greedy_mask;
     }
     char eb[512] = "";
-    int rc = ds_batch_step_aux(b->m, n, seqs, toks, rows, out, nl, aux, eb, sizeof eb);
+    int rc = ds_batch_step_greedy(b->m, n, seqs, toks, rows, out, nl, aux, any_greedy ? b->greedy : NULL, mask, eb, sizeof eb);
     if (rc) ds_fail(err, "E_FORWARD", "%s", eb);
     if (rc && aux)
         for (int i = 0; i < n; i++) ((mseq *)items[i].seq)->aux_n = 0;
@@ -211,6 +217,7 @@ static void mb_destroy(void *impl) {
     free(b->rows);
     free(b->nl);
     free(b->out);
+    free(b->greedy);
     free(b->auxp);
     free(b);
 }
@@ -264,6 +271,7 @@ ds_backend *ds_backend_model_new(ds_model *m) {
     b->noise_id = m->cfg.dspark_noise_id;
     b->image_id = m->cfg.image_token_id;
     b->lazy_pages = true;
+    b->greedy_ids = true;
     b->layout = mb_layout;
     b->seq_open = mb_open;
     b->pages_needed = mb_needed;

@@ -401,6 +401,10 @@ static void sample_task(void *ctx, int t, int thread) {
     int V = e->be->vocab;
     const float *last = e->logits + (e->item_row[k] + (size_t)(it->n_logits - 1)) * (size_t)V;
     ds_sample_history h = {r->tokens, r->n_prompt, r->tokens + r->n_prompt, r->n_tokens - r->n_prompt};
+    if (it->greedy) {
+        j->rc[t] = ds_sample_greedy_id(it->greedy[it->n_logits - 1], &j->res[t]);
+        return;
+    }
     j->rc[t] = ds_sample_row(last, V, e->mask, &r->sp, r->seed, r->n_tokens - r->n_prompt, &h,
                              e->ss_pool[thread < e->n_ss ? thread : 0], &j->res[t]);
 }
@@ -539,6 +543,27 @@ static int choose_and_build(ds_engine *e, bool *forced) {
     return STEP_NONE;
 }
 
+/* Items whose every logits row is plain greedy get their ids from the backend instead of logits
+ * (the model then screens its head: model/head_screen.h); prompt-logprobs rows need full rows. */
+static void ask_greedy_ids(ds_engine *e, size_t n_logits) {
+    if (n_logits > e->greedy_cap) {
+        free(e->greedy_ids);
+        e->greedy_ids = ds_xmalloc(sizeof(int32_t) * n_logits);
+        e->greedy_cap = n_logits;
+    }
+    size_t row = 0;
+    for (int k = 0; k < e->n_items; k++) {
+        ds_backend_item *it = &e->items[k];
+        const ds_req *r = e->item_req[k];
+        const bool plp = r->sp.prompt_logprobs >= 0 && r->n_plp_done < r->n_prompt;
+        const bool ok = e->be->greedy_ids && it->n_logits > 0 && !plp &&
+                        ds_sampling_greedy_only(&r->sp, r->n_tokens - r->n_prompt);
+        it->greedy = ok ? e->greedy_ids + row : NULL;
+        it->greedy_mask = e->mask ? e->mask->masked : NULL;
+        row += (size_t)it->n_logits;
+    }
+}
+
 static void run_step(ds_engine *e) {
     bool forced;
     int kind = choose_and_build(e, &forced);
@@ -590,6 +615,7 @@ static void run_step(ds_engine *e) {
         e->logits = ds_xmalloc(sizeof(float) * (need ? need : 1));
         e->logits_cap = need;
     }
+    ask_greedy_ids(e, n_logits);
     double t0 = ds_now();
     ds_error err = {0};
     if (e->be->step(e->be->impl, &e->km.pools, e->items, e->n_items, e->logits, &err)) {
@@ -748,6 +774,7 @@ void ds_engine_destroy(ds_engine *e) {
     free(e->items);
     free(e->item_req);
     free(e->logits);
+    free(e->greedy_ids);
     free(e->item_row);
     ds_spec_engine_free(e);
     for (int i = 0; i < e->n_ss; i++) ds_sampler_scratch_free(e->ss_pool[i]);

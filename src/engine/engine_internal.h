@@ -41,6 +41,8 @@ struct ds_engine {
     int n_items, cap_items;
     float *logits;
     size_t logits_cap;
+    int32_t *greedy_ids;           /* [logits rows] ids of the items answered greedily (backend.h) */
+    size_t greedy_cap;
     ds_sampler_scratch *ss;
     ds_sampler_scratch **ss_pool;    /* one per compute-pool thread (ss_pool[0] == ss) */
     int n_ss;

@@ -293,11 +293,26 @@ static bool plain_greedy(const ds_sampling_params *p) {
            p->repetition_penalty == 1.0 && p->presence_penalty == 0.0 && p->frequency_penalty == 0.0;
 }
 
+bool ds_sampling_greedy_only(const ds_sampling_params *p, int64_t output_index) {
+    return plain_greedy(p) && output_index >= p->min_tokens;
+}
+
+int ds_sample_greedy_id(int32_t id, ds_sample_result *res) {
+    memset(res, 0, sizeof *res);
+    if (id < 0) {
+        res->nonfinite = true;
+        return -1;
+    }
+    res->token = id;
+    res->rank = 1;
+    return 0;
+}
+
 int ds_sample_row(const float *logits, int vocab, const ds_token_mask *mask, const ds_sampling_params *p,
                   int64_t seed, int64_t output_index, const ds_sample_history *hist, ds_sampler_scratch *s,
                   ds_sample_result *res) {
     memset(res, 0, sizeof *res);
-    if (plain_greedy(p) && output_index >= p->min_tokens) {
+    if (ds_sampling_greedy_only(p, output_index)) {
         int32_t best = -1;
         float bv = -INFINITY;
         bool finite = true;

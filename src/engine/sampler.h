@@ -100,6 +100,14 @@ int ds_sample_row(const float *logits, int vocab, const ds_token_mask *mask, con
                   int64_t seed, int64_t output_index, const ds_sample_history *hist, ds_sampler_scratch *s,
                   ds_sample_result *res);
 
+/* Whether ds_sample_row at this output index is plain greedy (temperature 0 or top-k 1, no bias,
+ * penalties or logprobs, past min_tokens): the first id of the largest logit among the ids not
+ * masked, which the model can find without every logit (model/head_screen.h). */
+bool ds_sampling_greedy_only(const ds_sampling_params *p, int64_t output_index);
+/* ds_sample_row's result for a plain greedy row whose id the model chose (id < 0: the row was not
+ * finite; -1 with res->nonfinite set, as ds_sample_row). */
+int ds_sample_greedy_id(int32_t id, ds_sample_result *res);
+
 /* The distribution ds_sample_row samples from, written to probs [vocab]: masks, bias, penalties,
  * temperature and the top-k / top-p / min-p filters exactly as there (one-hot at temperature 0);
  * used by speculative decoding's acceptance test (SERVING.md §8.3).  -1 when the row is not finite. */

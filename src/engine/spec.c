@@ -57,6 +57,14 @@ int ds_spec_accept_sampled(const float *p, const float *q, int V, const int32_t 
     return K;
 }
 
+/* ds_spec_accept_greedy on the rows' greedy ids (-1 for a row that is not finite: bonus -1). */
+static int accept_ids(const int32_t *ids, const int32_t *drafts, int K, int32_t *bonus) {
+    int acc = 0;
+    while (acc < K && ids[acc] >= 0 && drafts[acc] == ids[acc]) acc++;
+    *bonus = ids[acc];
+    return acc;
+}
+
 int ds_spec_prefill(ds_model *m, ds_seq *s, const int32_t *tokens, int n, int chunk, float *last_logits, ds_error *err) {
     const int W = ds_draft_aux_width(m);
     if (!W) return ds_fail(err, "E_INVALID_ARG", "speculative prefill: the model has no draft loaded");
@@ -101,27 +109,30 @@ int ds_spec_greedy_step(ds_model *m, ds_seq *s, int32_t anchor, int K, const uin
         memcpy(rows + 1, drafts, sizeof(int32_t) * (size_t)K);
         if (tr->drafts) memcpy(tr->drafts, drafts, sizeof(int32_t) * (size_t)d->block);
     }
-    float *lg = logits_out ? logits_out : ds_amalloc(sizeof(float) * (size_t)(K + 1) * V);
+    /* without a trace of the verify logits the model returns the rows' greedy ids (head_screen.h) */
+    float *lg = logits_out;
+    int32_t ids[DS_DRAFT_MAX_BLOCK + 1];
     ds_bf16 *aux = ds_amalloc(sizeof(ds_bf16) * (size_t)(K + 1) * W);
     const int64_t p0 = s->len;
     float *const lgs[1] = {lg};
+    int32_t *const gi[1] = {ids};
     const int32_t *const tk[1] = {rows};
     int nr[1] = {K + 1}, nl[1] = {K + 1};
     ds_bf16 *const ax[1] = {aux};
     char eb[512];
     int acc = -1;
-    if (ds_batch_step_aux(m, 1, &s, tk, nr, lgs, nl, ax, eb, sizeof eb) < 0) {
+    if (ds_batch_step_greedy(m, 1, &s, tk, nr, lgs, nl, ax, lg ? NULL : gi, masked, eb, sizeof eb) < 0) {
         ds_fail(err, "E_STEP", "%s", eb);
     } else {
         int32_t bonus;
-        acc = ds_spec_accept_greedy(lg, V, masked, drafts, K, &bonus);
-        if (ds_spec_commit(m, s, p0, acc, aux, err) < 0) acc = -1;
+        acc = lg ? ds_spec_accept_greedy(lg, V, masked, drafts, K, &bonus) : accept_ids(ids, drafts, K, &bonus);
+        if (bonus < 0) acc = -1, ds_fail(err, "E_NUMERIC", "speculative step: the verify logits are not finite");
+        else if (ds_spec_commit(m, s, p0, acc, aux, err) < 0) acc = -1;
         else {
             memcpy(out, drafts, sizeof(int32_t) * (size_t)acc);
             out[acc] = bonus;
         }
     }
-    if (!logits_out) ds_afree(lg);
     ds_afree(aux);
     return acc;
 }

@@ -263,12 +263,15 @@ static void record(ds_engine *e, ds_req *r, int K, int acc) {
 /* ------------------------------------------------------------------ accept and commit */
 
 /* Greedy: row j sampled exactly as plain decoding samples it; accept while it equals d_j. */
-static int accept_greedy(ds_engine *e, ds_req *r, const float *rows, int K, ds_sample_result *out, int *n_out) {
+static int accept_greedy(ds_engine *e, ds_req *r, const float *rows, const int32_t *ids, int K, ds_sample_result *out,
+                         int *n_out) {
     const int V = e->be->vocab;
     const int64_t gen0 = r->n_tokens - r->n_prompt;
     for (int j = 0; j <= K; j++) {
         ds_sample_history h = {r->tokens, r->n_prompt, r->tokens + r->n_prompt, gen0 + j};
-        if (ds_sample_row(rows + (size_t)j * V, V, e->mask, &r->sp, r->seed, gen0 + j, &h, e->ss, &out[j]) < 0) return -1;
+        if (ids ? ds_sample_greedy_id(ids[j], &out[j]) < 0
+                : ds_sample_row(rows + (size_t)j * V, V, e->mask, &r->sp, r->seed, gen0 + j, &h, e->ss, &out[j]) < 0)
+            return -1;
         *n_out = j + 1;
         if (j == K || out[j].token != r->drafts[j]) return j;
     }
@@ -315,7 +318,7 @@ void ds_spec_finish_item(ds_engine *e, int k, const float *rows) {
     const int K = r->spec_k;
     ds_sample_result res[9];
     int n_out = 0;
-    int acc = greedy_req(r) ? accept_greedy(e, r, rows, K, res, &n_out) : accept_sampled(e, r, rows, K, res, &n_out);
+    int acc = greedy_req(r) ? accept_greedy(e, r, rows, it->greedy, K, res, &n_out) : accept_sampled(e, r, rows, K, res, &n_out);
     r->spec_k = 0;
     r->n_drafts = 0;
     if (acc < 0) {

@@ -117,5 +117,16 @@ ds_bf16 *ds_seq_draft_row(const ds_seq *s, int stage, int64_t pos);
  * aux[i] receives [n_rows[i]][aux_width] bf16 features of sequence i's rows (forward.c). */
 int ds_batch_step_aux(ds_model *m, int n_seqs, ds_seq **seqs, const int32_t *const *tokens, const int *n_rows,
                       float *const *logits, const int *n_logits, ds_bf16 *const *aux, char *errbuf, size_t errlen);
+/* The same, and where greedy && greedy[i]: sequence i's last n_logits[i] rows get their greedy ids in
+ * greedy[i][0..n_logits[i]-1] instead of logits (logits[i] is not written): the first id of the
+ * largest logit among the ids `mask` does not mark, -1 when some logit of the row is not finite
+ * (model/head_screen.h; the fast tier screens the head; the exact tier and a vocabulary split over
+ * several ranks compute full rows). */
+int ds_batch_step_greedy(ds_model *m, int n_seqs, ds_seq **seqs, const int32_t *const *tokens, const int *n_rows,
+                         float *const *logits, const int *n_logits, ds_bf16 *const *aux, int32_t *const *greedy,
+                         const uint8_t *mask, char *errbuf, size_t errlen);
+/* One sequence: tokens[0..n-1], and the greedy ids of its last n_ids rows into ids. */
+int ds_seq_step_greedy(ds_model *m, ds_seq *s, const int32_t *tokens, int n, int32_t *ids, int n_ids, const uint8_t *mask,
+                       char *errbuf, size_t errlen);
 
 #endif

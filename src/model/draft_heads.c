@@ -164,6 +164,21 @@ DS_CLONES static float eligible_max(const float *x, int V, const uint8_t *masked
     return mx;
 }
 
+/* The first index i in [from, V) with x[i] == v, or V; blocks without it are skipped whole (one
+ * call for the whole row: a cloned function costs an indirect call). */
+DS_CLONES static int first_equal(const float *x, int from, int V, float v) {
+    int i = from;
+    for (; i + AM_LANES <= V; i += AM_LANES) {
+        int any = 0;
+#pragma omp simd reduction(| : any)
+        for (int k = 0; k < AM_LANES; k++) any |= x[i + k] == v;
+        if (any) break;
+    }
+    for (; i < V; i++)
+        if (x[i] == v) return i;
+    return V;
+}
+
 int32_t ds_draft_argmax(const float *x, int V, const uint8_t *masked, int32_t exclude) {
     int32_t first = -1;
     for (int v = 0; v < V && first < 0; v++)
@@ -171,8 +186,8 @@ int32_t ds_draft_argmax(const float *x, int V, const uint8_t *masked, int32_t ex
     if (first < 0) return 0;
     if (isnan(x[first])) return first;   /* the scalar rule keeps its first candidate then */
     const float mx = eligible_max(x, V, masked, exclude);
-    for (int v = first; v < V; v++)
-        if ((!masked || !masked[v]) && v != exclude && x[v] == mx) return v;
+    for (int v = first_equal(x, first, V, mx); v < V; v = first_equal(x, v + 1, V, mx))
+        if ((!masked || !masked[v]) && v != exclude) return v;
     return first;   /* every eligible value NaN but the first: unreachable, kept for safety */
 }
 

@@ -9,6 +9,7 @@
  * runs as pool tasks over rows; sublayers see all rows of the batch at once. */
 #include "model/forward.h"
 #include "model/draft.h"
+#include "model/head_screen.h"
 #include "model/ops.h"
 #include "model/fast_ops.h"
 #include "base/threadpool.h"
@@ -151,7 +152,7 @@ static int step_alloc(ds_step *st) {
 }
 
 static int validate(ds_model *m, int n_seqs, ds_seq **seqs, const int32_t *const *tokens, const int *n_rows,
-                    float *const *logits, const int *n_logits, ds_error *err) {
+                    float *const *logits, const int *n_logits, int32_t *const *greedy, ds_error *err) {
     const ds_config *c = &m->cfg;
     if (n_seqs <= 0 || !seqs || !tokens || !n_rows)
         return ds_fail(err, "E_INVALID_ARG", "step: expected at least one sequence, found %d", n_seqs);
@@ -164,7 +165,7 @@ static int validate(ds_model *m, int n_seqs, ds_seq **seqs, const int32_t *const
         int nl = n_logits ? n_logits[i] : 0;
         if (nl < 0 || nl > n_rows[i])
             return ds_fail(err, "E_INVALID_ARG", "step: sequence %d: expected n_logits in 0..%d, found %d", i, n_rows[i], nl);
-        if (nl > 0 && (!logits || !logits[i]))
+        if (nl > 0 && (!logits || !logits[i]) && !(greedy && greedy[i]))
             return ds_fail(err, "E_INVALID_ARG", "step: sequence %d: n_logits %d without a logits buffer", i, nl);
         if (s->len + n_rows[i] > m->max_len)
             return ds_fail(err, "E_CONTEXT_LENGTH", "step: sequence %d: expected at most %lld positions (max model length), "
@@ -178,28 +179,70 @@ static int validate(ds_model *m, int n_seqs, ds_seq **seqs, const int32_t *const
 }
 
 
-static void compute_logits(ds_step *st, float *const *logits, const int *n_logits) {
+/* The normalized final rows of the sequences `want` selects (their last n_logits[i] rows), in
+ * (sequence, row) order, into hn (sized by the caller); returns how many. */
+static int final_rows(ds_step *st, const int *n_logits, int want_greedy, int32_t *const *greedy, ds_bf16 *hn,
+                      float *const *logits, float **dst, int32_t **gdst, float *gbuf) {
     const ds_model *m = st->m;
     const ds_config *c = st->c;
     const int HC = c->hc_mult, D = c->dim, V = c->vocab_size;
-    int M = 0;
-    for (int i = 0; i < st->n_seqs; i++) M += n_logits ? n_logits[i] : 0;
-    if (!M) return;
-    ds_prof_push(DS_PH_HEAD);
-    /* gather the normalized final rows, in (sequence, row) order */
-    ds_bf16 *hn = DS_ARENA_NEW(st->arena, ds_bf16, (size_t)M * D), *tmp = DS_ARENA_NEW(st->arena, ds_bf16, D);
-    float **dst = DS_ARENA_NEW(st->arena, float *, M);
+    ds_bf16 *tmp = DS_ARENA_NEW(st->arena, ds_bf16, D);
     int k = 0;
     for (int i = 0; i < st->n_seqs; i++) {
         const ds_step_seq *sq = &st->ss[i];
-        int nl = n_logits[i];
+        const int nl = n_logits[i];
+        const int g = greedy && greedy[i];
+        if (want_greedy >= 0 && g != want_greedy) continue;
         for (int j = 0; j < nl; j++, k++) {
             int r = sq->row0 + sq->n - nl + j;
             ds_hc_collapse_t(m->numerics, st->X + (size_t)r * HC * D, st->pre + (size_t)r * HC, HC, D, tmp);
             ds_rmsnorm_t(m->numerics, tmp, m->norm, D, c->norm_eps, hn + (size_t)k * D);
-            dst[k] = logits[i] + (size_t)j * V;
+            if (dst) dst[k] = g ? gbuf + (size_t)k * V : logits[i] + (size_t)j * V;
+            if (gdst) gdst[k] = g ? greedy[i] + j : NULL;
         }
     }
+    return k;
+}
+
+/* Rows whose request only wants its greedy id: the head's screen (head_screen.h), same answer as
+ * plain greedy sampling of the full row. */
+static void compute_greedy(ds_step *st, const int *n_logits, int32_t *const *greedy, const uint8_t *mask, int M) {
+    const ds_model *m = st->m;
+    ds_arena_mark mk = ds_arena_mark_get(st->arena);
+    ds_bf16 *hn = DS_ARENA_NEW(st->arena, ds_bf16, (size_t)M * st->c->dim);
+    int32_t **gdst = DS_ARENA_NEW(st->arena, int32_t *, M), *ids = DS_ARENA_NEW(st->arena, int32_t, M);
+    final_rows(st, n_logits, 1, greedy, hn, NULL, NULL, gdst, NULL);
+    ds_head_greedy(&m->head, m->head_screen, hn, M, mask, st->arena, ids);
+    for (int k = 0; k < M; k++) *gdst[k] = ids[k];
+    ds_arena_release(st->arena, mk);
+}
+
+static void compute_logits(ds_step *st, float *const *logits, const int *n_logits, int32_t *const *greedy,
+                           const uint8_t *mask) {
+    const ds_model *m = st->m;
+    const ds_config *c = st->c;
+    const int D = c->dim, V = c->vocab_size;
+    int M = 0, G = 0;
+    for (int i = 0; i < st->n_seqs; i++) {
+        const int nl = n_logits ? n_logits[i] : 0;
+        if (greedy && greedy[i]) G += nl;
+        else M += nl;
+    }
+    if (!M && !G) return;
+    ds_prof_push(DS_PH_HEAD);
+    /* a vocabulary split computes every row in full (each rank its share, then one gather for
+     * all rows, as every rank runs the same rows); elsewhere greedy rows take the screen */
+    const int split = m->shard.size > 1;
+    if (G && !split) compute_greedy(st, n_logits, greedy, mask, G);
+    if (split) M += G;
+    if (!M) {
+        ds_prof_pop();
+        return;
+    }
+    ds_bf16 *hn = DS_ARENA_NEW(st->arena, ds_bf16, (size_t)M * D);
+    float **dst = DS_ARENA_NEW(st->arena, float *, M), *gbuf = split && G ? DS_ARENA_NEW(st->arena, float, (size_t)M * V) : NULL;
+    int32_t **gdst = DS_ARENA_NEW(st->arena, int32_t *, M);
+    final_rows(st, n_logits, split ? -1 : 0, greedy, hn, logits, dst, gdst, gbuf);
     const int chunk = 64;
     float *out = DS_ARENA_NEW(st->arena, float, (size_t)(M < chunk ? M : chunk) * V);
     for (int r0 = 0; r0 < M; r0 += chunk) {
@@ -210,6 +253,8 @@ static void compute_logits(ds_step *st, float *const *logits, const int *n_logit
         if (m->shard.size > 1) ds_dist_gather_split(out, out, n, V, 16, 1, sizeof(float));
         for (int j = 0; j < n; j++) memcpy(dst[r0 + j], out + (size_t)j * V, sizeof(float) * (size_t)V);
     }
+    for (int k = 0; k < M; k++)
+        if (gdst[k]) *gdst[k] = ds_head_pick_full(dst[k], V, mask);
     ds_prof_pop();
 }
 
@@ -239,12 +284,18 @@ int ds_batch_step(ds_model *m, int n_seqs, ds_seq **seqs, const int32_t *const *
 
 int ds_batch_step_aux(ds_model *m, int n_seqs, ds_seq **seqs, const int32_t *const *tokens, const int *n_rows,
                       float *const *logits, const int *n_logits, ds_bf16 *const *aux, char *errbuf, size_t errlen) {
+    return ds_batch_step_greedy(m, n_seqs, seqs, tokens, n_rows, logits, n_logits, aux, NULL, NULL, errbuf, errlen);
+}
+
+int ds_batch_step_greedy(ds_model *m, int n_seqs, ds_seq **seqs, const int32_t *const *tokens, const int *n_rows,
+                         float *const *logits, const int *n_logits, ds_bf16 *const *aux, int32_t *const *greedy,
+                         const uint8_t *mask, char *errbuf, size_t errlen) {
     ds_error err = {{0}, {0}};
     if (!m) {
         if (errbuf) snprintf(errbuf, errlen, "E_INVALID_ARG: step: no model");
         return -1;
     }
-    if (validate(m, n_seqs, seqs, tokens, n_rows, logits, n_logits, &err) < 0) {
+    if (validate(m, n_seqs, seqs, tokens, n_rows, logits, n_logits, greedy, &err) < 0) {
         ds_format_error(&err, errbuf, errlen);
         return -1;
     }
@@ -294,10 +345,18 @@ int ds_batch_step_aux(ds_model *m, int n_seqs, ds_seq **seqs, const int32_t *con
         run_site(&st, l, 1);
         if (m->trace) m->trace(m->trace_ctx, l, st.N, st.X);
     }
-    compute_logits(&st, logits, n_logits);
+    compute_logits(&st, logits, n_logits, greedy, mask);
     for (int i = 0; i < n_seqs; i++) ds_seq_commit(seqs[i], tokens[i], n_rows[i]);
     ds_step_ctx_release(m, ctx);
     return 0;
+}
+
+int ds_seq_step_greedy(ds_model *m, ds_seq *s, const int32_t *tokens, int n, int32_t *ids, int n_ids, const uint8_t *mask,
+                       char *errbuf, size_t errlen) {
+    int32_t *const gi[1] = {ids};
+    const int32_t *const tk[1] = {tokens};
+    int nr[1] = {n}, nl[1] = {n_ids};
+    return ds_batch_step_greedy(m, 1, &s, tk, nr, NULL, nl, NULL, gi, mask, errbuf, errlen);
 }
 
 int ds_seq_step(ds_model *m, ds_seq *s, const int32_t *tokens, int n, float *logits, int n_logits, char *errbuf,

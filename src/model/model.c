@@ -8,6 +8,7 @@
  * except through the probe setters, which tests and tools use on a private model. */
 #include "model/forward.h"
 #include "model/draft.h"
+#include "model/head_screen.h"
 #include "base/threadpool.h"
 #include <math.h>
 #include <stdio.h>
@@ -33,6 +34,7 @@ void ds_format_error(const ds_error *err, char *buf, size_t len) {
 
 void ds_model_free(ds_model *m) {
     if (!m) return;
+    ds_head_screen_free(m->head_screen);
     for (int i = 0; i < m->n_lins; i++) ds_linear_release(m->lins[i]);
     free(m->lins);
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
@@ -124,6 +126,14 @@ ds_model *ds_model_load(const char *dir, const ds_load_options *opts, char *errb
     /* every quantized linear was repacked while binding (ds_linear_prepare), so no forward pays
      * for it later (fast-tier float linears were copied the same way); say how much memory that
      * takes beside the mapped checkpoint */
+    if (m->shard.size == 1 && !o.no_head_screen) {   /* a vocabulary split keeps full rows (dist/dist.h) */
+        size_t hb = 0;
+        m->head_screen = ds_head_screen_new(&m->head, &hb);
+        m->packed_bytes += hb;
+        if (m->head_screen)
+            ds_log(DS_LOG_INFO, "head screen: int8 copy of the output head, %.1f MiB (greedy rows pick their token "
+                   "without full logits)", (double)hb / 1048576.0);
+    }
     ds_model_init_step_scratch(m, DS_STEP_ROWS_AT_LOAD);
     ds_log(DS_LOG_INFO, "kernels: %d linears prepared at load, %.1f MiB (%s tiles and fast-tier float copies)", m->n_lins,
            (double)m->packed_bytes / 1048576.0, ds_kernels_active());

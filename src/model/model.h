@@ -158,6 +158,7 @@ struct ds_model {
      * experts are described but never prepared or read. */
     ds_shard shard;
     ds_linear head_part;           /* head rows [shard.v0, shard.v1) (== head when size 1) */
+    struct ds_head_screen *head_screen; /* greedy screen of `head` (model/head_screen.h); NULL: full rows */
 };
 
 /* One-line "E_CODE: message" into a caller buffer (messages that already start with their code

@@ -85,6 +85,25 @@ const char *ds_test_tiny_fixture(void) {
     return state == 1 ? dir : NULL;
 }
 
+const char *ds_test_trained_fixture(void) {
+    static char dir[1200];
+    static int state = 0;
+    if (state == 0) {
+        char src[1100], out[4096];
+        snprintf(src, sizeof src, "%s/tt_float", ds_test_tmpdir());
+        snprintf(dir, sizeof dir, "%s/tt_w4a8", ds_test_tmpdir());
+        const char *data = "tests/data/trained-tiny";
+        int rc = ds_test_sh(out, sizeof out,
+                            "mkdir -p %s && cp %s/config.json %s/tokenizer_config.json %s/ && "
+                            "for f in model.safetensors tokenizer.json engram_token_map.u32 heldout.u32; do "
+                            "gunzip -c %s/$f.gz > %s/$f; done && %s quantize --src %s --dst %s --quiet 2>&1",
+                            src, data, data, src, data, src, ds_test_bin(), src, dir);
+        state = rc == 0 ? 1 : -1;
+        if (rc) fprintf(stderr, "  trained fixture: %s\n", out);
+    }
+    return state == 1 ? dir : NULL;
+}
+
 static double wall_seconds(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);

@@ -12,27 +12,10 @@
 #include "engine/backend_model.h"
 #include "engine/spec.h"
 #include "model/draft.h"
+#include "model/head_screen.h"
 #include <math.h>
 #include <unistd.h>
 
-static const char *trained_fixture(void) {
-    static char dir[1200];
-    static int state = 0;
-    if (state == 0) {
-        char src[1100], out[4096];
-        snprintf(src, sizeof src, "%s/tt_float", ds_test_tmpdir());
-        snprintf(dir, sizeof dir, "%s/tt_w4a8", ds_test_tmpdir());
-        const char *data = "tests/data/trained-tiny";
-        int rc = ds_test_sh(out, sizeof out,
-                            "mkdir -p %s && cp %s/config.json %s/tokenizer_config.json %s/ && "
-                            "for f in model.safetensors tokenizer.json engram_token_map.u32; do gunzip -c %s/$f.gz > %s/$f; done && "
-                            "%s quantize --src %s --dst %s --quiet 2>&1",
-                            src, data, data, src, data, src, ds_test_bin(), src, dir);
-        state = rc == 0 ? 1 : -1;
-        if (rc) fprintf(stderr, "  trained fixture: %s\n", out);
-    }
-    return state == 1 ? dir : NULL;
-}
 
 /* Tier of the next load().  The cases on the trained fixture run in the fast tier, the one `serve`
  * uses by default; its greedy identity also runs in the exact tier, except in the sanitizer build:
@@ -84,6 +67,7 @@ typedef struct run_cfg {
     const char *sched;           /* --spec-tokens-per-batch-size or NULL */
     int shared_prefix;           /* > 0: every prompt starts with the same this many ids */
     bool no_prefix_cache;        /* --no-enable-prefix-caching */
+    bool no_logprobs;            /* plain greedy requests: the engine asks the model for greedy ids */
 } run_cfg;
 
 static void run(ds_model *m, const run_cfg *c, run_out *o) {
@@ -123,7 +107,7 @@ static void run(ds_model *m, const run_cfg *c, run_out *o) {
         sp.has_seed = true;
         sp.seed = 77 + i;
         sp.max_tokens = c->max_tokens;
-        sp.logprobs = 2;
+        sp.logprobs = c->no_logprobs ? -1 : 2;
         sp.ignore_eos = true;
         char id[32];
         snprintf(id, sizeof id, "s%d", i);
@@ -150,7 +134,7 @@ static void run(ds_model *m, const run_cfg *c, run_out *o) {
         o->n[i] = (int)r->n_out;
         for (int k = 0; k < r->n_out && k < 256; k++) {
             o->ids[i][k] = r->out_ids[k];
-            o->lp[i][k] = r->out_lp[k].logprob;
+            o->lp[i][k] = r->out_lp ? r->out_lp[k].logprob : 0.0f;   /* none without logprobs */
         }
         pthread_mutex_unlock(&r->mu);
         ds_req_unref(r);
@@ -273,7 +257,7 @@ TEST(spec_greedy_identity_under_preemption) {
 }
 
 TEST(spec_greedy_identity_trained) {
-    const char *d = trained_fixture();
+    const char *d = ds_test_trained_fixture();
     int64_t n = 0;
     int32_t *text = heldout(&n);
     CHECK(d != NULL && text != NULL && n >= 8192, "trained fixture and held-out ids");
@@ -281,6 +265,42 @@ TEST(spec_greedy_identity_trained) {
     g_numerics = "fast";
     if (d && text) greedy_identity(d, text, "trained, fast tier");
     g_numerics = "exact";
+    free(text);
+}
+
+/* Plain greedy requests (no logprobs) take their tokens from the model's greedy ids (the fast tier
+ * screens the head, model/head_screen.h), with and without speculation; the reference is the same
+ * prompts with logprobs asked for, which samples full logits rows.  Token ids must be identical,
+ * and the screen must be what ran. */
+TEST(spec_greedy_ids_equal_full_logits_trained) {
+    const char *d = ds_test_trained_fixture();
+    int64_t n = 0;
+    int32_t *text = heldout(&n);
+    CHECK(d != NULL && text != NULL && n >= 8192, "trained fixture and held-out ids");
+    ds_model *spec = d && text ? load_fast(d, 2) : NULL;
+    if (!spec) { free(text); return; }
+    static run_out full, ids, ids_spec;
+    run_cfg c = {.spec = 0, .seqs = 8, .n_req = 8, .prompt_len = 40, .max_tokens = 48, .guard = DS_SPEC_GUARD_ON,
+                 .text = text, .max_model_len = 512};
+    run(spec, &c, &full);
+    const ds_head_screen_stats s0 = ds_head_screen_stats_get();
+    c.no_logprobs = true;
+    run(spec, &c, &ids);
+    c.spec = 5;
+    run(spec, &c, &ids_spec);
+    const ds_head_screen_stats s1 = ds_head_screen_stats_get();
+    int bad = 0;
+    for (int i = 0; i < c.n_req; i++) {
+        bad += full.n[i] != ids.n[i] || full.n[i] != ids_spec.n[i];
+        for (int k = 0; k < full.n[i] && k < 256; k++) bad += full.ids[i][k] != ids.ids[i][k] || full.ids[i][k] != ids_spec.ids[i][k];
+    }
+    CHECK(bad == 0, "%d tokens differ between full logits and greedy ids", bad);
+    printf("  greedy ids: %llu rows screened (%llu in full), %llu verify steps\n", (unsigned long long)(s1.rows - s0.rows),
+           (unsigned long long)(s1.full_rows - s0.full_rows), (unsigned long long)ids_spec.drafts);
+    CHECK(s1.rows - s0.rows >= (uint64_t)(2 * c.n_req * c.max_tokens) / 2 && ids_spec.drafts > 0,
+          "the screen answered the greedy rows (%llu) and verify steps ran (%llu)", (unsigned long long)(s1.rows - s0.rows),
+          (unsigned long long)ids_spec.drafts);
+    ds_model_free(spec);
     free(text);
 }
 
@@ -292,7 +312,7 @@ TEST(spec_greedy_identity_trained) {
  * share their first 32 (two blocks of 16; the window is 16); requests run one at a time so every
  * request after the first adopts the cached prefix. */
 TEST(spec_prefix_hit_keeps_draft_rings) {
-    const char *d = trained_fixture();
+    const char *d = ds_test_trained_fixture();
     int64_t n = 0;
     int32_t *text = heldout(&n);
     CHECK(d && text, "trained fixture");
@@ -374,7 +394,7 @@ TEST(spec_rejection_sampling_matches_target) {
 
 /* Sampled requests with speculation on: every request finishes, drafts are verified, pages return. */
 TEST(spec_sampled_requests_run_and_release) {
-    const char *d = trained_fixture();
+    const char *d = ds_test_trained_fixture();
     int64_t n = 0;
     int32_t *text = heldout(&n);
     CHECK(d && text, "trained fixture");
@@ -401,7 +421,7 @@ TEST(spec_sampled_requests_run_and_release) {
  * embed/head): acceptance collapses, the global guard logs the ERROR and turns drafting off, and
  * the output still equals the plain run. */
 TEST(spec_broken_draft_fires_global_guard) {
-    const char *d = trained_fixture();
+    const char *d = ds_test_trained_fixture();
     int64_t n = 0;
     int32_t *text = heldout(&n);
     CHECK(d && text, "trained fixture");

@@ -13,24 +13,6 @@
 #include "model/draft.h"
 #include <math.h>
 
-static const char *trained_fixture(void) {
-    static char dir[1200];
-    static int state = 0;
-    if (state == 0) {
-        char src[1100], out[4096];
-        snprintf(src, sizeof src, "%s/tt_float", ds_test_tmpdir());
-        snprintf(dir, sizeof dir, "%s/tt_w4a8", ds_test_tmpdir());
-        const char *data = "tests/data/trained-tiny";
-        int rc = ds_test_sh(out, sizeof out,
-                            "mkdir -p %s && cp %s/config.json %s/tokenizer_config.json %s/ && "
-                            "for f in model.safetensors tokenizer.json engram_token_map.u32 heldout.u32; do "
-                            "gunzip -c %s/$f.gz > %s/$f; done && %s quantize --src %s --dst %s --quiet 2>&1",
-                            src, data, data, src, data, src, ds_test_bin(), src, dir);
-        state = rc == 0 ? 1 : -1;
-        if (rc) fprintf(stderr, "  trained fixture: %s\n", out);
-    }
-    return state == 1 ? dir : NULL;
-}
 
 static int32_t *heldout(int64_t *n) {
     char path[1300];
@@ -46,7 +28,7 @@ static int32_t *heldout(int64_t *n) {
 enum { NSEQ = 3 };
 
 static void batch_equals_single(const char *numerics) {
-    const char *dir = trained_fixture();
+    const char *dir = ds_test_trained_fixture();
     CHECK(dir != NULL, "trained fixture");
     if (!dir) return;
     int64_t n_ids = 0;
@@ -158,7 +140,7 @@ static int propose_tier(const char *dir, const char *numerics, const int32_t *id
 }
 
 TEST(draft_fast_tier_tracks_exact) {
-    const char *dir = trained_fixture();
+    const char *dir = ds_test_trained_fixture();
     CHECK(dir != NULL, "trained fixture");
     int64_t n_ids = 0;
     int32_t *ids = dir ? heldout(&n_ids) : NULL;

@@ -132,7 +132,13 @@ ds_head_screen *ds_head_screen_new(const ds_linear *head, size_t *bytes) {
     }
     hs->q8 = (ds_linear){.fmt = DS_LIN_W8A8, .out = (int)V, .in = (int)D, .w = hs->w8, .w_scale = hs->s8,
                          .numerics = DS_NUMERICS_FAST};
-    hs->bytes = V * D + 4 * sizeof(float) * V + ds_linear_prepare(&hs->q8);
+    const size_t tiles = ds_linear_prepare(&hs->q8);
+    if (tiles) {   /* the SIMD paths read only their tiles: the row-major codes can go */
+        ds_afree(hs->w8);
+        hs->w8 = NULL;
+        hs->q8.w = NULL;
+    }
+    hs->bytes = tiles + (hs->w8 ? V * D : 0) + 4 * sizeof(float) * V;
     *bytes = hs->bytes;
     return hs;
 }
@@ -328,6 +334,7 @@ void ds_head_greedy(const ds_linear *head, const ds_head_screen *hs, const ds_bf
     const int V = head->out, D = head->in;
     ds_arena_mark mk = ds_arena_mark_get(ar);
     for (int r = 0; r < n; r++) ids[r] = -2;
+    if (hs && !hs->w8 && !strcmp(ds_kernels_active(), "reference")) hs = NULL;   /* no codes for that path */
     if (hs) {
         atomic_fetch_add(&g_rows, (uint64_t)n);
         for (int r0 = 0; r0 < n; r0 += APPROX_CHUNK) {

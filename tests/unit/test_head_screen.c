@@ -118,8 +118,10 @@ TEST(head_screen_refuses_non_finite_and_exact_heads) {
 
 /* Two copies of each sequence stepped in one batch with the same tokens: one returns logits, one
  * greedy ids; every greedy id must be the plain greedy pick of its twin's logits. */
+static const char *g_kernels = "auto";
+
 static void model_case(const char *dir, const char *numerics, int steps, int feed_own, int *agree, int *rows) {
-    ds_load_options lo = {.kernels = "auto", .numerics = numerics};
+    ds_load_options lo = {.kernels = g_kernels, .numerics = numerics};
     char eb[1024];
     ds_model *m = ds_model_load(dir, &lo, eb, sizeof eb);
     CHECK(m != NULL, "load %s: %s", dir, eb);
@@ -184,5 +186,11 @@ static void run_model(const char *dir, const char *what, int steps_fast, int ste
 
 TEST(head_greedy_equals_full_logits_trained) { run_model(ds_test_trained_fixture(), "trained", 100, 12); }
 TEST(head_greedy_equals_full_logits_random_tiny) { run_model(ds_test_tiny_fixture(), "random tiny", 48, 8); }
+/* The scalar path keeps the copy's row-major codes (the SIMD paths keep only their tiles). */
+TEST(head_greedy_equals_full_logits_reference_kernels) {
+    g_kernels = "reference";
+    run_model(ds_test_tiny_fixture(), "random tiny, reference kernels", 16, 4);
+    g_kernels = "auto";
+}
 
 RUN_ALL()

@@ -21,6 +21,7 @@
 #include "cli/commands.h"
 #include "dsflash.h"
 #include "model/model.h"
+#include "model/draft.h"
 #include "io/safetensors.h"
 #include "tokenizer/tokenizer.h"
 #include "base/flags.h"
@@ -153,6 +154,7 @@ int cmd_generate(int argc, char **argv) {
     ds_seq *s = NULL;
     float *logits = NULL, *all_logits = NULL;
     int32_t *gen = NULL;
+    uint8_t *no_noise = NULL;
     trace_buf tb = {0};
     ds_tokens processed = {0};
     if (prompt_file) {
@@ -231,6 +233,8 @@ int cmd_generate(int argc, char **argv) {
     }
     logits = ds_xmalloc(sizeof(float) * (size_t)(chunk > 1 ? chunk : 1) * V);
     gen = ds_xmalloc(sizeof(int32_t) * (size_t)G);
+    no_noise = ds_xcalloc((size_t)V, 1);   /* greedy_pick's rule: never the noise token */
+    if (noise_id >= 0 && noise_id < V) no_noise[noise_id] = 1;
     /* prefill */
     double tp = ds_now();
     for (int p0 = 0; p0 < P; p0 += (int)chunk) {
@@ -256,14 +260,18 @@ int cmd_generate(int argc, char **argv) {
     for (int i = 1; i < G; i++) {
         if (!ignore_eos && gen[i - 1] == eos_id) { G = i; break; }
         float *dst = trace_path ? all_logits + (size_t)(P + i - 1) * V : logits;
-        if (ds_seq_step(m, s, &gen[i - 1], 1, dst, 1, eb, sizeof eb) < 0) {
-            fprintf(stderr, "dsflash generate: decode step %d: %s\n", i, eb);
+        /* without a trace the model returns the greedy id (the fast tier screens its head) */
+        int32_t id = -1;
+        int bad = trace_path ? ds_seq_step(m, s, &gen[i - 1], 1, dst, 1, eb, sizeof eb)
+                             : ds_seq_step_greedy(m, s, &gen[i - 1], 1, &id, 1, no_noise, eb, sizeof eb);
+        if (bad < 0 || (!trace_path && id < 0)) {
+            fprintf(stderr, "dsflash generate: decode step %d: %s\n", i, bad < 0 ? eb : "E_NUMERIC: the logits are not finite");
             rc = 1;
             goto done;
         }
         ds_tokens_push(&processed, gen[i - 1]);
         tb.rows += 1;
-        gen[i] = greedy_pick(dst, V, noise_id);
+        gen[i] = trace_path ? greedy_pick(dst, V, noise_id) : id;
         ds_dist_bcast(&gen[i], sizeof gen[i], 0);
     }
     double t_decode = ds_now() - td;
@@ -293,6 +301,7 @@ done:
     free(all_logits);
     free(logits);
     free(gen);
+    free(no_noise);
     ds_tokens_free(&processed);
     ds_tokens_free(&prompt);
     ds_seq_free(s);

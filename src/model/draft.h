@@ -41,6 +41,11 @@ typedef struct ds_draft {
     ds_linear markov_head;         /* [V, r] */
     const ds_bf16 *markov_t;       /* [V/64][r][64] blocked transposed copy of a BF16 Markov head (draft_heads.c) */
     const float *markov_norm;      /* [V] upper bounds of ||markov_head[v]||_2 (greedy pruning), or NULL */
+    float markov_norm_max;         /* the largest of them */
+    struct ds_head_screen *head_screen; /* fast tier: the screen of `head` (model/head_screen.h), own or the
+                                      model's; NULL: greedy rows read the whole head */
+    int screen_rest;               /* passes left before the screen is tried again after a row it could
+                                      not decide (a Markov bound too loose to prune: random drafts) */
     const float *conf_proj;        /* [D + r] confidence head (fp32) */
     int own_vocab;                 /* mtp.0.embed / mtp.{S−1}.head present */
 } ds_draft;

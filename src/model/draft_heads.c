@@ -24,6 +24,7 @@
  * The greedy pick is a vectorized first-index argmax with the same answer as the scalar loop it
  * replaces (ties to the lower id, NaN never chosen unless the first candidate is NaN). */
 #include "model/draft_internal.h"
+#include "model/head_screen.h"
 #include "model/fast_ops.h"
 #include "base/threadpool.h"
 #include <math.h>
@@ -56,6 +57,7 @@ void ds_draft_pack_markov(ds_model *m, ds_draft *d) {
         for (size_t j = 0; j < r; j++) ss += (double)ds_bf16_to_f32(w[v * r + j]) * ds_bf16_to_f32(w[v * r + j]);
         nv[v] = (float)(sqrt(ss) * (1.0 + 1e-6));
         if (!isfinite(nv[v])) return;
+        d->markov_norm_max = nv[v] > d->markov_norm_max ? nv[v] : d->markov_norm_max;
     }
     d->markov_norm = nv;
 }
@@ -263,6 +265,38 @@ static int32_t pick_pruned(const ds_draft *d, const float *b, const float *e, in
     return best;
 }
 
+/* The corrected value of a screened id: its head logit plus its Markov correction, one fp32 add,
+ * as markov_correct and pick_pruned compute it (fast tier). */
+typedef struct screen_corr_ctx {
+    const ds_draft *d;
+    const float *e;
+} screen_corr_ctx;
+static float screened_value(const void *vctx, int32_t v, float logit) {
+    const screen_corr_ctx *c = vctx;
+    return logit + markov_one(c->d, c->e, v, 0);
+}
+
+/* Passes that read the whole head after a pass in which the screen left a row undecided: each such
+ * row then costs one read of the whole head by itself (a random draft's Markov bound never prunes,
+ * so there every row would). */
+enum { SCREEN_REST = 15 };
+
+/* The screened greedy pick of draft row x (its head logits never computed): the head's screen with
+ * the Markov correction as a per-id bound (ds_head_corr), the answer of pick_pruned on the full
+ * row; -1 when undecided. */
+static int32_t screened_pick(const ds_draft *d, const ds_bf16 *x, const ds_head_approx *ap, int row,
+                             const uint8_t *mask, int32_t noise, const float *e, ds_arena *ar) {
+    double E = 0.0;
+    for (int j = 0; j < d->rank; j++) E += (double)e[j] * (double)e[j];
+    E = sqrt(E) * (1.0 + 1e-3);   /* as pick_pruned: covers the rounding of the correction */
+    float Ef = (float)E;
+    if ((double)Ef < E) Ef = nextafterf(Ef, INFINITY);
+    const screen_corr_ctx cc = {d, e};
+    const ds_head_corr corr = {d->markov_norm, d->markov_norm_max, Ef, screened_value, &cc, noise};
+    const int32_t t = ds_head_screen_pick(&d->head, d->head_screen, x, ap, row, mask, &corr, ar);
+    return t >= 0 ? t : -1;
+}
+
 /* conf = proj · fp32(concat(hid, me)): float64 with one rounding (exact), fp32 in order (fast). */
 static float confidence(const ds_draft *d, const ds_bf16 *hid, const ds_bf16 *me, int D, int fast) {
     if (fast) {
@@ -274,9 +308,50 @@ static float confidence(const ds_draft *d, const ds_bf16 *hid, const ds_bf16 *me
     return (float)(ds_dot_fb(d->conf_proj, hid, D) + ds_dot_fb(d->conf_proj + D, me, d->rank));
 }
 
+/* Rows of the sequences with `want` set, gathered (bf16 [k][D] into dst), and their count. */
+static int gather_rows(const ds_bf16 *hn, int n, int B, int D, const uint8_t *sel, int want, ds_bf16 *dst) {
+    int k = 0;
+    for (int s = 0; s < n; s++)
+        if (!!sel[s] == want) memcpy(dst + (size_t)k * B * D, hn + (size_t)s * B * D, sizeof(ds_bf16) * (size_t)B * D), k++;
+    return k * B;
+}
+
+/* The head's logits of the rows that need them: every row, or (screen on) the rows of sequences
+ * that do not screen; screened sequences get their rows' int8 approximations instead. */
+static void head_rows(const ds_draft *d, int n, int B, int D, int V, const ds_bf16 *hn, const uint8_t *scr, int n_scr,
+                      ds_arena *ar, float *base, ds_head_approx *ap) {
+    if (!n_scr) {
+        ds_linear_forward(&d->head, hn, n * B, base);   /* every row of every sequence: one read of the head */
+        return;
+    }
+    ds_bf16 *g = DS_ARENA_NEW(ar, ds_bf16, (size_t)n * B * D);
+    const int nf = gather_rows(hn, n, B, D, scr, 0, g);
+    if (nf) {
+        float *y = DS_ARENA_NEW(ar, float, (size_t)nf * V);
+        ds_linear_forward(&d->head, g, nf, y);
+        for (int s = 0, k = 0; s < n; s++)
+            if (!scr[s]) memcpy(base + (size_t)s * B * V, y + (size_t)k++ * B * V, sizeof(float) * (size_t)B * V);
+    }
+    const int ns = gather_rows(hn, n, B, D, scr, 1, g);
+    ds_head_approx_rows(d->head_screen, g, ns, ar, ap);
+}
+
+/* The head's logits of every row that has none yet (a screened row left undecided: the rest of the
+ * pass reads the whole head once, as without the screen). */
+static void missing_rows(const ds_draft *d, int N, int D, int V, const ds_bf16 *hn, uint8_t *have, ds_arena *ar,
+                         float *base) {
+    ds_bf16 *g = DS_ARENA_NEW(ar, ds_bf16, (size_t)N * D);
+    int *at = DS_ARENA_NEW(ar, int, (size_t)N), k = 0;
+    for (int j = 0; j < N; j++)
+        if (!have[j]) memcpy(g + (size_t)k * D, hn + (size_t)j * D, sizeof(ds_bf16) * (size_t)D), at[k++] = j;
+    float *y = DS_ARENA_NEW(ar, float, (size_t)k * V);
+    ds_linear_forward(&d->head, g, k, y);
+    for (int q = 0; q < k; q++) memcpy(base + (size_t)at[q] * V, y + (size_t)q * V, sizeof(float) * (size_t)V), have[at[q]] = 1;
+}
+
 void ds_draft_heads(ds_model *m, ds_step *st, int n, const int32_t *anchors, ds_draft_pick_fn pick, void *const *pick_ctx,
                     const uint8_t *greedy_mask, int32_t *drafts, float *logits, float *conf) {
-    const ds_draft *d = m->draft;
+    ds_draft *d = m->draft;
     const ds_config *c = &m->cfg;
     const ds_numerics nt = m->numerics;
     const int B = d->block, D = c->dim, HC = c->hc_mult, V = c->vocab_size, r = d->rank, N = n * B;
@@ -286,8 +361,22 @@ void ds_draft_heads(ds_model *m, ds_step *st, int n, const int32_t *anchors, ds_
         ds_hc_collapse_t(nt, st->X + (size_t)i * HC * D, st->pre + (size_t)i * HC, HC, D, hid + (size_t)i * D);
         ds_rmsnorm_t(nt, hid + (size_t)i * D, d->norm, D, c->norm_eps, hn + (size_t)i * D);
     }
+    /* greedy sequences whose logits nobody reads pick through the head's screen (decision 163),
+     * unless a recent row showed the Markov bound too loose to decide */
+    uint8_t *scr = DS_ARENA_NEW(ar, uint8_t, (size_t)n), *have = DS_ARENA_NEW(ar, uint8_t, (size_t)N);
+    const int eligible = d->head_screen && !logits && d->markov_t && d->markov_norm && nt == DS_NUMERICS_FAST;
+    const int can_screen = eligible && __atomic_load_n(&d->screen_rest, __ATOMIC_RELAXED) <= 0;
+    if (eligible && !can_screen) __atomic_fetch_sub(&d->screen_rest, 1, __ATOMIC_RELAXED);
+    int n_scr = 0, slot = 0;
+    for (int s = 0; s < n; s++) n_scr += scr[s] = can_screen && !(pick && pick_ctx && pick_ctx[s]);
+    for (int s = 0; s < n; s++)
+        for (int i = 0; i < B; i++) have[(size_t)s * B + i] = !scr[s];
     float *base = DS_ARENA_NEW(ar, float, (size_t)N * V);
-    ds_linear_forward(&d->head, hn, N, base);   /* every row of every sequence: one read of the head */
+    ds_head_approx ap = {0};
+    head_rows(d, n, B, D, V, hn, scr, n_scr, ar, base, &ap);
+    int *aslot = DS_ARENA_NEW(ar, int, (size_t)n);   /* each screened sequence's first row in ap */
+    for (int s = 0; s < n; s++) aslot[s] = scr[s] ? (slot += B) - B : -1;
+    int missed = 0;
     int32_t *prev = DS_ARENA_NEW(ar, int32_t, (size_t)n), *full_prev = DS_ARENA_NEW(ar, int32_t, (size_t)n);
     int32_t *chosen = DS_ARENA_NEW(ar, int32_t, (size_t)n);
     float **rows = DS_ARENA_NEW(ar, float *, (size_t)n);
@@ -304,7 +393,14 @@ void ds_draft_heads(ds_model *m, ds_step *st, int n, const int32_t *anchors, ds_
             chosen[s] = -1;
             if (greedy && !logits && d->markov_t && d->markov_norm) {
                 for (int j = 0; j < r; j++) e[j] = ds_bf16_to_f32(d->markov_embed[(size_t)prev[s] * r + j]);
-                chosen[s] = pick_pruned(d, li, e, V, greedy_mask, c->dspark_noise_id, exact, cand, max_cand);
+                if (scr[s] && !missed)
+                    chosen[s] = screened_pick(d, hn + ((size_t)s * B + i) * D, &ap, aslot[s] + i, greedy_mask,
+                                              c->dspark_noise_id, e, ar);
+                if (chosen[s] < 0 && !have[(size_t)s * B + i]) {   /* undecided: the logits of every row left, at once */
+                    missing_rows(d, N, D, V, hn, have, ar, base);
+                    missed = 1;
+                }
+                if (chosen[s] < 0) chosen[s] = pick_pruned(d, li, e, V, greedy_mask, c->dspark_noise_id, exact, cand, max_cand);
             }
             if (chosen[s] < 0) rows[nf] = li, full_prev[nf++] = prev[s];
         }
@@ -320,4 +416,5 @@ void ds_draft_heads(ds_model *m, ds_step *st, int n, const int32_t *anchors, ds_
             prev[s] = t;
         }
     }
+    if (missed) __atomic_store_n(&d->screen_rest, SCREEN_REST, __ATOMIC_RELAXED);
 }

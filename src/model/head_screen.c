@@ -246,25 +246,39 @@ static int row_norms(const ds_bf16 *x, const int8_t *q, float s, int D, float *x
 }
 
 /* The screened argmax of one row; -2 when the row must be computed in full. */
+/* The corrected value of id v (its logit plus the correction), as the caller's full path computes it. */
+static float value_of(const ds_linear *head, const ds_bf16 *x, int32_t v, const ds_head_corr *corr) {
+    const float logit = ds_head_logit(head, x, v);
+    return corr ? corr->value(corr->ctx, v, logit) : logit;
+}
+
+/* The screened argmax of one row; -2 when the row must be computed in full. */
 static int32_t screen_row(const ds_linear *head, const ds_head_screen *hs, const ds_bf16 *x, const int8_t *xq,
-                          float xs, const float *ya, const uint8_t *mask, int32_t *cand, uint8_t *hit, uint64_t *n_cand) {
+                          float xs, const float *ya, const uint8_t *mask, const ds_head_corr *corr, int32_t *cand,
+                          uint8_t *hit, uint64_t *n_cand) {
     const int V = head->out, D = head->in;
+    const int32_t exclude = corr ? corr->exclude : -1;
     float xn, en;
     if (!row_norms(x, xq, xs, D, &xn, &en)) return -2;
-    const int32_t v0 = ds_draft_argmax(ya, V, mask, -1);   /* vectorized; the approximations are finite */
-    if (mask && mask[v0]) return -2;                       /* every id masked */
-    const float T = ds_head_logit(head, x, v0);
+    if (corr && !(corr->scale >= 0.0f && corr->scale * corr->norm_max < 0x1p100f)) return -2;
+    const int32_t v0 = ds_draft_argmax(ya, V, mask, exclude);   /* vectorized; the approximations are finite */
+    if ((mask && mask[v0]) || v0 == exclude) return -2;         /* every id ruled out */
+    const float T = value_of(head, x, v0, corr);
     if (!isfinite(T)) return -2;
-    /* every id whose logit can reach T; the fp32 prefilter is looser by a relative 2^-20 */
-    const float thr = T - fabsf(T) * 0x1p-20f - 0x1p-126f;
-    const float E = (hs->ca_max * en + hs->cb_max * xn + hs->cc_max) * (1.0f + 0x1p-15f);
+    /* every id whose value can reach T (a correction's final fp32 add: the relative 2^-20); the fp32
+     * prefilter is looser still */
+    const double thr = (double)T - fabs((double)T) * 0x1p-20 - 0x1p-126;
+    const float E = (hs->ca_max * en + hs->cb_max * xn + hs->cc_max) * (1.0f + 0x1p-15f) +
+                    (corr ? corr->norm_max * corr->scale * (1.0f + 0x1p-15f) : 0.0f);
     int n = 0, small = 1;
-    block_scan(ya, V, E, thr, hit, &small);
+    block_scan(ya, V, E, T - fabsf(T) * 0x1p-19f - 0x1p-125f, hit, &small);
     for (int b = 0; b < V; b += SCAN_BLOCK) {
         const int nb = DS_MIN(SCAN_BLOCK, V - b);
         if (!hit[b / SCAN_BLOCK]) continue;
         for (int v = b; v < b + nb; v++) {
-            if ((mask && mask[v]) || upper(hs, ya, v, en, xn) < (double)T) continue;
+            if ((mask && mask[v]) || v == exclude) continue;
+            const double c = corr ? (double)corr->norm[v] * corr->scale : 0.0;
+            if (upper(hs, ya, v, en, xn) + c < thr) continue;
             if (n == MAX_CAND) return -2;
             cand[n++] = v;
         }
@@ -274,11 +288,38 @@ static int32_t screen_row(const ds_linear *head, const ds_head_screen *hs, const
     int32_t best = -1;
     float bv = 0.0f;
     for (int k = 0; k < n; k++) {   /* ids ascending: ties keep the lower one */
-        const float val = cand[k] == v0 ? T : ds_head_logit(head, x, cand[k]);
+        const float val = cand[k] == v0 ? T : value_of(head, x, cand[k], corr);
         if (!isfinite(val)) return -2;
         if (best < 0 || val > bv) best = cand[k], bv = val;
     }
     return best;
+}
+
+void ds_head_approx_rows(const ds_head_screen *hs, const ds_bf16 *x, int n, ds_arena *ar, ds_head_approx *a) {
+    const int V = hs->q8.out, D = hs->q8.in;
+    a->n = n;
+    a->xq = DS_ARENA_NEW(ar, int8_t, (size_t)n * D);
+    a->xs = DS_ARENA_NEW(ar, float, n);
+    a->ya = DS_ARENA_NEW(ar, float, (size_t)n * V);
+    ds_quantize_rows(x, n, D, a->xq, a->xs);
+    for (int r0 = 0; r0 < n; r0 += APPROX_CHUNK)   /* one read of the int8 copy per chunk of rows */
+        ds_linear_forward_q(&hs->q8, a->xq + (size_t)r0 * D, a->xs + r0, DS_MIN(APPROX_CHUNK, n - r0),
+                            a->ya + (size_t)r0 * V);
+}
+
+int32_t ds_head_screen_pick(const ds_linear *head, const ds_head_screen *hs, const ds_bf16 *x, const ds_head_approx *a,
+                            int r, const uint8_t *mask, const ds_head_corr *corr, ds_arena *ar) {
+    const int V = head->out, D = head->in;
+    if (!hs || (!hs->w8 && !strcmp(ds_kernels_active(), "reference"))) return -2;
+    ds_arena_mark mk = ds_arena_mark_get(ar);
+    uint64_t nc = 0;
+    atomic_fetch_add(&g_rows, 1);
+    const int32_t id = screen_row(head, hs, x, a->xq + (size_t)r * D, a->xs[r], a->ya + (size_t)r * V, mask, corr,
+                                  DS_ARENA_NEW(ar, int32_t, MAX_CAND), DS_ARENA_NEW(ar, uint8_t, V / SCAN_BLOCK + 1), &nc);
+    atomic_fetch_add(&g_cands, nc);
+    if (id < 0) atomic_fetch_add(&g_full, 1);
+    ds_arena_release(ar, mk);
+    return id;
 }
 
 int32_t ds_head_pick_full(const float *y, int V, const uint8_t *mask) {
@@ -306,7 +347,7 @@ static void screen_task(void *vctx, int r, int thread) {
     const int V = c->head->out, D = c->head->in;
     uint64_t nc = 0;
     c->ids[r] = screen_row(c->head, c->hs, c->x + (size_t)r * D, c->xq + (size_t)r * D, c->xs[r], c->ya + (size_t)r * V,
-                           c->mask, c->cand + (size_t)r * MAX_CAND, c->hit + (size_t)r * (size_t)(V / SCAN_BLOCK + 1), &nc);
+                           c->mask, NULL, c->cand + (size_t)r * MAX_CAND, c->hit + (size_t)r * (size_t)(V / SCAN_BLOCK + 1), &nc);
     atomic_fetch_add(&c->n_cand, nc);
 }
 

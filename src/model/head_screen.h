@@ -35,6 +35,32 @@ void ds_head_screen_free(ds_head_screen *hs);
 void ds_head_greedy(const ds_linear *head, const ds_head_screen *hs, const ds_bf16 *x, int n, const uint8_t *mask,
                     ds_arena *ar, int32_t *ids);
 
+/* The screen in two steps, for a caller that picks from corrected logits (the DSpark draft adds its
+ * Markov correction to each id): the int8 products of n rows at once, then one row's pick. */
+typedef struct ds_head_approx {
+    int n;
+    int8_t *xq;            /* [n][D] the rows quantized as the W8A8 kernels quantize them */
+    float *xs;             /* [n] */
+    float *ya;             /* [n][V] approximate logits */
+} ds_head_approx;
+void ds_head_approx_rows(const ds_head_screen *hs, const ds_bf16 *x, int n, ds_arena *ar, ds_head_approx *a);
+
+/* A correction added to every logit: |correction of v| <= norm[v]·scale (norm_max >= every
+ * norm[v]); value() returns the corrected value exactly as the caller's full path computes it
+ * (one fp32 add of the correction: the screen allows a relative 2^-20 for it). */
+typedef struct ds_head_corr {
+    const float *norm;     /* [V] */
+    float norm_max, scale;
+    float (*value)(const void *ctx, int32_t v, float logit);
+    const void *ctx;
+    int32_t exclude;       /* an id never chosen (-1: none) */
+} ds_head_corr;
+
+/* The first id of the largest corrected value of row r (x: that row) among the ids neither masked
+ * nor excluded, or -2 when the screen cannot decide (the caller computes the row in full). */
+int32_t ds_head_screen_pick(const ds_linear *head, const ds_head_screen *hs, const ds_bf16 *x, const ds_head_approx *a,
+                            int r, const uint8_t *mask, const ds_head_corr *corr, ds_arena *ar);
+
 /* The same answer from a full row of logits y [V]. */
 int32_t ds_head_pick_full(const float *y, int V, const uint8_t *mask);
 

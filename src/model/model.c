@@ -34,6 +34,7 @@ void ds_format_error(const ds_error *err, char *buf, size_t len) {
 
 void ds_model_free(ds_model *m) {
     if (!m) return;
+    if (m->draft && m->draft->head_screen != m->head_screen) ds_head_screen_free(m->draft->head_screen);
     ds_head_screen_free(m->head_screen);
     for (int i = 0; i < m->n_lins; i++) ds_linear_release(m->lins[i]);
     free(m->lins);
@@ -133,6 +134,12 @@ ds_model *ds_model_load(const char *dir, const ds_load_options *opts, char *errb
         if (m->head_screen)
             ds_log(DS_LOG_INFO, "head screen: int8 copy of the output head, %.1f MiB (greedy rows pick their token "
                    "without full logits)", (double)hb / 1048576.0);
+        if (m->draft && m->draft->own_vocab) {   /* the draft's own head, likewise (draft_heads.c) */
+            m->draft->head_screen = ds_head_screen_new(&m->draft->head, &hb);
+            m->packed_bytes += m->draft->head_screen ? hb : 0;
+        } else if (m->draft) {
+            m->draft->head_screen = m->head_screen;
+        }
     }
     ds_model_init_step_scratch(m, DS_STEP_ROWS_AT_LOAD);
     ds_log(DS_LOG_INFO, "kernels: %d linears prepared at load, %.1f MiB (%s tiles and fast-tier float copies)", m->n_lins,

@@ -11,6 +11,7 @@
 #include "check.h"
 #include "engine/spec.h"
 #include "model/draft.h"
+#include "model/head_screen.h"
 #include <math.h>
 
 
@@ -81,6 +82,7 @@ static void batch_equals_single(const char *numerics) {
     uint8_t *mask = calloc((size_t)V, 1);
     for (int v = 0; v < V; v += 3) mask[v] = 1;
     int same = 1, rows = 0;
+    const ds_head_screen_stats h0 = ds_head_screen_stats_get();
     for (int k = 0; k < 12; k++) {
         int32_t an[NSEQ], df[NSEQ * DS_DRAFT_MAX_BLOCK], dp[NSEQ * DS_DRAFT_MAX_BLOCK];
         for (int i = 0; i < NSEQ; i++) an[i] = ids[300 + 7 * k + i];
@@ -92,13 +94,73 @@ static void batch_equals_single(const char *numerics) {
         rows += NSEQ * B;
     }
     CHECK(same, "%s: bounded greedy proposals differ from the fully corrected ones", numerics);
+    /* the fast tier's greedy rows go through the head's screen (decision 163): it must have decided them */
+    const ds_head_screen_stats h1 = ds_head_screen_stats_get();
+    const uint64_t screened = h1.rows - h0.rows, undecided = h1.full_rows - h0.full_rows;
+    if (!strcmp(numerics, "fast"))
+        CHECK(screened >= (uint64_t)rows && undecided * 10 <= screened, "fast: the screen decided the greedy draft rows "
+              "(%llu screened, %llu undecided)", (unsigned long long)screened, (unsigned long long)undecided);
+    else
+        CHECK(screened == 0, "exact: no screen (%llu rows screened)", (unsigned long long)screened);
     free(mask);
     printf("  %s: %d sequences x %d rows: batched == single (proposals, logits, confidences); %d greedy rows: bounded "
-           "Markov pick == full\n", numerics, NSEQ, B, rows);
+           "Markov pick == full (%llu through the head's screen, %llu undecided)\n", numerics, NSEQ, B, rows,
+           (unsigned long long)screened, (unsigned long long)undecided);
     for (int i = 0; i < NSEQ; i++) ds_seq_free(s[i]);
     free(l1);
     free(ln);
     free(ids);
+    ds_model_free(m);
+}
+
+/* A random draft: its Markov bound rarely prunes, so the head's screen leaves rows undecided and the
+ * pass falls back to reading the whole head (draft_heads.c); proposals must still equal those of
+ * the fully corrected rows, pass after pass (the screen is retried every SCREEN_REST + 1 passes). */
+TEST(draft_screen_fallback_random_tiny) {
+    const char *dir = ds_test_tiny_fixture();
+    CHECK(dir != NULL, "tiny fixture");
+    if (!dir) return;
+    ds_load_options lo = {.kernels = "auto", .draft = 2, .numerics = "fast"};
+    char eb[1024];
+    ds_model *m = ds_model_load(dir, &lo, eb, sizeof eb);
+    CHECK(m != NULL && m->draft != NULL, "load %s: %s", dir, eb);
+    if (!m || !m->draft) { if (m) ds_model_free(m); return; }
+    const int B = m->draft->block, V = m->cfg.vocab_size;
+    ds_error err = {{0}, {0}};
+    ds_seq *s = ds_seq_new(m);
+    int32_t prompt[40];
+    for (int p = 0; p < 40; p++) prompt[p] = 3 + (p * 7919) % 900;
+    CHECK(ds_spec_prefill(m, s, prompt, 40, 0, NULL, &err) == 0, "prefill: %s", err.msg);
+    float *lg = malloc(sizeof(float) * (size_t)B * V);
+    const ds_head_screen_stats h0 = ds_head_screen_stats_get();
+    /* after 20 passes the Markov bounds are made useless (every norm 1e35, still true bounds): the
+     * screen cannot decide, the pass reads the whole head, and the pick_pruned fallback corrects in full */
+    float *loose = malloc(sizeof(float) * (size_t)V);
+    for (int v = 0; v < V; v++) loose[v] = 1e35f;
+    const float *norm0 = m->draft->markov_norm;
+    const float max0 = m->draft->markov_norm_max;
+    int same = 1;
+    for (int k = 0; k < 60; k++) {
+        if (k == 20) m->draft->markov_norm = loose, m->draft->markov_norm_max = 1e35f;
+        int32_t df[DS_DRAFT_MAX_BLOCK], dp[DS_DRAFT_MAX_BLOCK];
+        const int32_t an = 5 + (k * 104729) % 900;
+        CHECK(ds_draft_propose(m, s, an, NULL, NULL, df, lg, NULL, &err) == 0, "full: %s", err.msg);
+        CHECK(ds_draft_propose(m, s, an, NULL, NULL, dp, NULL, NULL, &err) == 0, "screened: %s", err.msg);
+        same &= memcmp(df, dp, sizeof(int32_t) * (size_t)B) == 0;
+    }
+    m->draft->markov_norm = norm0, m->draft->markov_norm_max = max0;
+    const ds_head_screen_stats h1 = ds_head_screen_stats_get();
+    printf("  random tiny: 60 passes (40 with loose Markov bounds), proposals equal: %s; %llu rows screened, %llu "
+           "undecided\n", same ? "yes" : "no", (unsigned long long)(h1.rows - h0.rows),
+           (unsigned long long)(h1.full_rows - h0.full_rows));
+    CHECK(same, "screened proposals differ from the fully corrected ones");
+    /* 20 passes x 5 rows decided, then a miss every 16 passes (the first row of each miss pass) */
+    CHECK(h1.rows - h0.rows >= 100 && h1.full_rows - h0.full_rows >= 2 && h1.full_rows - h0.full_rows <= 4,
+          "the screen decided the first passes and was retried after misses (%llu rows, %llu undecided)",
+          (unsigned long long)(h1.rows - h0.rows), (unsigned long long)(h1.full_rows - h0.full_rows));
+    free(loose);
+    free(lg);
+    ds_seq_free(s);
     ds_model_free(m);
 }
 

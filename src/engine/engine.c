@@ -381,39 +381,15 @@ static void fail_numeric(ds_engine *e, ds_req *r) {
     finish_req(e, r, DS_END_ERROR, 500, "internal_error", "numeric error: the model produced NaN or Inf logits");
 }
 
-/* Sampling of the step's final rows runs on the compute pool, one task per row: rows are
- * independent (counter-based draws, per-row history) and a 129,280-wide row costs about a
- * millisecond, which a batch of 32 must not pay serially.  Commits stay serial, in item order. */
-typedef struct sample_job {
-    ds_engine *e;
-    int n;
-    int *item;                 /* item index of each job */
-    ds_sample_result *res;
-    int *rc;
-} sample_job;
-
-static void sample_task(void *ctx, int t, int thread) {
-    sample_job *j = ctx;
-    ds_engine *e = j->e;
-    int k = j->item[t];
-    ds_backend_item *it = &e->items[k];
-    ds_req *r = e->item_req[k];
-    int V = e->be->vocab;
-    const float *last = e->logits + (e->item_row[k] + (size_t)(it->n_logits - 1)) * (size_t)V;
-    ds_sample_history h = {r->tokens, r->n_prompt, r->tokens + r->n_prompt, r->n_tokens - r->n_prompt};
-    if (it->greedy) {
-        j->rc[t] = ds_sample_greedy_id(it->greedy[it->n_logits - 1], &j->res[t]);
-        return;
-    }
-    j->rc[t] = ds_sample_row(last, V, e->mask, &r->sp, r->seed, r->n_tokens - r->n_prompt, &h,
-                             e->ss_pool[thread < e->n_ss ? thread : 0], &j->res[t]);
-}
-
 static void after_forward(ds_engine *e) {
     int V = e->be->vocab;
     size_t row = 0;
-    sample_job job = {e, 0, ds_xmalloc(sizeof(int) * (size_t)e->n_items),
-                      ds_xmalloc(sizeof(ds_sample_result) * (size_t)e->n_items), ds_xmalloc(sizeof(int) * (size_t)e->n_items)};
+    struct {
+        int n, *item;              /* items whose last row is sampled now */
+        ds_sample_result *res;
+        int *rc;
+    } job = {0, ds_xmalloc(sizeof(int) * (size_t)e->n_items), ds_xmalloc(sizeof(ds_sample_result) * (size_t)e->n_items),
+             ds_xmalloc(sizeof(int) * (size_t)e->n_items)};
     if (e->n_items > e->cap_item_row) {
         e->cap_item_row = e->n_items;
         e->item_row = ds_xrealloc(e->item_row, sizeof(size_t) * (size_t)e->cap_item_row);
@@ -451,8 +427,7 @@ static void after_forward(ds_engine *e) {
         }
         if (!failed[k] && end == r->n_tokens) job.item[job.n++] = k;
     }
-    if (job.n > 1) ds_pool_run(job.n, sample_task, &job);
-    else if (job.n == 1) sample_task(&job, 0, 0);
+    ds_engine_sample_items(e, job.item, job.n, job.res, job.rc);
     int jn = 0;
     for (int k = 0; k < e->n_items; k++) {
         ds_req *r = e->item_req[k];
@@ -543,27 +518,6 @@ static int choose_and_build(ds_engine *e, bool *forced) {
     return STEP_NONE;
 }
 
-/* Items whose every logits row is plain greedy get their ids from the backend instead of logits
- * (the model then screens its head: model/head_screen.h); prompt-logprobs rows need full rows. */
-static void ask_greedy_ids(ds_engine *e, size_t n_logits) {
-    if (n_logits > e->greedy_cap) {
-        free(e->greedy_ids);
-        e->greedy_ids = ds_xmalloc(sizeof(int32_t) * n_logits);
-        e->greedy_cap = n_logits;
-    }
-    size_t row = 0;
-    for (int k = 0; k < e->n_items; k++) {
-        ds_backend_item *it = &e->items[k];
-        const ds_req *r = e->item_req[k];
-        const bool plp = r->sp.prompt_logprobs >= 0 && r->n_plp_done < r->n_prompt;
-        const bool ok = e->be->greedy_ids && it->n_logits > 0 && !plp &&
-                        ds_sampling_greedy_only(&r->sp, r->n_tokens - r->n_prompt);
-        it->greedy = ok ? e->greedy_ids + row : NULL;
-        it->greedy_mask = e->mask ? e->mask->masked : NULL;
-        row += (size_t)it->n_logits;
-    }
-}
-
 static void run_step(ds_engine *e) {
     bool forced;
     int kind = choose_and_build(e, &forced);
@@ -615,7 +569,7 @@ static void run_step(ds_engine *e) {
         e->logits = ds_xmalloc(sizeof(float) * (need ? need : 1));
         e->logits_cap = need;
     }
-    ask_greedy_ids(e, n_logits);
+    ds_engine_ask_greedy_ids(e, n_logits);
     double t0 = ds_now();
     ds_error err = {0};
     if (e->be->step(e->be->impl, &e->km.pools, e->items, e->n_items, e->logits, &err)) {

@@ -72,6 +72,11 @@ void ds_spec_engine_free(ds_engine *e);
 int ds_spec_k_for(ds_engine *e, ds_req *r, int n_decoding);
 /* Accept/commit of a verify item after the forward pass (rows = its K+1 logits rows). */
 void ds_spec_finish_item(ds_engine *e, int k, const float *rows);
+/* engine_rows.c: before a step, point each item whose every logits row is plain greedy at its slots
+ * of e->greedy_ids (n_logits: the step's logits rows); after it, sample the last row of the n
+ * items item[0..n) on the compute pool (rc 0, or -1 for a row that is not finite). */
+void ds_engine_ask_greedy_ids(ds_engine *e, size_t n_logits);
+void ds_engine_sample_items(ds_engine *e, const int *item, int n, ds_sample_result *res, int *rc);
 /* After a step: draft passes for the requests that committed tokens, metrics log line. */
 void ds_spec_after_step(ds_engine *e);
 

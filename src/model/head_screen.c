@@ -37,7 +37,7 @@ enum { MAX_CAND = 1024, SCAN_BLOCK = 64, APPROX_CHUNK = 64 };
 
 struct ds_head_screen {
     ds_linear q8;          /* W8A8 [V, D]: the int8 copy and its per-row scales */
-    int8_t *w8;            /* [V][D] */
+    int8_t *w8;            /* [V][D] row-major codes; NULL once the SIMD tiles of q8 hold them */
     float *s8;             /* [V] */
     float *ca, *cb, *cc;   /* [V] error coefficients (above) */
     float ca_max, cb_max, cc_max;   /* their largest values: the row scan's coarse bound */

@@ -276,9 +276,9 @@ static float screened_value(const void *vctx, int32_t v, float logit) {
     return logit + markov_one(c->d, c->e, v, 0);
 }
 
-/* Passes that read the whole head after a pass in which the screen left a row undecided: each such
- * row then costs one read of the whole head by itself (a random draft's Markov bound never prunes,
- * so there every row would). */
+/* Passes that read the whole head after a pass in which the screen left a row undecided: such a pass
+ * pays for the int8 copy and then the whole head (missing_rows), and a random draft's Markov bound
+ * never prunes, so there every pass would. */
 enum { SCREEN_REST = 15 };
 
 /* The screened greedy pick of draft row x (its head logits never computed): the head's screen with

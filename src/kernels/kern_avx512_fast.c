@@ -28,12 +28,16 @@ AI void ff_load_w(const ds_ffw *W, int o, int b, const int RO, const uint8_t *ta
     const size_t esz = W->fmt == DS_LIN_BF16 ? 2 : 4, rowb = (size_t)W->in * esz;
     const uint8_t *base = (const uint8_t *)W->w + (size_t)o * rowb + (size_t)b * esz;
     const int full = W->fmt == DS_LIN_BF16 ? (W->in & ~31) : (W->in & ~15);
+    /* 1 KiB ahead in each row; in a row's last KiB that would be row j + 1, which this tile streams
+     * already, so it is the same offset of row j + RO, the next tile's (rows are contiguous):
+     * every stream of the next tile starts warm (decision 164, as the AVX2 path's decision 155) */
+    const size_t pf = (size_t)b * esz + 1024 < rowb ? 1024 : 1024 + (size_t)(RO - 1) * rowb;
 UNROLL8
     for (int j = 0; j < RO; j++) {
         if (b < full) {
             /* into L2 (decision 145): the few-row GEMV of the head [129280, 2048] F32 and a
              * [5120, 8192] BF16 at one row ran 1.4-1.8x faster than with the L1 hint */
-            _mm_prefetch((const char *)(base + (size_t)j * rowb + 1024), _MM_HINT_T1);
+            _mm_prefetch((const char *)(base + (size_t)j * rowb + pf), _MM_HINT_T1);
             w[j] = _mm512_loadu_si512((const void *)(base + (size_t)j * rowb));
         } else {
             w[j] = _mm512_loadu_si512((const void *)(tail + 64 * j));

@@ -200,6 +200,8 @@ int ds_bench_spec_decode(ds_model *m, const int32_t *prompt, int P, int n_tokens
                cpu[3] / GROUP / cpu[2]);
         printf("| speed-up predicted at this A: A / (verify + draft) | %.2fx (processor time: %.2fx) |\n", A / (rv + rd),
                A / ((cpu[1] + cpu[2]) / cpu[0]));
+        printf("| break-even A: verify + draft (what `serve --spec-policy measured` pauses drafting below) | %.2f%s |\n", rv + rd,
+               rv + rd >= K + 1 ? " (above K + 1: serve leaves speculation off)" : "");
         print_floors(calls, read_bw, int8_peak, A);
         printf("| greedy identity, speculation on vs off | %s (%lld of %lld tokens differ) |\n", mismatch ? "FAILED" : "ok",
                (long long)mismatch, (long long)sr.n);

@@ -67,6 +67,9 @@ static ds_flag k_flags[] = {
     {.name = "--num-speculative-tokens", .type = DS_FLAG_INT, .def = "5", .lo = 0, .hi = 5, .help = "drafts per verify step (0 = off)"},
     {.name = "--spec-tokens-per-batch-size", .type = DS_FLAG_STRING, .help = "schedule lo-hi:K,... over decoding requests"},
     {.name = "--spec-guard", .type = DS_FLAG_ENUM, .def = "on", .choices = "on|warn|off", .help = "acceptance-collapse guard"},
+    {.name = "--spec-policy", .type = DS_FLAG_ENUM, .def = "measured", .choices = "measured|fixed",
+     .help = "measured: time decode and speculative steps at start-up; drafting pauses for requests whose acceptance is "
+             "below the break-even, and stays off where no acceptance can pay; fixed: the guard's 1.5 only"},
     {.name = "--admission-gate", .type = DS_FLAG_SWITCH, .help = "on by default"},
     {.name = "--no-admission-gate", .type = DS_FLAG_SWITCH},
     {.name = "--max-prefill-seqs", .type = DS_FLAG_INT, .def = "1", .lo = 1, .hi = 4096},
@@ -337,7 +340,7 @@ static int check_rules(serve_run *s) {
     if (!s->n_names) return ds_flags_fail(&g_fs, "--served-model-name", "expected at least one name, got '%s'", fv("--served-model-name"));
     ds_error se = {0};
     if (serve_spec_parse(&s->spec, fv("--num-speculative-tokens"), ds_flag_given(&g_fs, "--num-speculative-tokens"),
-                         fv("--spec-tokens-per-batch-size"), fv("--spec-guard"), &se))
+                         fv("--spec-tokens-per-batch-size"), fv("--spec-guard"), fv("--spec-policy"), &se))
         return ds_flags_fail(&g_fs, "--num-speculative-tokens", "%s", se.msg);
     if (fv("--spec-tokens-per-batch-size")) {
         /* the schedule's syntax and coverage are checked now, before any work (the engine parses it again) */

@@ -13,6 +13,7 @@
  * draft-misconfiguration message. */
 #include "cli/serve_spec.h"
 #include "engine/spec.h"
+#include "dist/dist.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +24,7 @@ static const char k_probe_text[] =
     "21, 22, 23, 24,";
 
 int serve_spec_parse(serve_spec *sp, const char *S_text, bool S_given, const char *sched, const char *guard,
-                     ds_error *err) {
+                     const char *policy, ds_error *err) {
     memset(sp, 0, sizeof *sp);
     char *end;
     long S = strtol(S_text, &end, 10);
@@ -37,12 +38,46 @@ int serve_spec_parse(serve_spec *sp, const char *S_text, bool S_given, const cha
     else if (!strcmp(guard, "warn")) sp->guard = DS_SPEC_GUARD_WARN;
     else if (!strcmp(guard, "off")) sp->guard = DS_SPEC_GUARD_OFF;
     else return ds_fail(err, "E_USAGE", "--spec-guard: expected on, warn or off, found \"%s\"", guard);
+    if (!strcmp(policy, "measured")) sp->measured = true;
+    else if (strcmp(policy, "fixed")) return ds_fail(err, "E_USAGE", "--spec-policy: expected measured or fixed, found \"%s\"", policy);
     return 0;
 }
 
 int serve_spec_draft_option(const serve_spec *sp) { return sp->S == 0 ? 0 : sp->S_given ? 2 : 1; }
 
-int serve_spec_configure(serve_spec *sp, const ds_model *m, ds_engine_config *ec, ds_error *err) {
+/* --spec-policy measured: time plain and speculative steps on the model (docs/DECISIONS.md 165).
+ * Returns 1 when no acceptance can pay on this host (speculation stays off, said in the echo),
+ * else 0 (ec->spec_min_accept holds the break-even, or stays 1.5 when nothing could be measured). */
+static int measure_policy(serve_spec *sp, ds_model *m, ds_engine_config *ec) {
+    enum { REPS = 5 };
+    if (ds_dist_active()) {   /* a step on rank 0 alone would wait for the other ranks forever */
+        ds_log(DS_LOG_INFO, "speculation: break-even not measured with several ranks; the guard keeps 1.5");
+        return 0;
+    }
+    ds_error me = {0};
+    if (ds_spec_measure_cost(m, sp->S, REPS, &sp->cost, &me) < 0) {
+        /* not a start-up failure of its own: a model whose steps fail (non-finite weights, say) is
+         * refused by the warm-up probe, with the message that names the command to find the tensor */
+        ds_log(DS_LOG_WARN, "speculation: break-even not measured (%s); the guard keeps 1.5", me.msg);
+        memset(&sp->cost, 0, sizeof sp->cost);
+        return 0;
+    }
+    const double min_a = ds_spec_min_accept(&sp->cost, sp->S);
+    ds_log(DS_LOG_INFO, "speculation: decode step %.1f ms, speculative step (draft + %d-row verify) %.1f ms: break-even A %.2f",
+           1e3 * sp->cost.plain_s, sp->S + 1, 1e3 * sp->cost.spec_s, sp->cost.break_even);
+    if (min_a == 0.0) {
+        snprintf(sp->echo, sizeof sp->echo, "OFF (a speculative step costs %.2fx a decode step here: above the %d tokens it can emit)",
+                 sp->cost.break_even, sp->S + 1);
+        ds_log(DS_LOG_WARN, "speculative decoding off: a step with %d drafts costs %.2fx a decode step on this host, more than "
+               "the %d tokens it can emit (--spec-policy fixed keeps it on)", sp->S, sp->cost.break_even, sp->S + 1);
+        return 1;
+    }
+    ec->spec_min_accept = min_a;
+    ec->spec_backoff = true;
+    return 0;
+}
+
+int serve_spec_configure(serve_spec *sp, ds_model *m, ds_engine_config *ec, ds_error *err) {
     ec->spec_guard = sp->guard;
     if (sp->S == 0) {
         snprintf(sp->echo, sizeof sp->echo, "OFF (--num-speculative-tokens 0)");
@@ -71,11 +106,21 @@ int serve_spec_configure(serve_spec *sp, const ds_model *m, ds_engine_config *ec
         sp->S = 0;
         return 0;
     }
+    if (sp->measured) {
+        if (measure_policy(sp, m, ec)) {
+            ec->spec_tokens = 0;
+            sp->S = 0;
+            return 0;
+        }
+    }
     ec->spec_tokens = sp->S;
     if (sp->sched && ds_spec_schedule_parse(ec, sp->sched, err) < 0) return -1;
-    snprintf(sp->echo, sizeof sp->echo, "ON (S %d, draft %s, guard %s%s%s)", sp->S, m->draft->trained ? "trained" : "declared random",
+    char policy[64] = ", policy fixed";
+    if (sp->cost.reps) snprintf(policy, sizeof policy, ", break-even A %.2f measured", sp->cost.break_even);
+    else if (sp->measured) snprintf(policy, sizeof policy, ", break-even not measured");
+    snprintf(sp->echo, sizeof sp->echo, "ON (S %d, draft %s, guard %s%s%s%s)", sp->S, m->draft->trained ? "trained" : "declared random",
              sp->guard == DS_SPEC_GUARD_ON ? "on" : sp->guard == DS_SPEC_GUARD_WARN ? "warn" : "off",
-             sp->sched ? ", schedule " : "", sp->sched ? sp->sched : "");
+             sp->sched ? ", schedule " : "", sp->sched ? sp->sched : "", policy);
     return 0;
 }
 
@@ -118,7 +163,10 @@ int serve_spec_probe(const serve_spec *sp, ds_model *m, const ds_tokenizer *tok,
         return ds_fail(err, "E_SELFCHECK", "draft acceptance %.2f on the canned prompt: suspect draft misconfiguration (vocabulary "
                        "rotation, missing attention)", A);
     }
-    fprintf(stderr, "[selfcheck] dspark: OK mean acceptance length %.2f > 1.5 (canned prompt, %d verify steps, S %d)\n", A, steps,
-            sp->S);
+    char note[160] = "";
+    if (sp->cost.reps)
+        snprintf(note, sizeof note, "; break-even %.2f measured: requests accepting less pause drafting", sp->cost.break_even);
+    fprintf(stderr, "[selfcheck] dspark: OK mean acceptance length %.2f > 1.5 (canned prompt, %d verify steps, S %d%s)\n", A, steps,
+            sp->S, note);
     return 0;
 }

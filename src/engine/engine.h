@@ -46,6 +46,12 @@ typedef struct ds_engine_config {
     int n_spec_sched;                 /* ranges of --spec-tokens-per-batch-size (0 = K = S always) */
     struct { int lo, hi, k; } spec_sched[16];
     int spec_guard;                   /* DS_SPEC_GUARD_* */
+    double spec_min_accept;           /* per-request guard: drafting pauses when the mean acceptance length
+                                         of a request's last 16 verify steps is below this (SERVING.md
+                                         §8.5: 1.5, also what 0 means; serve raises it to the break-even
+                                         it measures, ds_spec_measure_cost) */
+    bool spec_backoff;                /* each further pause of a request in a row lasts twice as long,
+                                         up to 16x (serve --spec-policy measured; the spec: 64 steps each) */
 } ds_engine_config;
 
 enum { DS_SPEC_GUARD_OFF = 0, DS_SPEC_GUARD_WARN, DS_SPEC_GUARD_ON };
@@ -104,6 +110,7 @@ typedef struct ds_req {
     uint8_t spec_hist[16];        /* accepted drafts of the last 16 verify steps (per-request guard) */
     int spec_hist_n;
     int spec_off;                 /* verify steps left with K = 0 after the per-request guard fired */
+    int spec_pauses;              /* pauses in a row (ds_engine_config.spec_backoff lengthens each) */
 
     /* ---- output, guarded by mu ---- */
     pthread_mutex_t mu;

@@ -70,6 +70,9 @@ void ds_spec_engine_init(ds_engine *e);
 void ds_spec_engine_free(ds_engine *e);
 /* Drafts this request verifies in the step being built (0: a plain decode row). */
 int ds_spec_k_for(ds_engine *e, ds_req *r, int n_decoding);
+/* The per-request guard (SERVING.md §8.5, decision 165) after a verify step that accepted `acc`
+ * drafts: returns the pause it starts (verify steps with K = 0), 0 when none. */
+int ds_spec_guard_request(const ds_engine_config *cfg, ds_req *r, int acc);
 /* Accept/commit of a verify item after the forward pass (rows = its K+1 logits rows). */
 void ds_spec_finish_item(ds_engine *e, int k, const float *rows);
 /* engine_rows.c: before a step, point each item whose every logits row is plain greedy at its slots

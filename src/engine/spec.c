@@ -136,3 +136,71 @@ int ds_spec_greedy_step(ds_model *m, ds_seq *s, int32_t anchor, int K, const uin
     ds_afree(aux);
     return acc;
 }
+
+/* ---- what speculation costs on this host ---- */
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The prompt of the measurement: ids spread over the vocabulary (no tokenizer needed; the costs of
+ * a step do not depend on what the ids say, only on how many rows and experts it touches). */
+static void cost_prompt(const ds_model *m, int32_t *ids, int n) {
+    const uint32_t V = (uint32_t)m->cfg.vocab_size;
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)(16u + (uint32_t)(i * 2654435761u) % (V / 2u));
+}
+
+int ds_spec_measure_cost(ds_model *m, int K, int reps, ds_spec_cost *out, ds_error *err) {
+    enum { PROMPT = 32, MAX_REPS = 16 };
+    memset(out, 0, sizeof *out);
+    if (!m->draft) return ds_fail(err, "E_INVALID_ARG", "speculation cost: the model has no draft loaded");
+    if (K < 1 || K > m->draft->block) return ds_fail(err, "E_INVALID_ARG", "speculation cost: expected K in 1..%d, found %d", m->draft->block, K);
+    reps = DS_MAX(1, DS_MIN(MAX_REPS, reps));
+    const int V = m->cfg.vocab_size;
+    uint8_t *masked = ds_xcalloc((size_t)V, 1);
+    masked[m->cfg.dspark_noise_id] = 1;
+    float *lg = ds_amalloc(sizeof(float) * (size_t)V);
+    int32_t prompt[PROMPT];
+    cost_prompt(m, prompt, PROMPT);
+    ds_seq *plain = ds_seq_new(m), *spec = ds_seq_new(m);
+    double tp[MAX_REPS + 1], ts[MAX_REPS + 1];
+    char eb[512];
+    int rc = plain && spec ? 0 : ds_fail(err, "E_SEQ", "speculation cost: cannot create a sequence");
+    int32_t next_plain = 0, anchor = 0, outs[DS_DRAFT_MAX_BLOCK + 1];
+    if (!rc && ds_seq_step_greedy(m, plain, prompt, PROMPT, &next_plain, 1, masked, eb, sizeof eb) < 0)
+        rc = ds_fail(err, "E_STEP", "speculation cost: %s", eb);
+    if (!rc && ds_spec_prefill(m, spec, prompt, PROMPT, 0, lg, err) < 0) rc = -1;
+    if (!rc) ds_spec_accept_greedy(lg, V, masked, NULL, 0, &anchor);
+    /* a first step of each kind warms caches and pages, then plain and speculative steps alternate
+     * so that a change of the host's speed during the measurement meets both alike */
+    for (int i = 0; i <= reps && !rc; i++) {
+        double t0 = ds_now();
+        if (ds_seq_step_greedy(m, plain, &next_plain, 1, &next_plain, 1, masked, eb, sizeof eb) < 0)
+            rc = ds_fail(err, "E_STEP", "speculation cost: %s", eb);
+        double t1 = ds_now();
+        int acc = rc ? -1 : ds_spec_greedy_step(m, spec, anchor, K, masked, outs, NULL, err);
+        if (acc < 0) rc = -1;
+        else anchor = outs[acc];
+        tp[i] = t1 - t0;
+        ts[i] = ds_now() - t1;
+        if (next_plain < 0) next_plain = prompt[i % PROMPT];   /* a non-finite row: any id keeps the steps going */
+    }
+    ds_seq_free(plain);
+    ds_seq_free(spec);
+    ds_afree(lg);
+    free(masked);
+    if (rc) return -1;
+    qsort(tp + 1, (size_t)reps, sizeof(double), cmp_double);
+    qsort(ts + 1, (size_t)reps, sizeof(double), cmp_double);
+    out->reps = reps;
+    out->plain_s = tp[1 + reps / 2];
+    out->spec_s = ts[1 + reps / 2];
+    out->break_even = out->spec_s / out->plain_s;
+    return 0;
+}
+
+double ds_spec_min_accept(const ds_spec_cost *c, int K) {
+    if (!(c->break_even > 0.0) || c->break_even >= (double)(K + 1)) return 0.0;
+    return DS_MAX(1.5, c->break_even);
+}

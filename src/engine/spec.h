@@ -52,4 +52,21 @@ typedef struct ds_spec_trace {
 int ds_spec_greedy_step(ds_model *m, ds_seq *s, int32_t anchor, int K, const uint8_t *masked, int32_t *out,
                         const ds_spec_trace *tr, ds_error *err);
 
+/* What speculation costs on this host, measured on two scratch sequences of the model (32 prompt
+ * ids, then `reps` alternated pairs after one warm-up pair): the median time of a plain greedy
+ * decode step (one row, greedy id) and of a greedy speculative step with K drafts (draft pass,
+ * (K+1)-row verify, accept, commit).  break_even = spec_s / plain_s: the mean acceptance length a
+ * request needs for speculation to emit tokens faster than plain decoding (docs/DECISIONS.md 165). */
+typedef struct ds_spec_cost {
+    double plain_s, spec_s;       /* seconds per step, medians */
+    double break_even;            /* spec_s / plain_s */
+    int reps;
+} ds_spec_cost;
+int ds_spec_measure_cost(ds_model *m, int K, int reps, ds_spec_cost *out, ds_error *err);
+
+/* The per-request guard's threshold for a measured cost (ds_engine_config.spec_min_accept): the
+ * break-even, at least the 1.5 of SERVING.md §8.5; 0 when no acceptance can pay (break_even >= K+1,
+ * the most a verify step can emit) and speculation should stay off. */
+double ds_spec_min_accept(const ds_spec_cost *c, int K);
+
 #endif

@@ -183,22 +183,35 @@ static void propose_batch(ds_engine *e, ds_req *const *reqs, int n) {
 
 /* ------------------------------------------------------------------ guard and metrics */
 
-static void guard_request(ds_engine *e, ds_req *r, int acc) {
+int ds_spec_guard_request(const ds_engine_config *cfg, ds_req *r, int acc) {
     if (r->spec_hist_n < GUARD_REQ_STEPS) r->spec_hist[r->spec_hist_n++] = (uint8_t)acc;
     else {
         memmove(r->spec_hist, r->spec_hist + 1, GUARD_REQ_STEPS - 1);
         r->spec_hist[GUARD_REQ_STEPS - 1] = (uint8_t)acc;
     }
-    if (e->cfg.spec_guard == DS_SPEC_GUARD_OFF || r->spec_hist_n < GUARD_REQ_STEPS) return;
+    if (cfg->spec_guard == DS_SPEC_GUARD_OFF || r->spec_hist_n < GUARD_REQ_STEPS) return 0;
     int sum = 0;
     for (int i = 0; i < GUARD_REQ_STEPS; i++) sum += r->spec_hist[i];
-    if (2 * sum < GUARD_REQ_STEPS) {   /* mean accepted < 0.5, i.e. A < 1.5 */
-        r->spec_off = GUARD_REQ_OFF_STEPS;
-        r->spec_hist_n = 0;
-        if (!r->exclude_metrics) atomic_fetch_add(&e->m->spec_guard_request, 1);
-        ds_log(DS_LOG_DEBUG, "request %s: acceptance below 1.5 over %d verify steps; drafting off for %d steps", r->id,
-               GUARD_REQ_STEPS, GUARD_REQ_OFF_STEPS);
+    /* A = 1 + mean accepted; below the threshold (1.5, or the measured break-even) drafting costs
+     * more than it saves.  The sum is an integer, so 1.5 keeps the spec's "2·sum < 16" exactly. */
+    const double min_a = cfg->spec_min_accept > 1.0 ? cfg->spec_min_accept : 1.5;
+    if ((double)sum >= (min_a - 1.0) * GUARD_REQ_STEPS) {
+        r->spec_pauses = 0;
+        return 0;
     }
+    /* with back-off, a request whose text keeps defeating the draft retries less and less often
+     * (64, 128, ... 1024 steps): each retry costs 16 verify steps below the break-even */
+    r->spec_off = GUARD_REQ_OFF_STEPS << (cfg->spec_backoff ? DS_MIN(r->spec_pauses, 4) : 0);
+    r->spec_pauses++;
+    r->spec_hist_n = 0;
+    return r->spec_off;
+}
+
+static void guard_request(ds_engine *e, ds_req *r, int acc) {
+    if (!ds_spec_guard_request(&e->cfg, r, acc)) return;
+    if (!r->exclude_metrics) atomic_fetch_add(&e->m->spec_guard_request, 1);
+    ds_log(DS_LOG_DEBUG, "request %s: acceptance below %.2f over %d verify steps; drafting off for %d steps", r->id,
+           e->cfg.spec_min_accept > 1.0 ? e->cfg.spec_min_accept : 1.5, GUARD_REQ_STEPS, r->spec_off);
 }
 
 static void guard_global(ds_engine *e, int acc) {

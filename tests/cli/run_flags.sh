@@ -36,6 +36,7 @@ expect_usage "serve --tensor-parallel-size 2 without mpirun" \
     "dsflash serve: --tensor-parallel-size 2: expected the MPI world size 1 (launch with mpirun -np 2 ... --tensor-parallel-size 2)" "$B" "${S[@]}" --tensor-parallel-size 2
 expect_usage "serve --num-speculative-tokens 6" "dsflash serve: --num-speculative-tokens: expected an integer in [0, 5], got '6'" "$B" "${S[@]}" --num-speculative-tokens 6
 expect_usage "serve --spec-guard banana" "dsflash serve: --spec-guard: expected on, warn or off, got 'banana'" "$B" "${S[@]}" --spec-guard banana
+expect_usage "serve --spec-policy banana" "dsflash serve: --spec-policy: expected measured or fixed, got 'banana'" "$B" "${S[@]}" --spec-policy banana
 expect_usage "serve --max-num-seqs x" "dsflash serve: --max-num-seqs: expected an integer in [1, 4096], got 'x'" "$B" "${S[@]}" --max-num-seqs x
 expect_usage "serve --max-num-seqs=0" "dsflash serve: --max-num-seqs: expected an integer in [1, 4096], got '0'" "$B" "${S[@]}" --max-num-seqs=0
 expect_usage "serve --max-num-seq (abbreviation)" "dsflash serve: --max-num-seq: unknown option (long options must match exactly)" "$B" "${S[@]}" --max-num-seq 4

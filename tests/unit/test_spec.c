@@ -47,7 +47,7 @@ typedef struct run_out {
     int n[32];
     int32_t ids[32][256];
     float lp[32][256];
-    uint64_t drafts, accepted, guard_global, preemptions, prefix_hits;
+    uint64_t drafts, accepted, guard_global, guard_request, preemptions, prefix_hits;
     int spec_enabled;
 } run_out;
 
@@ -68,6 +68,7 @@ typedef struct run_cfg {
     int shared_prefix;           /* > 0: every prompt starts with the same this many ids */
     bool no_prefix_cache;        /* --no-enable-prefix-caching */
     bool no_logprobs;            /* plain greedy requests: the engine asks the model for greedy ids */
+    double min_accept;           /* the per-request guard's threshold (0: the spec's 1.5) */
 } run_cfg;
 
 static void run(ds_model *m, const run_cfg *c, run_out *o) {
@@ -84,6 +85,7 @@ static void run(ds_model *m, const run_cfg *c, run_out *o) {
     ec.kv_budget_bytes = c->kv_bytes ? c->kv_bytes : 64u << 20;
     ec.spec_tokens = c->spec;
     ec.spec_guard = c->guard;
+    ec.spec_min_accept = c->min_accept;
     ec.fingerprint = "spec-test";
     ec.prefix_caching = !c->no_prefix_cache;
     if (c->sched) {
@@ -151,6 +153,7 @@ static void run(ds_model *m, const run_cfg *c, run_out *o) {
     o->drafts = atomic_load(&mt.spec_drafts);
     o->accepted = atomic_load(&mt.spec_accepted);
     o->guard_global = atomic_load(&mt.spec_guard_global);
+    o->guard_request = atomic_load(&mt.spec_guard_request);
     o->preemptions = atomic_load(&mt.preemptions);
     o->prefix_hits = atomic_load(&mt.prefix_hits);
     ds_engine_destroy(e);
@@ -522,6 +525,120 @@ TEST(spec_schedule_applies) {
     run(m, &c, &o);
     CHECK(o.drafts == 0, "single request under \"1-1:0\": %llu verify steps", (unsigned long long)o.drafts);
     ds_model_free(m);
+}
+
+/* The policy's threshold (docs/DECISIONS.md 165): the break-even, at least 1.5, and 0 (off) where a
+ * speculative step costs at least the K + 1 tokens it can emit. */
+TEST(spec_min_accept_from_cost) {
+    ds_spec_cost c = {.plain_s = 0.04, .spec_s = 0.11, .break_even = 2.75, .reps = 5};
+    CHECK(ds_spec_min_accept(&c, 5) == 2.75, "break-even 2.75, K 5: %g", ds_spec_min_accept(&c, 5));
+    CHECK(ds_spec_min_accept(&c, 1) == 0.0, "break-even 2.75 >= K + 1 = 2: %g", ds_spec_min_accept(&c, 1));
+    c.break_even = 1.2;
+    CHECK(ds_spec_min_accept(&c, 5) == 1.5, "break-even 1.2: the spec's 1.5 stays the floor, got %g", ds_spec_min_accept(&c, 5));
+    c.break_even = 6.0;
+    CHECK(ds_spec_min_accept(&c, 5) == 0.0, "break-even 6.0 = K + 1: %g", ds_spec_min_accept(&c, 5));
+    c.break_even = 0.0;
+    CHECK(ds_spec_min_accept(&c, 5) == 0.0, "no measurement: %g", ds_spec_min_accept(&c, 5));
+}
+
+/* The guard's arithmetic on made-up acceptance: the spec's 1.5 judges "2·sum < 16" over the last
+ * 16 verify steps; a threshold of 2.5 needs 24 accepted drafts; back-off doubles each pause in a
+ * row (64, 128, 256, 512, 1024, 1024) and a window that passes resets it; without back-off every
+ * pause is 64. */
+TEST(spec_guard_threshold_and_backoff) {
+    ds_engine_config c;
+    ds_engine_config_defaults(&c);
+    c.spec_guard = DS_SPEC_GUARD_ON;
+    ds_req r;
+    memset(&r, 0, sizeof r);
+    int pause = 0;
+    for (int i = 0; i < 16; i++) pause = ds_spec_guard_request(&c, &r, i < 8 ? 1 : 0);   /* sum 8: A = 1.5 exactly */
+    CHECK(pause == 0, "threshold 1.5, A 1.5: paused %d", pause);
+    pause = ds_spec_guard_request(&c, &r, 0);   /* window slides: sum 7 */
+    CHECK(pause == 64, "threshold 1.5, A 1.44: pause %d, expected 64", pause);
+    c.spec_min_accept = 2.5;
+    memset(&r, 0, sizeof r);
+    for (int i = 0; i < 16; i++) pause = ds_spec_guard_request(&c, &r, i < 12 ? 2 : 0);   /* sum 24: A = 2.5 */
+    CHECK(pause == 0, "threshold 2.5, A 2.5: paused %d", pause);
+    pause = ds_spec_guard_request(&c, &r, 1);   /* slides out a 2: sum 23 */
+    CHECK(pause == 64, "threshold 2.5, A 2.44: pause %d, expected 64", pause);
+    const int want[6] = {64, 128, 256, 512, 1024, 1024};
+    for (int backoff = 0; backoff < 2; backoff++) {
+        c.spec_backoff = backoff;
+        memset(&r, 0, sizeof r);
+        for (int k = 0; k < 6; k++) {
+            for (int i = 0; i < 16; i++) pause = ds_spec_guard_request(&c, &r, 1);
+            CHECK(pause == (backoff ? want[k] : 64), "back-off %d, pause %d in a row: %d", backoff, k + 1, pause);
+        }
+        for (int i = 0; i < 16; i++) pause = ds_spec_guard_request(&c, &r, 5);   /* a window that pays */
+        CHECK(pause == 0 && r.spec_pauses == 0, "a good window: pause %d, pauses in a row %d", pause, r.spec_pauses);
+        int first = 0;   /* the window slides: the zeros bring the sum below 8 at the 15th */
+        for (int i = 0; i < 16 && !first; i++) first = ds_spec_guard_request(&c, &r, 0);
+        CHECK(first == 64, "after a good window the next pause is 64 again, got %d", first);
+    }
+    c.spec_guard = DS_SPEC_GUARD_OFF;
+    memset(&r, 0, sizeof r);
+    for (int i = 0; i < 32; i++) pause = ds_spec_guard_request(&c, &r, 0);
+    CHECK(pause == 0, "guard off: paused %d", pause);
+}
+
+/* The measurement itself on the random tiny model: medians of real steps, the ratio of the two, and
+ * the model left as it was (two scratch sequences, freed: the sanitizer build checks leaks). */
+TEST(spec_measure_cost_tiny) {
+    const char *d = ds_test_tiny_fixture();
+    CHECK(d != NULL, "tiny fixture");
+    if (!d) return;
+    ds_model *m = load_fast(d, 2), *plain = load_fast(d, 0);
+    if (!m || !plain) return;
+    ds_spec_cost c;
+    ds_error err = {0};
+    CHECK(ds_spec_measure_cost(m, 5, 3, &c, &err) == 0, "%s", err.msg);
+    printf("  tiny: decode step %.3f ms, speculative step %.3f ms, break-even %.2f\n", 1e3 * c.plain_s, 1e3 * c.spec_s, c.break_even);
+    CHECK(c.reps == 3 && c.plain_s > 0 && c.spec_s > 0 && c.break_even == c.spec_s / c.plain_s, "reps %d plain %g spec %g ratio %g",
+          c.reps, c.plain_s, c.spec_s, c.break_even);
+    /* a 6-row verify plus a draft pass is more work than a 1-row step */
+    CHECK(c.break_even > 1.0, "break-even %.3f", c.break_even);
+    CHECK(ds_spec_measure_cost(m, 0, 3, &c, &err) < 0 && strstr(err.msg, "expected K in 1..5"), "K 0: %s", err.msg);
+    CHECK(ds_spec_measure_cost(plain, 5, 3, &c, &err) < 0 && strstr(err.msg, "no draft"), "no draft: %s", err.msg);
+    ds_model_free(m);
+    ds_model_free(plain);
+}
+
+/* A raised threshold pauses drafting for requests below it, and only drafting: outputs stay equal to
+ * plain decoding.  Trained fixture, greedy requests, K 5: with the threshold at 6 (every draft of 16
+ * verify steps accepted would be needed) each request that reaches 16 verify steps is paused, so no
+ * request runs more than 16 verify steps in its first 80 steps; with the spec's 1.5 they draft on. */
+TEST(spec_break_even_pauses_drafting) {
+    const char *d = ds_test_trained_fixture();
+    int64_t n = 0;
+    int32_t *text = heldout(&n);
+    CHECK(d != NULL && text != NULL && n >= 8192, "trained fixture and held-out ids");
+    if (!d || !text) { free(text); return; }
+    ds_model *plain = load_fast(d, 0), *spec = load_fast(d, 2);
+    if (plain && spec) {
+        static run_out off, low, high;
+        run_cfg c = {.spec = 0, .seqs = 4, .n_req = 4, .prompt_len = 40, .max_tokens = 64, .guard = DS_SPEC_GUARD_ON,
+                     .text = text, .max_model_len = 512};
+        run(plain, &c, &off);
+        c.spec = 5;
+        run(spec, &c, &low);
+        c.min_accept = 6.0;
+        run(spec, &c, &high);
+        same_outputs(&c, &off, &low, "threshold 1.5");
+        same_outputs(&c, &off, &high, "threshold 6");
+        printf("  threshold 1.5: %llu verify steps, A %.3f, guard %llu; threshold 6: %llu verify steps, guard %llu\n",
+               (unsigned long long)low.drafts, low.drafts ? 1.0 + (double)low.accepted / (double)low.drafts : 0.0,
+               (unsigned long long)low.guard_request, (unsigned long long)high.drafts, (unsigned long long)high.guard_request);
+        CHECK(high.guard_request == (uint64_t)c.n_req, "threshold 6: the guard paused %llu of %d requests",
+              (unsigned long long)high.guard_request, c.n_req);
+        CHECK(high.drafts == 16u * (uint64_t)c.n_req, "threshold 6: %llu verify steps, expected 16 per request",
+              (unsigned long long)high.drafts);
+        CHECK(low.drafts > high.drafts && low.guard_request < high.guard_request, "threshold 1.5: %llu verify steps, guard %llu",
+              (unsigned long long)low.drafts, (unsigned long long)low.guard_request);
+    }
+    ds_model_free(plain);
+    ds_model_free(spec);
+    free(text);
 }
 
 RUN_ALL()

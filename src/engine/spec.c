@@ -175,8 +175,9 @@ int ds_spec_measure_cost(ds_model *m, int K, int reps, ds_spec_cost *out, ds_err
     /* a first step of each kind warms caches and pages, then plain and speculative steps alternate
      * so that a change of the host's speed during the measurement meets both alike */
     for (int i = 0; i <= reps && !rc; i++) {
+        const int32_t tok = next_plain >= 0 ? next_plain : prompt[i % PROMPT];   /* -1: a non-finite row; any id goes on */
         double t0 = ds_now();
-        if (ds_seq_step_greedy(m, plain, &next_plain, 1, &next_plain, 1, masked, eb, sizeof eb) < 0)
+        if (ds_seq_step_greedy(m, plain, &tok, 1, &next_plain, 1, masked, eb, sizeof eb) < 0)
             rc = ds_fail(err, "E_STEP", "speculation cost: %s", eb);
         double t1 = ds_now();
         int acc = rc ? -1 : ds_spec_greedy_step(m, spec, anchor, K, masked, outs, NULL, err);
@@ -184,7 +185,6 @@ int ds_spec_measure_cost(ds_model *m, int K, int reps, ds_spec_cost *out, ds_err
         else anchor = outs[acc];
         tp[i] = t1 - t0;
         ts[i] = ds_now() - t1;
-        if (next_plain < 0) next_plain = prompt[i % PROMPT];   /* a non-finite row: any id keeps the steps going */
     }
     ds_seq_free(plain);
     ds_seq_free(spec);

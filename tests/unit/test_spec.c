@@ -214,6 +214,19 @@ static int32_t *heldout(int64_t *n) {
     return ids;
 }
 
+/* The trained fixture's directory and its held-out ids (8,192 of them) in *text, or NULL (and *text
+ * NULL) with the failure recorded. */
+static const char *trained_with_text(int32_t **text) {
+    const char *d = ds_test_trained_fixture();
+    int64_t n = 0;
+    *text = heldout(&n);
+    CHECK(d != NULL && *text != NULL && n >= 8192, "trained fixture and held-out ids");
+    if (d && *text && n >= 8192) return d;
+    free(*text);
+    *text = NULL;
+    return NULL;
+}
+
 TEST(spec_greedy_identity_random_tiny) {
     const char *d = ds_test_tiny_fixture();
     CHECK(d != NULL, "tiny fixture");
@@ -260,11 +273,9 @@ TEST(spec_greedy_identity_under_preemption) {
 }
 
 TEST(spec_greedy_identity_trained) {
-    const char *d = ds_test_trained_fixture();
-    int64_t n = 0;
-    int32_t *text = heldout(&n);
-    CHECK(d != NULL && text != NULL && n >= 8192, "trained fixture and held-out ids");
-    if (d && text && TRAINED_EXACT_IDENTITY) greedy_identity(d, text, "trained");
+    int32_t *text;
+    const char *d = trained_with_text(&text);
+    if (d && TRAINED_EXACT_IDENTITY) greedy_identity(d, text, "trained");
     g_numerics = "fast";
     if (d && text) greedy_identity(d, text, "trained, fast tier");
     g_numerics = "exact";
@@ -276,11 +287,9 @@ TEST(spec_greedy_identity_trained) {
  * prompts with logprobs asked for, which samples full logits rows.  Token ids must be identical,
  * and the screen must be what ran. */
 TEST(spec_greedy_ids_equal_full_logits_trained) {
-    const char *d = ds_test_trained_fixture();
-    int64_t n = 0;
-    int32_t *text = heldout(&n);
-    CHECK(d != NULL && text != NULL && n >= 8192, "trained fixture and held-out ids");
-    ds_model *spec = d && text ? load_fast(d, 2) : NULL;
+    int32_t *text;
+    const char *d = trained_with_text(&text);
+    ds_model *spec = d ? load_fast(d, 2) : NULL;
     if (!spec) { free(text); return; }
     static run_out full, ids, ids_spec;
     run_cfg c = {.spec = 0, .seqs = 8, .n_req = 8, .prompt_len = 40, .max_tokens = 48, .guard = DS_SPEC_GUARD_ON,
@@ -315,11 +324,9 @@ TEST(spec_greedy_ids_equal_full_logits_trained) {
  * share their first 32 (two blocks of 16; the window is 16); requests run one at a time so every
  * request after the first adopts the cached prefix. */
 TEST(spec_prefix_hit_keeps_draft_rings) {
-    const char *d = ds_test_trained_fixture();
-    int64_t n = 0;
-    int32_t *text = heldout(&n);
-    CHECK(d && text, "trained fixture");
-    if (!d || !text) { free(text); return; }
+    int32_t *text;
+    const char *d = trained_with_text(&text);
+    if (!d) return;
     ds_model *m = load_fast(d, 2);
     if (!m) { free(text); return; }
     static run_out cached, plain;
@@ -397,11 +404,9 @@ TEST(spec_rejection_sampling_matches_target) {
 
 /* Sampled requests with speculation on: every request finishes, drafts are verified, pages return. */
 TEST(spec_sampled_requests_run_and_release) {
-    const char *d = ds_test_trained_fixture();
-    int64_t n = 0;
-    int32_t *text = heldout(&n);
-    CHECK(d && text, "trained fixture");
-    if (!d || !text) { free(text); return; }
+    int32_t *text;
+    const char *d = trained_with_text(&text);
+    if (!d) return;
     ds_model *m = load_fast(d, 2);
     if (!m) { free(text); return; }
     static run_out o;
@@ -424,11 +429,9 @@ TEST(spec_sampled_requests_run_and_release) {
  * embed/head): acceptance collapses, the global guard logs the ERROR and turns drafting off, and
  * the output still equals the plain run. */
 TEST(spec_broken_draft_fires_global_guard) {
-    const char *d = ds_test_trained_fixture();
-    int64_t n = 0;
-    int32_t *text = heldout(&n);
-    CHECK(d && text, "trained fixture");
-    if (!d || !text) { free(text); return; }
+    int32_t *text;
+    const char *d = trained_with_text(&text);
+    if (!d) return;
     ds_model *m = load_fast(d, 2), *plain = load_fast(d, 0);
     if (!m || !plain) { free(text); return; }
     ds_draft *dr = m->draft;
@@ -609,11 +612,9 @@ TEST(spec_measure_cost_tiny) {
  * verify steps accepted would be needed) each request that reaches 16 verify steps is paused, so no
  * request runs more than 16 verify steps in its first 80 steps; with the spec's 1.5 they draft on. */
 TEST(spec_break_even_pauses_drafting) {
-    const char *d = ds_test_trained_fixture();
-    int64_t n = 0;
-    int32_t *text = heldout(&n);
-    CHECK(d != NULL && text != NULL && n >= 8192, "trained fixture and held-out ids");
-    if (!d || !text) { free(text); return; }
+    int32_t *text;
+    const char *d = trained_with_text(&text);
+    if (!d) return;
     ds_model *plain = load_fast(d, 0), *spec = load_fast(d, 2);
     if (plain && spec) {
         static run_out off, low, high;

@@ -68,7 +68,7 @@ static int measure_policy(serve_spec *sp, ds_model *m, ds_engine_config *ec) {
     if (min_a == 0.0) {
         snprintf(sp->echo, sizeof sp->echo, "OFF (a speculative step costs %.2fx a decode step here: above the %d tokens it can emit)",
                  sp->cost.break_even, sp->S + 1);
-        ds_log(DS_LOG_WARN, "speculative decoding off: a step with %d drafts costs %.2fx a decode step on this host, more than "
+        ds_log(DS_LOG_WARN, "speculative decoding off: a speculative step (K %d) costs %.2fx a decode step on this host, more than "
                "the %d tokens it can emit (--spec-policy fixed keeps it on)", sp->S, sp->cost.break_even, sp->S + 1);
         return 1;
     }

@@ -183,6 +183,9 @@ static void propose_batch(ds_engine *e, ds_req *const *reqs, int n) {
 
 /* ------------------------------------------------------------------ guard and metrics */
 
+/* The threshold the per-request guard judges against: the configured one, 1.5 when unset. */
+static double guard_threshold(const ds_engine_config *cfg) { return cfg->spec_min_accept > 1.0 ? cfg->spec_min_accept : 1.5; }
+
 int ds_spec_guard_request(const ds_engine_config *cfg, ds_req *r, int acc) {
     if (r->spec_hist_n < GUARD_REQ_STEPS) r->spec_hist[r->spec_hist_n++] = (uint8_t)acc;
     else {
@@ -194,8 +197,7 @@ int ds_spec_guard_request(const ds_engine_config *cfg, ds_req *r, int acc) {
     for (int i = 0; i < GUARD_REQ_STEPS; i++) sum += r->spec_hist[i];
     /* A = 1 + mean accepted; below the threshold (1.5, or the measured break-even) drafting costs
      * more than it saves.  The sum is an integer, so 1.5 keeps the spec's "2·sum < 16" exactly. */
-    const double min_a = cfg->spec_min_accept > 1.0 ? cfg->spec_min_accept : 1.5;
-    if ((double)sum >= (min_a - 1.0) * GUARD_REQ_STEPS) {
+    if ((double)sum >= (guard_threshold(cfg) - 1.0) * GUARD_REQ_STEPS) {
         r->spec_pauses = 0;
         return 0;
     }
@@ -211,7 +213,7 @@ static void guard_request(ds_engine *e, ds_req *r, int acc) {
     if (!ds_spec_guard_request(&e->cfg, r, acc)) return;
     if (!r->exclude_metrics) atomic_fetch_add(&e->m->spec_guard_request, 1);
     ds_log(DS_LOG_DEBUG, "request %s: acceptance below %.2f over %d verify steps; drafting off for %d steps", r->id,
-           e->cfg.spec_min_accept > 1.0 ? e->cfg.spec_min_accept : 1.5, GUARD_REQ_STEPS, r->spec_off);
+           guard_threshold(&e->cfg), GUARD_REQ_STEPS, r->spec_off);
 }
 
 static void guard_global(ds_engine *e, int acc) {

@@ -30,6 +30,11 @@ ok() { echo "PASS $*"; pass=$((pass + 1)); }
 SECONDS=0; last_lap=0
 lap() { echo "  [$1: $((SECONDS - last_lap)) s]"; last_lap=$SECONDS; }  # where the suite's time goes
 ko() { echo "FAIL $*"; fail=$((fail + 1)); }
+# Each job gets its own OpenMPI session directory: with the default shared one under /tmp, a job that
+# started while another was starting or being torn down (the killed and hung ranks, two servers started
+# together) could fail at start-up with "orte_session_dir failed" when the other removed the shared
+# directory; one CI run lost the R = 4 server that way.
+mpi_dir() { mktemp -d "$TMP/ompi.XXXXXX"; }
 MPIRUN="mpirun --oversubscribe --bind-to none"
 if ! command -v mpirun >/dev/null; then ko "mpirun is not installed (scripts/install-deps.sh)"; echo "$pass passed, $fail failed"; exit 1; fi
 
@@ -49,7 +54,7 @@ for case in $CASES; do
         ko "one process, $num, chunk $chunk: $(tail -2 "$TMP/ref.log")"; continue
     fi
     out="$TMP/r${R}_${num}_${chunk}_$ep.st"
-    if $MPIRUN -np $R "$BIN" generate --model "$M" $GEN --numerics $num --chunk $chunk --trace "$out" \
+    if $MPIRUN --mca orte_tmpdir_base "$(mpi_dir)" -np $R "$BIN" generate --model "$M" $GEN --numerics $num --chunk $chunk --trace "$out" \
          --tensor-parallel-size $R --expert-parallel $ep > "$TMP/run.log" 2>&1 && cmp -s "$ref" "$out"; then
         ok "R=$R $num chunk $chunk expert-parallel $ep: trace (hidden states, logits, ids) byte-identical to one process"
     else
@@ -64,7 +69,7 @@ lap "1 bit identity"
 # ---- 2. fast reduce mode
 for R in 4 8; do
     out="$TMP/fastmode_$R.st"
-    $MPIRUN -np $R "$BIN" generate --model "$M" $GEN --numerics fast --chunk 7 --trace "$out" --tensor-parallel-size $R \
+    $MPIRUN --mca orte_tmpdir_base "$(mpi_dir)" -np $R "$BIN" generate --model "$M" $GEN --numerics fast --chunk 7 --trace "$out" --tensor-parallel-size $R \
         --reduce-mode fast > "$TMP/fm.log" 2>&1
     line=$("$PY" tests/dist/compare_traces.py "$TMP/ref_fast_7.st" "$out" 2>&1)
     echo "  fast reduce mode R=$R vs one process: $line"
@@ -84,20 +89,20 @@ expect_fail() {  # what, message pattern, command...
 }
 A="--prompt-ids 1,2,3 --max-tokens 2 --threads 1"
 expect_fail "world size 2 with --tensor-parallel-size 4 is refused" "tensor-parallel-size 4: expected the MPI world size 2" \
-    $MPIRUN -np 2 "$BIN" generate --model "$M" $A --tensor-parallel-size 4
+    $MPIRUN --mca orte_tmpdir_base "$(mpi_dir)" -np 2 "$BIN" generate --model "$M" $A --tensor-parallel-size 4
 expect_fail "--tensor-parallel-size 2 without mpirun is refused" "expected the MPI world size 1" \
     "$BIN" generate --model "$M" $A --tensor-parallel-size 2
 expect_fail "--tensor-parallel-size 3 is refused" "expected 1, 2, 4 or 8, found 3" \
     "$BIN" generate --model "$M" $A --tensor-parallel-size 3
 expect_fail "a different checkpoint on rank 1 is refused, naming rank and field" \
     "E_DIST_MISMATCH: rank 1: checkpoint weights .* differs from rank 0" \
-    $MPIRUN -np 1 "$BIN" generate --model "$M" $A --tensor-parallel-size 2 : -np 1 "$BIN" generate --model "$TMP/tiny_seed2" $A --tensor-parallel-size 2
+    $MPIRUN --mca orte_tmpdir_base "$(mpi_dir)" -np 1 "$BIN" generate --model "$M" $A --tensor-parallel-size 2 : -np 1 "$BIN" generate --model "$TMP/tiny_seed2" $A --tensor-parallel-size 2
 expect_fail "different flags on rank 1 are refused, naming rank and field" "E_DIST_MISMATCH: rank 1: flags differs from rank 0" \
-    $MPIRUN -np 1 "$BIN" generate --model "$M" $A --tensor-parallel-size 2 : -np 1 "$BIN" generate --model "$M" $A --tensor-parallel-size 2 --chunk 2
+    $MPIRUN --mca orte_tmpdir_base "$(mpi_dir)" -np 1 "$BIN" generate --model "$M" $A --tensor-parallel-size 2 : -np 1 "$BIN" generate --model "$M" $A --tensor-parallel-size 2 --chunk 2
 
 lap "3 refusals"
 # ---- 4. a rank dies mid-run
-$MPIRUN -np 2 "$BIN" generate --model "$M" --prompt-ids 1,2,3 --max-tokens 4000 --ignore-eos --threads 1 \
+$MPIRUN --mca orte_tmpdir_base "$(mpi_dir)" -np 2 "$BIN" generate --model "$M" --prompt-ids 1,2,3 --max-tokens 4000 --ignore-eos --threads 1 \
     --tensor-parallel-size 2 > "$TMP/kill.log" 2>&1 &
 mp=$!
 victim=""
@@ -130,7 +135,7 @@ else ko "a killed rank: victim=${victim:-none} rc=$rc left=$left"; fi
 lap "4 killed rank"
 # ---- 4b. a rank hangs inside a step (alive, not answering): the watchdog of the others stops the job
 t0=$(date +%s.%N)
-timeout 60 $MPIRUN -np 2 -x DSFLASH_DEBUG_HANG=1:40 "$BIN" generate --model "$M" --prompt-ids 1,2,3 --max-tokens 400 \
+timeout 60 $MPIRUN --mca orte_tmpdir_base "$(mpi_dir)" -np 2 -x DSFLASH_DEBUG_HANG=1:40 "$BIN" generate --model "$M" --prompt-ids 1,2,3 --max-tokens 400 \
     --ignore-eos --threads 1 --tensor-parallel-size 2 --dist-timeout 2 > "$TMP/hang.log" 2>&1
 rc=$?
 dt=$(echo "$(date +%s.%N) - $t0" | bc)
@@ -152,8 +157,8 @@ wait_ready() {  # log pid
     for _ in $(seq 1 240); do grep -q '^READY' "$1" && return 0; kill -0 "$2" 2>/dev/null || return 1; sleep 0.5; done; return 1
 }
 "$BIN" serve $SARGS --port $PORT0 --num-speculative-tokens 0 --no-enable-prefix-caching > "$TMP/s1.log" 2>&1 & s1=$!
-$MPIRUN -np 2 "$BIN" serve $SARGS --port $PORT2 --tensor-parallel-size 2 > "$TMP/s2.log" 2>&1 & s2=$!
-$MPIRUN -np 4 "$BIN" serve $SARGS --port $PORT4 --tensor-parallel-size 4 --num-speculative-tokens 0 --expert-parallel off > "$TMP/s4.log" 2>&1 & s4=$!
+$MPIRUN --mca orte_tmpdir_base "$(mpi_dir)" -np 2 "$BIN" serve $SARGS --port $PORT2 --tensor-parallel-size 2 > "$TMP/s2.log" 2>&1 & s2=$!
+$MPIRUN --mca orte_tmpdir_base "$(mpi_dir)" -np 4 "$BIN" serve $SARGS --port $PORT4 --tensor-parallel-size 4 --num-speculative-tokens 0 --expert-parallel off > "$TMP/s4.log" 2>&1 & s4=$!
 up=1
 for x in "s1 $s1" "s2 $s2" "s4 $s4"; do set -- $x; wait_ready "$TMP/$1.log" $2 || { up=0; ko "serve $1 not READY: $(tail -3 "$TMP/$1.log")"; }; done
 req_ids() {  # port ids max -> writes json
@@ -239,7 +244,7 @@ lap "5 serve"
 
 # ---- 6. the benchmark under mpirun: perf decode at R = 2 prints its table and every rank's
 # communication share (issue: the share of step time spent in collectives is a reported figure)
-$MPIRUN -np 2 "$BIN" perf decode --model "$M" --tensor-parallel-size 2 --threads 1 --tokens 8 --prompt-tokens 16 \
+$MPIRUN --mca orte_tmpdir_base "$(mpi_dir)" -np 2 "$BIN" perf decode --model "$M" --tensor-parallel-size 2 --threads 1 --tokens 8 --prompt-tokens 16 \
     > "$TMP/perf2.log" 2>&1; rc=$?
 if [ $rc = 0 ] && grep -q '^| decode 8 tokens | [0-9.]* tok/s' "$TMP/perf2.log" \
     && [ "$(grep -c '^  decode: rank [01]/2: collectives [0-9.]* s of [0-9.]* s = [0-9.]*% communication' "$TMP/perf2.log")" = 2 ] \

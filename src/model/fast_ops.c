@@ -247,10 +247,10 @@ void ds_rope_apply_fast(ds_bf16 *v, int len, int rd, const float *cs, int invers
     }
 }
 
-/* 2 mixes x 2 rows of ds_fdot_fb in one pass: every accumulator takes that function's operations
- * (0 + products, lane k mod 32, the tail added lane by lane, vtree).  The 32 lanes are held as two
- * 16-wide vectors here (lanes 0-15, 16-31: the same lanes, so the same bits; one zmm each on the
- * AVX-512 clone), and the accumulators are named variables so that they stay in registers. */
+/* 2 mixes x up to 4 rows of ds_fdot_fb in one pass: every accumulator takes that function's
+ * operations (0 + products, lane k mod 32, the tail added lane by lane, vtree).  The 32 lanes are
+ * held as two 16-wide vectors here (lanes 0-15, 16-31: the same lanes, so the same bits; one zmm
+ * each on the AVX-512 clone). */
 static inline __attribute__((always_inline)) float finish16(v16f lo, v16f hi, const float *w, const ds_bf16 *x, int nt) {
     float l[LANES], t[LANES];
     memcpy(l, &lo, sizeof lo);
@@ -259,48 +259,63 @@ static inline __attribute__((always_inline)) float finish16(v16f lo, v16f hi, co
     return vfinish(ds_v8_ld_f(l), ds_v8_ld_f(l + 8), ds_v8_ld_f(l + 16), ds_v8_ld_f(l + 24), t, nt);
 }
 
-/* W0, W1: two weight rows; X0, X1: two activation rows (a pointer may repeat: that pair is then
- * computed twice and stored once).  d<mix><row>. */
-static inline __attribute__((always_inline)) void mix_tile22(const float *W0, const float *W1, const ds_bf16 *X0,
-                                                            const ds_bf16 *X1, int n, float d[4]) {
-    v16f a00 = {0}, b00 = {0}, a01 = {0}, b01 = {0}, a10 = {0}, b10 = {0}, a11 = {0}, b11 = {0};
+/* R activation rows (xs apart) x the weight rows W0, W1 (W1 may equal W0: that mix is then computed
+ * twice and stored once); d[m·R + r].  Why 4 rows: the weights (2 x HC·D fp32, 64 KiB on mini) come
+ * from L2, the rows' bf16 from L1; each weight chunk loaded serves R rows, and at 2 rows those loads
+ * bound the tile (a site's mix dots per row, one thread, 2 x 2 -> 4 x 2: 5.5 -> 3.2 us; 4 x 3 was no
+ * faster, 6 x 2 and 8 x 1 slower).  16 accumulators + 8 row vectors stay in registers (AVX-512). */
+static inline __attribute__((always_inline)) void mix_tile(const float *W0, const float *W1, const ds_bf16 *X, size_t xs,
+                                                          int n, const int R, float *d) {
+    v16f a[2][4], b[2][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) a[0][r] = b[0][r] = a[1][r] = b[1][r] = (v16f){0};
     int k = 0;
     for (; k + LANES <= n; k += LANES) {
-        const v16f xa0 = ds_v16_ld_b(X0 + k), xb0 = ds_v16_ld_b(X0 + k + 16), xa1 = ds_v16_ld_b(X1 + k), xb1 = ds_v16_ld_b(X1 + k + 16);
-        const v16f wa0 = ds_v16_ld_f(W0 + k), wb0 = ds_v16_ld_f(W0 + k + 16), wa1 = ds_v16_ld_f(W1 + k), wb1 = ds_v16_ld_f(W1 + k + 16);
-        a00 = a00 + wa0 * xa0;
-        b00 = b00 + wb0 * xb0;
-        a01 = a01 + wa0 * xa1;
-        b01 = b01 + wb0 * xb1;
-        a10 = a10 + wa1 * xa0;
-        b10 = b10 + wb1 * xb0;
-        a11 = a11 + wa1 * xa1;
-        b11 = b11 + wb1 * xb1;
+        v16f xa[4], xb[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            xa[r] = ds_v16_ld_b(X + (size_t)r * xs + k);
+            xb[r] = ds_v16_ld_b(X + (size_t)r * xs + k + 16);
+        }
+        const v16f wa0 = ds_v16_ld_f(W0 + k), wb0 = ds_v16_ld_f(W0 + k + 16);
+        const v16f wa1 = ds_v16_ld_f(W1 + k), wb1 = ds_v16_ld_f(W1 + k + 16);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            a[0][r] = a[0][r] + wa0 * xa[r];
+            b[0][r] = b[0][r] + wb0 * xb[r];
+            a[1][r] = a[1][r] + wa1 * xa[r];
+            b[1][r] = b[1][r] + wb1 * xb[r];
+        }
     }
     const int nt = n - k;
-    d[0] = finish16(a00, b00, W0 + k, X0 + k, nt);
-    d[1] = finish16(a01, b01, W0 + k, X1 + k, nt);
-    d[2] = finish16(a10, b10, W1 + k, X0 + k, nt);
-    d[3] = finish16(a11, b11, W1 + k, X1 + k, nt);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        d[r] = finish16(a[0][r], b[0][r], W0 + k, X + (size_t)r * xs + k, nt);
+        d[R + r] = finish16(a[1][r], b[1][r], W1 + k, X + (size_t)r * xs + k, nt);
+    }
 }
 
 DS_CLONES void ds_hc_mix_dots_fast(const ds_hc_params *p, const ds_bf16 *X, int nr, int i0, int ni, float *dots) {
     const int n = p->hc * p->dim, nmix = (2 + p->hc) * p->hc;
     const float *W0 = p->fn + (size_t)i0 * n, *W1 = ni == 2 ? W0 + n : W0;
-    const ds_bf16 *X1 = nr == 2 ? X + n : X;
-    float d[4];
+    float d[8];
     if (ds_fast_wide_tiles()) {
-        mix_tile22(W0, W1, X, X1, n, d);
+        switch (nr) {
+        case 4: mix_tile(W0, W1, X, (size_t)n, n, 4, d); break;
+        case 3: mix_tile(W0, W1, X, (size_t)n, n, 3, d); break;
+        case 2: mix_tile(W0, W1, X, (size_t)n, n, 2, d); break;
+        default: mix_tile(W0, W1, X, (size_t)n, n, 1, d); break;
+        }
     } else {   /* without AVX-512 the 16-wide tile lives in memory (13x slower than these, same bits) */
-        d[0] = ds_fdot_fb(W0, X, n);
-        d[1] = nr == 2 ? ds_fdot_fb(W0, X1, n) : d[0];
-        d[2] = ni == 2 ? ds_fdot_fb(W1, X, n) : d[0];
-        d[3] = ni == 2 && nr == 2 ? ds_fdot_fb(W1, X1, n) : d[0];
+        for (int r = 0; r < nr; r++) {
+            d[r] = ds_fdot_fb(W0, X + (size_t)r * n, n);
+            d[nr + r] = ni == 2 ? ds_fdot_fb(W1, X + (size_t)r * n, n) : d[r];
+        }
     }
-    dots[i0] = d[0];
-    if (nr == 2) dots[nmix + i0] = d[1];
-    if (ni == 2) dots[i0 + 1] = d[2];
-    if (ni == 2 && nr == 2) dots[nmix + i0 + 1] = d[3];
+    for (int r = 0; r < nr; r++) {
+        dots[(size_t)r * nmix + i0] = d[r];
+        if (ni == 2) dots[(size_t)r * nmix + i0 + 1] = d[nr + r];
+    }
 }
 
 /* Row softmax (+eps), then alternating column/row normalizations, all sums in index order. */
@@ -348,40 +363,80 @@ void ds_hc_mixes_from_dots_fast(const ds_hc_params *p, const ds_bf16 *X, const f
     ds_hc_sinkhorn_fast(out->comb, hc, p->iters, p->hc_eps);
 }
 
-/* Σ over copies in copy order, vectorized over the channels (blocks of 64 on the stack). */
+/* The collapse and the expand on chunks of W channels held in registers: W = 16 where the CPU has
+ * AVX-512 (ds_fast_wide_tiles), else 8 (GCC keeps 64-byte vectors in memory without 512-bit
+ * registers: 10x slower than the loops these replace on an AVX2 host).  Both widths do the same
+ * operations per channel, so the same bits.  to_bf16_vW is to_bf16 lane by lane. */
+#define HC_CHUNKS(W, VF, VU, VH)                                                                      \
+    static inline __attribute__((always_inline)) VH to_bf16_v##W(VF f) {                             \
+        VU u;                                                                                         \
+        memcpy(&u, &f, sizeof u);                                                                     \
+        const VU r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, q = (u >> 16) | 0x40u;                   \
+        const VU nan = (VU)((u & 0x7fffffffu) > 0x7f800000u);                                         \
+        return __builtin_convertvector((nan & q) | (~nan & r), VH);                                   \
+    }                                                                                                 \
+    /* y[d] = bf16(0 + Σ_k w[k]·X[k][d]) in copy order, for the chunks of [0, dim - dim % W) */        \
+    static inline __attribute__((always_inline)) void collapse_chunks##W(const ds_bf16 *X, const float *w, int hc,     \
+                                                                        int dim, ds_bf16 *y) {        \
+        for (int d0 = 0; d0 + W <= dim; d0 += W) {                                                    \
+            VF acc = (VF){0};                                                                         \
+            for (int k = 0; k < hc; k++) acc = acc + w[k] * ds_v##W##_ld_b(X + (size_t)k * dim + d0); \
+            const VH h = to_bf16_v##W(acc);                                                           \
+            memcpy(y + d0, &h, sizeof h);                                                             \
+        }                                                                                             \
+    }                                                                                                 \
+    /* X[j][d] = bf16(post_j·y[d] + Σ_i comb[i][j]·R[i][d]), i ascending, for the chunks of           \
+     * [0, dim - dim % W): each chunk of y and of the HC copies of R widened once for all HC outputs   \
+     * (HC a constant per instance, so the accumulators are registers), every source of a chunk read  \
+     * before its outputs are written, so R may be X itself */                                        \
+    static inline __attribute__((always_inline)) void expand_chunks##W(const ds_bf16 *y, const ds_bf16 *R,             \
+                                                                      const ds_hc_mix *mx, const int HC, int dim,     \
+                                                                      ds_bf16 *X) {                   \
+        for (int d0 = 0; d0 + W <= dim; d0 += W) {                                                    \
+            VF acc[DS_HC_MAX];                                                                        \
+            const VF yv = ds_v##W##_ld_b(y + d0);                                                     \
+            _Pragma("GCC unroll 8") for (int j = 0; j < HC; j++) acc[j] = mx->post[j] * yv;           \
+            _Pragma("GCC unroll 8") for (int i = 0; i < HC; i++) {                                    \
+                const VF rv = ds_v##W##_ld_b(R + (size_t)i * dim + d0);                               \
+                _Pragma("GCC unroll 8") for (int j = 0; j < HC; j++) acc[j] = acc[j] + mx->comb[i * HC + j] * rv; \
+            }                                                                                         \
+            _Pragma("GCC unroll 8") for (int j = 0; j < HC; j++) {                                    \
+                const VH h = to_bf16_v##W(acc[j]);                                                    \
+                memcpy(X + (size_t)j * dim + d0, &h, sizeof h);                                       \
+            }                                                                                         \
+        }                                                                                             \
+    }
+HC_CHUNKS(8, v8f, v8u, v8h)
+HC_CHUNKS(16, v16f, v16u, v16h)
+
 DS_CLONES void ds_hc_collapse_fast(const ds_bf16 *X, const float *w, int hc, int dim, ds_bf16 *y) {
-    float acc[64];
-    for (int d0 = 0; d0 < dim; d0 += 64) {
-        const int nb = dim - d0 < 64 ? dim - d0 : 64;
-        for (int d = 0; d < nb; d++) acc[d] = 0.0f;
-        for (int k = 0; k < hc; k++) {
-            const ds_bf16 *xk = X + (size_t)k * dim + d0;
-            const float wk = w[k];
-#pragma omp simd
-            for (int d = 0; d < nb; d++) acc[d] = acc[d] + wk * ds_bf16_to_f32(xk[d]);
-        }
-#pragma omp simd
-        for (int d = 0; d < nb; d++) y[d0 + d] = to_bf16(acc[d]);
+    const int wide = ds_fast_wide_tiles(), W = wide ? 16 : 8;
+    if (wide) collapse_chunks16(X, w, hc, dim, y);
+    else collapse_chunks8(X, w, hc, dim, y);
+    for (int d0 = dim - dim % W; d0 < dim; d0++) {   /* the tail, channel by channel */
+        float acc = 0.0f;
+        for (int k = 0; k < hc; k++) acc = acc + w[k] * ds_bf16_to_f32(X[(size_t)k * dim + d0]);
+        y[d0] = to_bf16(acc);
     }
 }
 
+#define EXPAND_CASE(W, HC) case HC: expand_chunks##W(y, R, mx, HC, dim, X); break
+#define EXPAND_CASES(W)                                                                                        \
+    switch (hc) {                                                                                              \
+        EXPAND_CASE(W, 1); EXPAND_CASE(W, 2); EXPAND_CASE(W, 3); EXPAND_CASE(W, 4);                             \
+        EXPAND_CASE(W, 5); EXPAND_CASE(W, 6); EXPAND_CASE(W, 7);                                                \
+    default: expand_chunks##W(y, R, mx, 8, dim, X); break;   /* hc == 8: model.c refuses more than DS_HC_MAX */ \
+    }
+
 DS_CLONES void ds_hc_expand_fast(const ds_bf16 *y, const ds_bf16 *R, const ds_hc_mix *mx, int hc, int dim, ds_bf16 *X) {
-    float acc[64];
-    for (int j = 0; j < hc; j++) {
-        ds_bf16 *xj = X + (size_t)j * dim;
-        const float pj = mx->post[j];
-        for (int d0 = 0; d0 < dim; d0 += 64) {
-            const int nb = dim - d0 < 64 ? dim - d0 : 64;
-#pragma omp simd
-            for (int d = 0; d < nb; d++) acc[d] = pj * ds_bf16_to_f32(y[d0 + d]);
-            for (int i = 0; i < hc; i++) {
-                const ds_bf16 *ri = R + (size_t)i * dim + d0;
-                const float c = mx->comb[i * hc + j];
-#pragma omp simd
-                for (int d = 0; d < nb; d++) acc[d] = acc[d] + c * ds_bf16_to_f32(ri[d]);
-            }
-#pragma omp simd
-            for (int d = 0; d < nb; d++) xj[d0 + d] = to_bf16(acc[d]);
-        }
+    const int wide = ds_fast_wide_tiles(), W = wide ? 16 : 8;
+    if (wide) EXPAND_CASES(16)
+    else EXPAND_CASES(8)
+    for (int d0 = dim - dim % W; d0 < dim; d0++) {   /* the tail, channel by channel (sources read first) */
+        float acc[DS_HC_MAX];
+        for (int j = 0; j < hc; j++) acc[j] = mx->post[j] * ds_bf16_to_f32(y[d0]);
+        for (int i = 0; i < hc; i++)
+            for (int j = 0; j < hc; j++) acc[j] = acc[j] + mx->comb[i * hc + j] * ds_bf16_to_f32(R[(size_t)i * dim + d0]);
+        for (int j = 0; j < hc; j++) X[(size_t)j * dim + d0] = to_bf16(acc[j]);
     }
 }

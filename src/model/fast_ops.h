@@ -73,14 +73,16 @@ static inline float ds_fsigmoid(float z) { return 1.0f / (1.0f + ds_fexp(-z)); }
 /* ---- fast versions of the model's building blocks (same arguments as the exact ones) ---- */
 void ds_rmsnorm_bf16_fast(const ds_bf16 *x, const float *w, int n, double eps, ds_bf16 *y);
 void ds_rope_apply_fast(ds_bf16 *v, int len, int rd, const float *cs, int inverse);
-/* Mix dots i0 .. i0+ni-1 of rows X[0 .. nr) (ni, nr <= 2; rows HC·D apart) into dots[r·nmix + i]:
- * dot = ds_fdot_fb(fn + i·HC·D, X_r, HC·D) bit for bit, with each weight chunk loaded once for both rows and each
- * activation chunk once for both mixes (the dots of a step re-read a site's fn once per row pair,
- * not once per row). */
+/* Mix dots i0 .. i0+ni-1 of rows X[0 .. nr) (ni <= 2, nr <= 4; rows HC·D apart) into dots[r·nmix + i]:
+ * dot = ds_fdot_fb(fn + i·HC·D, X_r, HC·D) bit for bit, with each weight chunk loaded once for every
+ * row and each activation chunk once for both mixes (the dots of a step re-read a site's fn once per
+ * 4 rows, not once per row). */
 void ds_hc_mix_dots_fast(const ds_hc_params *p, const ds_bf16 *X, int nr, int i0, int ni, float *dots);
 void ds_hc_mixes_from_dots_fast(const ds_hc_params *p, const ds_bf16 *X, const float *dots, ds_hc_mix *out);
 void ds_hc_sinkhorn_fast(float *C, int hc, int iters, float eps);
 void ds_hc_collapse_fast(const ds_bf16 *X, const float *w, int hc, int dim, ds_bf16 *y);
+/* R may be X itself: the fast expand reads every source of a channel before writing it (the site
+ * exit then needs no copy of X). */
 void ds_hc_expand_fast(const ds_bf16 *y, const ds_bf16 *R, const ds_hc_mix *mx, int hc, int dim, ds_bf16 *X);
 
 /* ---- fast cores of the sublayers (fast_blocks.c) ---- */

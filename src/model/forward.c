@@ -37,21 +37,21 @@ static void mix_dot_task(void *vctx, int t, int thread) {
     s->dots[t] = ds_hc_mix_dot(s->hp, st->X + (size_t)r * HC * D, i);
 }
 
-/* Fast tier: a tile of 2 rows x 2 mixes per task (same bits as mix_dot_task's dots).  Tasks run
- * in blocks of MIX_ROW_PAIRS row pairs; inside a block the mix pair changes slowest, so one pair of
- * weight rows (2 x HC·D fp32, 64 KiB on mini) serves the block's rows from cache while the block's
- * rows (256 KiB) stay in L2.  Row pair by row pair, each pair re-read every site's whole mix weight
- * (768 KiB on mini) from L3: a 512-row prefill chunk did that 256 times per site. */
-#define MIX_ROW_PAIRS 8
+/* Fast tier: a tile of up to 4 rows x 2 mixes per task (same bits as mix_dot_task's dots).  Tasks
+ * run in blocks of MIX_ROW_QUADS row quads; inside a block the mix pair changes slowest, so one pair
+ * of weight rows (2 x HC·D fp32, 64 KiB on mini) serves the block's rows from cache while the
+ * block's rows (256 KiB) stay in L2.  Row by row, each row re-read every site's whole mix weight
+ * (768 KiB on mini) from L3: a 512-row prefill chunk did that 512 times per site. */
+#define MIX_ROW_QUADS 4
 static void mix_tile_task(void *vctx, int t, int thread) {
     (void)thread;
     site_ctx *s = vctx;
     ds_step *st = s->st;
     const int HC = st->c->hc_mult, D = st->c->dim, nmix = (2 + HC) * HC, mix_pairs = (nmix + 1) / 2;
-    const int row_pairs = (st->N + 1) / 2, blk = t / (MIX_ROW_PAIRS * mix_pairs), rem = t % (MIX_ROW_PAIRS * mix_pairs);
-    const int rp0 = blk * MIX_ROW_PAIRS, nrp = DS_MIN(MIX_ROW_PAIRS, row_pairs - rp0);
-    const int r0 = 2 * (rp0 + rem % nrp), i0 = 2 * (rem / nrp);
-    ds_hc_mix_dots_fast(s->hp, st->X + (size_t)r0 * HC * D, DS_MIN(2, st->N - r0), i0, DS_MIN(2, nmix - i0),
+    const int quads = (st->N + 3) / 4, blk = t / (MIX_ROW_QUADS * mix_pairs), rem = t % (MIX_ROW_QUADS * mix_pairs);
+    const int q0 = blk * MIX_ROW_QUADS, nq = DS_MIN(MIX_ROW_QUADS, quads - q0);
+    const int r0 = 4 * (q0 + rem % nq), i0 = 2 * (rem / nq);
+    ds_hc_mix_dots_fast(s->hp, st->X + (size_t)r0 * HC * D, DS_MIN(4, st->N - r0), i0, DS_MIN(2, nmix - i0),
                         s->dots + (size_t)r0 * nmix);
 }
 
@@ -68,25 +68,27 @@ static void site_in_task(void *vctx, int r, int thread) {
     ds_rmsnorm_t(st->m->numerics, tmp, s->norm, D, st->c->norm_eps, st->u + (size_t)r * D);
 }
 
-/* Site exit of one row: X = expand(y, R), and this site's pre becomes the next site's. */
+/* Site exit of one row: X = expand(y, R), and this site's pre becomes the next site's.  The fast
+ * tier expands X in place (R is X as the site found it: the sublayer does not write X). */
 static void site_out_task(void *vctx, int r, int thread) {
     (void)thread;
     site_ctx *s = vctx;
     ds_step *st = s->st;
     const int HC = st->c->hc_mult, D = st->c->dim;
-    ds_hc_expand_t(st->m->numerics, st->y + (size_t)r * D, st->R + (size_t)r * HC * D, &st->mix[r], HC, D, st->X + (size_t)r * HC * D);
+    const ds_bf16 *R = (st->m->numerics == DS_NUMERICS_FAST ? st->X : st->R) + (size_t)r * HC * D;
+    ds_hc_expand_t(st->m->numerics, st->y + (size_t)r * D, R, &st->mix[r], HC, D, st->X + (size_t)r * HC * D);
     memcpy(st->pre + (size_t)r * HC, st->mix[r].pre, sizeof(float) * (size_t)HC);
 }
 
 void ds_mhc_site_enter(ds_step *st, const ds_hc_params *hp, const float *norm) {
     const size_t xs = (size_t)st->N * st->c->hc_mult * st->c->dim;
-    memcpy(st->R, st->X, sizeof(ds_bf16) * xs);
+    if (st->m->numerics != DS_NUMERICS_FAST) memcpy(st->R, st->X, sizeof(ds_bf16) * xs);   /* exact: expand needs it */
     const int nmix = (2 + st->c->hc_mult) * st->c->hc_mult;
     site_ctx s = {st, hp, norm, NULL, NULL};
     ds_arena_mark mk = ds_arena_mark_get(st->arena);
     s.dots = DS_ARENA_NEW(st->arena, float, (size_t)st->N * nmix);
     s.tmp = DS_ARENA_NEW(st->arena, ds_bf16, (size_t)st->N * st->c->dim);
-    if (st->m->numerics == DS_NUMERICS_FAST) ds_pool_run((st->N + 1) / 2 * ((nmix + 1) / 2), mix_tile_task, &s);
+    if (st->m->numerics == DS_NUMERICS_FAST) ds_pool_run((st->N + 3) / 4 * ((nmix + 1) / 2), mix_tile_task, &s);
     else ds_pool_run(st->N * nmix, mix_dot_task, &s);
     ds_pool_run(st->N, site_in_task, &s);
     ds_arena_release(st->arena, mk);

@@ -322,24 +322,24 @@ TEST(fast_rotation_block_equals_32_dots) {
     CHECK(bad == 0, "%d of %d outputs differ from ref_dot_fb", bad, 200 * 32);
 }
 
-/* The mHC mix dots in 2 x 2 tiles: every (row, mix) of every tile shape equals ds_fdot_fb's
- * documented order (ref_dot_fb), with a tail (HC·D not a multiple of 32). */
+/* The mHC mix dots in tiles of up to 4 rows x 2 mixes: every (row, mix) of every tile shape equals
+ * ds_fdot_fb's documented order (ref_dot_fb), with a tail (HC·D not a multiple of 32). */
 TEST(fast_mix_dot_tiles_equal_single_dots) {
     enum { HC = 4, D = 50, N = HC * D, NMIX = (2 + HC) * HC };
     static float fn[NMIX * N];
-    static ds_bf16 X[3 * N];
-    float dots[3 * NMIX];
+    static ds_bf16 X[5 * N];
+    float dots[5 * NMIX];
     uint32_t s = 5;
     for (int i = 0; i < NMIX * N; i++) fn[i] = frand(&s) * 0.3f;
-    for (int i = 0; i < 3 * N; i++) X[i] = ds_f32_to_bf16(frand(&s) * 2.0f);
+    for (int i = 0; i < 5 * N; i++) X[i] = ds_f32_to_bf16(frand(&s) * 2.0f);
     ds_hc_params p = {.hc = HC, .dim = D, .fn = fn};
     int bad = 0, checked = 0;
-    for (int width = 1; width <= 2; width++)   /* the per-dot route (no AVX-512) and the 2 x 2 tile */
-    for (int nr = 1; nr <= 2; nr++)
+    for (int width = 1; width <= 2; width++)   /* the per-dot route (no AVX-512) and the 16-wide tiles */
+    for (int nr = 1; nr <= 4; nr++)
         for (int ni = 1; ni <= 2; ni++)
-            for (int r0 = 0; r0 + nr <= 3; r0++)
+            for (int r0 = 0; r0 + nr <= 5; r0++)
                 for (int i0 = 0; i0 + ni <= NMIX; i0 += 5) {
-                    for (int k = 0; k < 3 * NMIX; k++) dots[k] = -1.0f;
+                    for (int k = 0; k < 5 * NMIX; k++) dots[k] = -1.0f;
                     ds_fast_tile_width(width);
                     ds_hc_mix_dots_fast(&p, X + (size_t)r0 * N, nr, i0, ni, dots);
                     ds_fast_tile_width(0);
@@ -348,6 +348,36 @@ TEST(fast_mix_dot_tiles_equal_single_dots) {
                             bad += !same_bits(dots[r * NMIX + i], ref_dot_fb(fn + (size_t)i * N, X + (size_t)(r0 + r) * N, N));
                 }
     CHECK(bad == 0 && checked > 0, "%d of %d tile dots differ from ref_dot_fb", bad, checked);
+}
+
+/* The expand for every copy count the loader accepts (1..DS_HC_MAX): each instance equals the plain
+ * fp32 evaluation, 16-channel chunks and tail, also in place (R = X, as the fast site exit runs it). */
+TEST(fast_expand_every_copy_count) {
+    enum { D = 44 };   /* tails of 4 (8-wide chunks) and 12 (16-wide) */
+    static ds_bf16 R[DS_HC_MAX * D], y[D], got[DS_HC_MAX * D], inplace[DS_HC_MAX * D];
+    uint32_t s = 23;
+    int bad = 0;
+    for (int i = 0; i < DS_HC_MAX * D; i++) R[i] = ds_f32_to_bf16(frand(&s));
+    for (int i = 0; i < D; i++) y[i] = ds_f32_to_bf16(frand(&s) * 2.0f);
+    for (int width = 1; width <= 2; width++)   /* 8- and 16-channel chunks on every host */
+    for (int hc = 1; hc <= DS_HC_MAX; hc++) {
+        ds_hc_mix mx;
+        ds_fast_tile_width(width);
+        for (int k = 0; k < hc; k++) mx.post[k] = 1.0f + frand(&s);
+        for (int i = 0; i < hc * hc; i++) mx.comb[i] = frand(&s);
+        ds_hc_expand_fast(y, R, &mx, hc, D, got);
+        memcpy(inplace, R, sizeof(ds_bf16) * (size_t)hc * D);
+        ds_hc_expand_fast(y, inplace, &mx, hc, D, inplace);   /* R = X, as the site exit calls it */
+        for (int j = 0; j < hc; j++)
+            for (int d = 0; d < D; d++) {
+                float acc = mx.post[j] * ds_bf16_to_f32(y[d]);
+                for (int i = 0; i < hc; i++) acc = acc + mx.comb[i * hc + j] * ds_bf16_to_f32(R[i * D + d]);
+                bad += got[j * D + d] != ds_f32_to_bf16(acc);
+                bad += inplace[j * D + d] != ds_f32_to_bf16(acc);
+            }
+    }
+    ds_fast_tile_width(0);
+    CHECK(bad == 0, "%d values differ from the plain fp32 evaluation", bad);
 }
 
 TEST(fast_exp_accuracy_and_vector_equals_scalar) {
@@ -399,21 +429,28 @@ TEST(fast_collapse_expand_rmsnorm_match_plain_code) {
     for (int i = 0; i < D; i++) y[i] = ds_f32_to_bf16(frand(&s) * 2.0f), nw[i] = 1.0f + frand(&s) * 0.5f;
     for (int k = 0; k < HC; k++) wv[k] = frand(&s), mx.post[k] = 1.0f + frand(&s);
     for (int i = 0; i < HC * HC; i++) mx.comb[i] = frand(&s);
-    ds_hc_collapse_fast(X, wv, HC, D, got);
+    /* infinities of both signs in two copies of one channel (an inf or a NaN output: the NaN
+     * must come out quiet, as ds_f32_to_bf16 makes it), in a 16-wide chunk and in the tail */
+    for (int c = 5; c < D; c += D - 10) R[c] = ds_f32_to_bf16(INFINITY), R[D + c] = ds_f32_to_bf16(-INFINITY);
     int bad = 0;
-    for (int d = 0; d < D; d++) {
-        float acc = 0.0f;
-        for (int k = 0; k < HC; k++) acc = acc + wv[k] * ds_bf16_to_f32(X[k * D + d]);
-        bad += got[d] != ds_f32_to_bf16(acc);
-    }
-    ds_hc_expand_fast(y, R, &mx, HC, D, got);
-    for (int j = 0; j < HC; j++)
+    for (int width = 1; width <= 2; width++) {   /* 8- and 16-channel chunks on every host */
+        ds_fast_tile_width(width);
+        ds_hc_collapse_fast(X, wv, HC, D, got);
         for (int d = 0; d < D; d++) {
-            float acc = mx.post[j] * ds_bf16_to_f32(y[d]);
-            for (int i = 0; i < HC; i++) acc = acc + mx.comb[i * HC + j] * ds_bf16_to_f32(R[i * D + d]);
-            want[j * D + d] = ds_f32_to_bf16(acc);
+            float acc = 0.0f;
+            for (int k = 0; k < HC; k++) acc = acc + wv[k] * ds_bf16_to_f32(X[k * D + d]);
+            bad += got[d] != ds_f32_to_bf16(acc);
         }
-    bad += memcmp(got, want, sizeof got) != 0;
+        ds_hc_expand_fast(y, R, &mx, HC, D, got);
+        for (int j = 0; j < HC; j++)
+            for (int d = 0; d < D; d++) {
+                float acc = mx.post[j] * ds_bf16_to_f32(y[d]);
+                for (int i = 0; i < HC; i++) acc = acc + mx.comb[i * HC + j] * ds_bf16_to_f32(R[i * D + d]);
+                want[j * D + d] = ds_f32_to_bf16(acc);
+            }
+        bad += memcmp(got, want, sizeof got) != 0;
+    }
+    ds_fast_tile_width(0);
     ds_rmsnorm_bf16_fast(y, nw, D, 1e-6, got);
     const float rs = 1.0f / sqrtf(ref_dot_bb(y, y, D) / (float)D + 1e-6f);
     for (int d = 0; d < D; d++) bad += got[d] != ds_f32_to_bf16(ds_bf16_to_f32(y[d]) * rs * nw[d]);

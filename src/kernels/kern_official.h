@@ -165,6 +165,9 @@ void ds_fp8_ff_blocked_avx2(const ds_linear *L, const ds_ffact *X, int o0, int o
  * the AVX2 blocked kernel); inputs past `in` are zero. */
 void ds_fp8_widen_f32_avx2(const ds_ffw *W, int o, int RO, int k0, int k1, float *dst, int dstride);
 void ds_fp8_ff_avx512(const ds_linear *L, const ds_ffact *X, int o0, int o1, float *y, int ystride);
+/* AVX-512 from FP8_INREG_MAX_ROWS_AVX512 + 1 rows (official.c): each block of codes of 6 (4) weight rows
+ * decoded once into bf16 words in L1 for every row tile; the same bits as ds_fp8_ff_avx512. */
+void ds_fp8_ff_blocked_avx512(const ds_linear *L, const ds_ffact *X, int o0, int o1, float *y, int ystride);
 
 /* Tasks over the `out` rows of one official-format linear (official.c): one task for small work or one
  * thread, else up to 4 per thread of whole 16-row tiles; *per = rows per task.  Results never depend on it. */

@@ -35,6 +35,7 @@
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/x86/avx512.h>
 #define DS_FP8_FF_AVX512 ds_fp8_ff_avx512_emu
+#define DS_FP8_FF_BLOCKED_AVX512 ds_fp8_ff_blocked_avx512_emu
 #include "kernels/avx512_emu.h"
 #define FP8_DPBF16(acc, w, x) ds_emu_dpbf16((acc), (w), (x))
 #define FP8_FMADD ds_emu_fmadd_ps
@@ -57,6 +58,7 @@ static inline __mmask32 fp8_emu_testn_epi16(__m512i a, __m512i b) {   /* SIMDe's
 #pragma GCC target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")
 #include <immintrin.h>
 #define DS_FP8_FF_AVX512 ds_fp8_ff_avx512
+#define DS_FP8_FF_BLOCKED_AVX512 ds_fp8_ff_blocked_avx512
 /* reached only for X->kind == DS_FF_BF16_DOT, which official.c picks only where CPUID has avx512-bf16 */
 #define FP8_DPBF16(acc, w, x) _mm512_dpbf16_ps((acc), (__m512bh)(w), (__m512bh)(x))
 #define FP8_FMADD _mm512_fmadd_ps
@@ -201,6 +203,126 @@ AI void fp8_rows_kind(const ds_linear *L, const ds_ffact *X, int o0, int o1, flo
 void DS_FP8_FF_AVX512(const ds_linear *L, const ds_ffact *X, int o0, int o1, float *y, int ystride) {
     if (X->kind == DS_FF_BF16_DOT) fp8_rows_kind(L, X, o0, o1, y, ystride, 1);
     else fp8_rows_kind(L, X, o0, o1, y, ystride, 0);
+}
+
+/* ---- many rows: each block of codes decoded once, in L1, for every row tile ----
+ * The in-register tiles above decode every weight once per 8 activation rows; past that count
+ * (and already at 16 rows, where the 2 x 8 tiles also read 8 activation vectors from L2 per 16 dot
+ * products) the decode and those loads bound the call.  Here FB_RO weight rows x FB_KB inputs are
+ * decoded once into bf16 words on the stack (12 KiB: stays in L1), and every row tile of the chunk
+ * (FB_RO x 4 accumulators: 6 x 4 with vdpbf16ps, 4 x 4 for the FMA pair, whose odd and even halves
+ * of each weight take registers too) runs against them; the lanes wait in `part` between blocks,
+ * which changes no bit, so every output keeps the fast BF16 order of the in-register route. */
+enum { FB_KB = 1024, FB_WS = FB_KB + 32, FB_RR = 4, FB_MAXCHUNK = 96 };
+
+/* Inputs [k0, k1) of FP8 rows [o, o + RO) as bf16 words into dst (rows FB_WS words apart), each
+ * row through its own block scales (a group may straddle two 32-row scale tiles). */
+AI void fb_decode(const ds_linear *L, int o, const int RO, int k0, int k1, __m512i t0, ds_bf16 *dst) {
+    const size_t in = (size_t)L->in;
+    const int scc = (L->in + 31) / 32, whole = L->in & ~31;
+    /* runs of up to 4 rows inside one 32-row scale tile share each block's scale registers */
+    for (int j = 0; j < RO;) {
+        const int run = DS_MIN(DS_MIN(4, RO - j), 32 - (o + j) % 32);
+        const uint8_t *row = (const uint8_t *)L->w + (size_t)(o + j) * in, *srow = L->w_e8m0 + (size_t)((o + j) / 32) * scc;
+        for (int b = k0; b < k1; b += 32) {
+            __m512i w[4];
+            if (run == 4) fp8_block_words(row, in, b, srow[b / 32], b < whole, t0, 4, w);
+            else if (run == 2) fp8_block_words(row, in, b, srow[b / 32], b < whole, t0, 2, w);
+            else fp8_block_words(row, in, b, srow[b / 32], b < whole, t0, 1, w);
+            for (int i = 0; i < (run == 4 || run == 2 ? run : 1); i++)
+                _mm512_storeu_si512(dst + (size_t)(j + i) * FB_WS + (b - k0), w[i]);
+        }
+        j += run == 4 || run == 2 ? run : 1;
+    }
+}
+
+/* Rows [r, r + RR) against the decoded block (inputs [k0, k1)): lanes from zero at k0 == 0, else
+ * from part; reduced into y at k1 == kpad, else saved to part ([RR][RO] vectors). */
+AI void fb_tile(const ds_bf16 *wb, const ds_ffact *X, int o, int r, int k0, int k1, const int RO, const int RR, const int DOT,
+                float *part, float *y, int ystride) {
+    __m512 acc[6][FB_RR];
+    UNROLL8
+    for (int j = 0; j < RO; j++)
+        UNROLL4
+        for (int i = 0; i < RR; i++) acc[j][i] = k0 ? _mm512_loadu_ps(part + (size_t)(i * RO + j) * 16) : _mm512_setzero_ps();
+    const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+    for (int b = k0; b < k1; b += 32) {
+        __m512i w[6];
+        UNROLL8
+        for (int j = 0; j < RO; j++) w[j] = _mm512_loadu_si512(wb + (size_t)j * FB_WS + (b - k0));
+        if (DOT) {
+            UNROLL4
+            for (int i = 0; i < RR; i++) {
+                __m512i xv = _mm512_loadu_si512((const ds_bf16 *)X->x + (size_t)(r + i) * X->stride + b);
+                UNROLL8
+                for (int j = 0; j < RO; j++) acc[j][i] = FP8_DPBF16(acc[j][i], w[j], xv);
+            }
+        } else {
+            __m512 wo[6], we[6];
+            UNROLL8
+            for (int j = 0; j < RO; j++) {
+                wo[j] = _mm512_castsi512_ps(_mm512_and_si512(w[j], hi));
+                we[j] = _mm512_castsi512_ps(_mm512_slli_epi32(w[j], 16));
+            }
+            UNROLL4
+            for (int i = 0; i < RR; i++) {
+                const float *xf = (const float *)X->x + (size_t)(r + i) * X->stride + b;
+                __m512 xo = _mm512_loadu_ps(xf), xe = _mm512_loadu_ps(xf + 16);
+                UNROLL8
+                for (int j = 0; j < RO; j++) acc[j][i] = FP8_FMADD(we[j], xe, FP8_FMADD(wo[j], xo, acc[j][i]));
+            }
+        }
+    }
+    if (k1 < X->kpad) {
+        UNROLL4
+        for (int i = 0; i < RR; i++)
+            UNROLL8
+            for (int j = 0; j < RO; j++) _mm512_storeu_ps(part + (size_t)(i * RO + j) * 16, acc[j][i]);
+        return;
+    }
+    UNROLL4
+    for (int i = 0; i < RR; i++)
+        UNROLL8
+        for (int j = 0; j < RO; j++) y[(size_t)(r + i) * ystride + o + j] = fp8_reduce(acc[j][i]);
+}
+
+/* Outputs [o, o + RO) of rows [c0, r1): block by block, decode then every row tile. */
+AI void fb_group(const ds_linear *L, const ds_ffact *X, int o, int c0, int r1, const int RO, const int DOT, __m512i t0,
+                 ds_bf16 *wb, float *part, float *y, int ystride) {
+    for (int k0 = 0; k0 < X->kpad; k0 += FB_KB) {
+        const int k1 = DS_MIN(X->kpad, k0 + FB_KB);
+        fb_decode(L, o, RO, k0, k1, t0, wb);
+        for (int r = c0; r < r1; r += FB_RR) {
+            float *pr = part + (size_t)(r - c0) * RO * 16;
+            switch (DS_MIN(FB_RR, r1 - r)) {
+            case 4: fb_tile(wb, X, o, r, k0, k1, RO, 4, DOT, pr, y, ystride); break;
+            case 3: fb_tile(wb, X, o, r, k0, k1, RO, 3, DOT, pr, y, ystride); break;
+            case 2: fb_tile(wb, X, o, r, k0, k1, RO, 2, DOT, pr, y, ystride); break;
+            default: fb_tile(wb, X, o, r, k0, k1, RO, 1, DOT, pr, y, ystride); break;
+            }
+        }
+    }
+}
+
+AI void fb_rows_kind(const ds_linear *L, const ds_ffact *X, int o0, int o1, float *y, int ystride, const int DOT) {
+    _Alignas(64) uint16_t tab[32] = {0};
+    for (int m = 1; m < 8; m++) tab[m] = ds_fp8_bf16_one((uint32_t)m, 1.0f);   /* m·2^-9 */
+    const __m512i t0 = _mm512_loadu_si512(tab);
+    _Alignas(64) ds_bf16 wb[6 * FB_WS];
+    _Alignas(64) float part[FB_MAXCHUNK * 6 * 16];
+    for (int c0 = 0; c0 < X->n; c0 += FB_MAXCHUNK) {
+        const int r1 = DS_MIN(X->n, c0 + FB_MAXCHUNK);
+        int o = o0;
+        if (DOT)
+            for (; o + 6 <= o1; o += 6) fb_group(L, X, o, c0, r1, 6, 1, t0, wb, part, y, ystride);
+        for (; o + 4 <= o1; o += 4) fb_group(L, X, o, c0, r1, 4, DOT, t0, wb, part, y, ystride);
+        for (; o < o1; o++) fb_group(L, X, o, c0, r1, 1, DOT, t0, wb, part, y, ystride);
+    }
+}
+
+void DS_FP8_FF_BLOCKED_AVX512(const ds_linear *L, const ds_ffact *X, int o0, int o1, float *y, int ystride) {
+    if (X->kind == DS_FF_BF16_DOT) fb_rows_kind(L, X, o0, o1, y, ystride, 1);
+    else fb_rows_kind(L, X, o0, o1, y, ystride, 0);
 }
 
 #ifndef DS_AVX512_EMULATE

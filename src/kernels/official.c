@@ -13,11 +13,12 @@
  *               linears, one scalar routine on every path;
  *   fast tier:  up to FP8_INREG_MAX_ROWS_AVX2 / _AVX512 activation rows the codes are decoded in
  *               registers (to bf16 for vdpbf16ps, to fp32 for FMA: kern_official_fp8_*.c); beyond,
- *               on AVX2 each block of codes is decoded once into fp32 for the blocked row tiles
- *               (ds_fp8_ff_blocked_avx2), elsewhere 16 output rows at a time are converted to bf16
- *               into a per-task buffer (16·in·2 bytes, cache resident) and fed to the active path's
- *               fast BF16 kernel.  All equal the fast BF16 linear of the dequantized matrix bit
- *               for bit.
+ *               each block of codes is decoded once for the blocked row tiles (into fp32 on AVX2,
+ *               ds_fp8_ff_blocked_avx2; into bf16 words on AVX-512, ds_fp8_ff_blocked_avx512).
+ *               Elsewhere (and with the in-register routes forbidden, for A/B runs) 16 output rows
+ *               at a time are converted to bf16 into a per-task buffer (16·in·2 bytes, cache
+ *               resident) and fed to the active path's fast BF16 kernel.  All equal the fast BF16
+ *               linear of the dequantized matrix bit for bit.
  * Weights below 2^-50 are flushed as the fast BF16 rule says; no copy of the matrix is kept.
  *
  * With `--activations e4m3` (ds_linear.act_e4m3) the rows are first quantized as the official
@@ -375,16 +376,18 @@ static void fp8_fast_task(void *vctx, int t, int thread) {
 }
 
 /* In-register decode (kern_official_fp8_*.c) up to this many activation rows: it decodes every
- * weight once per 8 (AVX-512, from 5 rows) or 2 (AVX2) rows, the tile path once per call, so past
- * some rows the tile's one decode is cheaper (AVX-512, 2 threads, the mini's attention shapes
- * [2048, 4096], [2048, 2048], [8192, 512]: in-register 1.3-1.4x the tiles at 16 rows, 1.1x at 24,
- * even at 32). */
+ * weight once per 8 (AVX-512, from 5 rows) or 2 (AVX2) rows.  Past that the blocked kernels decode
+ * each block of codes once for every row tile.  AVX-512 (decision 167; alternated calls in one
+ * process, 2 threads, the mini's attention shapes [2048, 4096], [2048, 2048], [8192, 512]):
+ * blocked against in-register 0.66x at 6 rows, 0.82x at 8, 1.03-1.06x at 12, 1.07-1.12x at 16,
+ * 1.3-1.5x at 32; against the decoded bf16 tiles it replaced past 24 rows 1.3-1.4x at 32 rows,
+ * 1.03x at 128. */
 /* AVX2: past 4 rows the 2 x 2 in-register tiles, which decode each weight once per two rows, give
  * way to the blocked kernel that decodes each block of codes once into fp32 for every row tile
  * (alternated calls, 2 threads, the mini's attention shapes [2048, 4096], [8192, 512], [2048,
  * 2048] and [4608, 5120]: 4 rows 0.9-1.1x, 5-6 rows 1.05-1.5x, 8-16 rows 1.2-1.65x against the
  * better of in-register and the decoded bf16 tiles, 512 rows equal; decision 151). */
-enum { FP8_INREG_MAX_ROWS_AVX2 = 4, FP8_INREG_MAX_ROWS_AVX512 = 24 };
+enum { FP8_INREG_MAX_ROWS_AVX2 = 4, FP8_INREG_MAX_ROWS_AVX512 = 11 };
 static _Atomic int g_fp8_inreg_allowed = 1;
 
 int ds_fp8_inreg_allow(int allow) { return atomic_exchange(&g_fp8_inreg_allowed, allow); }
@@ -402,7 +405,8 @@ static void fp8_inreg_task(void *vctx, int t, int thread) {
 static ds_fp8_ff_fn fp8_inreg_fn(const ds_linear *L, const ds_kern_ops *o, int n) {
     if (!o || L->fmt != DS_LIN_FP8 || !atomic_load(&g_fp8_inreg_allowed)) return NULL;
     if (o == &ds_kern_avx2) return n > FP8_INREG_MAX_ROWS_AVX2 ? ds_fp8_ff_blocked_avx2 : ds_fp8_ff_avx2;
-    return o == &ds_kern_avx512 && n <= FP8_INREG_MAX_ROWS_AVX512 ? ds_fp8_ff_avx512 : NULL;
+    if (o != &ds_kern_avx512) return NULL;
+    return n <= FP8_INREG_MAX_ROWS_AVX512 ? ds_fp8_ff_avx512 : ds_fp8_ff_blocked_avx512;
 }
 
 void ds_fp8_forward_fast_with(const ds_linear *L, const ds_kern_ops *o, int use_dot, const ds_bf16 *x, int n, float *y) {

@@ -140,6 +140,48 @@ static void table_row(const ds_engram_weights *ew, int hd, int64_t row, ds_bf16 
     }
 }
 
+/* ---- table rows: one pool task per token row ----
+ * Each token row reads 24 random rows of a table far larger than any cache (two of ~98 GB in the
+ * release), so a lookup costs a TLB miss and a memory access.  Read one after another by the
+ * stepping thread they left the other threads idle and every miss waiting for the previous one
+ * (on mini, 16 rows: 3-9 ms per Engram layer, more than its linear).  Now the rows of a step are
+ * pool tasks, and a task computes all of its row's ids first and prefetches every table row's
+ * lines before it decodes the first, so that the misses overlap. */
+typedef struct rows_ctx {
+    ds_step *st;
+    const ds_engram_weights *ew;
+    int e;
+    ds_bf16 *ev;                  /* [N][n_cols·hd] decoded table rows */
+} rows_ctx;
+
+static void rows_task(void *vctx, int r, int thread) {
+    (void)thread;
+    rows_ctx *x = vctx;
+    const ds_step *st = x->st;
+    const ds_model *m = st->m;
+    const ds_engram_consts *ec = &m->ec;
+    const int hd = st->c->engram_head_dim, ncol = ec->n_cols, ein = ncol * hd;
+    const ds_step_seq *sq = &st->ss[st->row_seq[r]];
+    const int64_t p = st->pos[r];
+    int64_t t[DS_MAX_NGRAM], rows[DS_ENGRAM_MAX_COLS];
+    int barrier = 0;
+    for (int s = 0; s < ec->max_ngram; s++) {
+        int64_t q = p - s;
+        if (q < 0) barrier = 1;     /* the sequence start; image rows would be barriers too */
+        if (barrier) { t[s] = m->pad_class; continue; }
+        int32_t tok = q >= sq->p0 ? sq->tok[q - sq->p0] : sq->seq->tokens[q];
+        t[s] = m->token_class[tok];
+    }
+    ds_engram_row_ids(ec, x->e, t, rows);
+    const size_t code_bytes = (size_t)hd, scale_bytes = (size_t)(hd / 32) * (x->ew->fp8 ? 1 : 4);
+    for (int col = 0; col < ncol; col++) {
+        const char *c = (const char *)x->ew->codes + (size_t)rows[col] * code_bytes;
+        for (size_t b = 0; b < code_bytes; b += 64) __builtin_prefetch(c + b, 0, 0);
+        __builtin_prefetch((const char *)x->ew->scales + (size_t)rows[col] * scale_bytes, 0, 0);
+    }
+    for (int col = 0; col < ncol; col++) table_row(x->ew, hd, rows[col], x->ev + (size_t)r * ein + (size_t)col * hd);
+}
+
 typedef struct gate_ctx {
     ds_step *st;
     const ds_engram_weights *ew;
@@ -252,21 +294,8 @@ void ds_engram_layer(ds_step *st, int e) {
     const int ein = ncol * hd;
     ds_arena_mark mk = ds_arena_mark_get(st->arena);
     ds_bf16 *ev = DS_ARENA_NEW(st->arena, ds_bf16, (size_t)N * ein);
-    for (int r = 0; r < N; r++) {
-        const ds_step_seq *sq = &st->ss[st->row_seq[r]];
-        const int64_t p = st->pos[r];
-        int64_t t[DS_MAX_NGRAM], rows[DS_ENGRAM_MAX_COLS];
-        int barrier = 0;
-        for (int s = 0; s < ec->max_ngram; s++) {
-            int64_t q = p - s;
-            if (q < 0) barrier = 1;     /* the sequence start; image rows would be barriers too */
-            if (barrier) { t[s] = m->pad_class; continue; }
-            int32_t tok = q >= sq->p0 ? sq->tok[q - sq->p0] : sq->seq->tokens[q];
-            t[s] = m->token_class[tok];
-        }
-        ds_engram_row_ids(ec, e, t, rows);
-        for (int col = 0; col < ncol; col++) table_row(ew, hd, rows[col], ev + (size_t)r * ein + (size_t)col * hd);
-    }
+    rows_ctx rc = {st, ew, e, ev};
+    ds_pool_run(N, rows_task, &rc);
     float *kv = DS_ARENA_NEW(st->arena, float, (size_t)N * (HC + 1) * D);
     ds_linear_forward(&ew->wkv, ev, N, kv);
     for (size_t i = 0; i < (size_t)N * (HC + 1) * D; i++) kv[i] = ds_round_bf16(kv[i]);

@@ -120,10 +120,40 @@ AI void fp8_block_words(const uint8_t *row0, size_t in, int b, uint8_t s, int fu
     }
 }
 
+/* One 32-input block at b of RO decoded weight vectors against rows [r, r + RR) of X, into
+ * acc[RO][RR]: vdpbf16ps, or the FMA pair on the odd and even halves of each word (the fast BF16
+ * order either way). */
+AI void fp8_step(const __m512i *w, const ds_ffact *X, int r, int b, const int RO, const int RR, const int DOT,
+                 __m512 acc[6][8]) {
+    if (DOT) {
+        UNROLL8
+        for (int i = 0; i < RR; i++) {
+            __m512i xv = _mm512_loadu_si512((const ds_bf16 *)X->x + (size_t)(r + i) * X->stride + b);
+            UNROLL8
+            for (int j = 0; j < RO; j++) acc[j][i] = FP8_DPBF16(acc[j][i], w[j], xv);
+        }
+        return;
+    }
+    const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+    __m512 wo[6], we[6];
+    UNROLL8
+    for (int j = 0; j < RO; j++) {
+        wo[j] = _mm512_castsi512_ps(_mm512_and_si512(w[j], hi));
+        we[j] = _mm512_castsi512_ps(_mm512_slli_epi32(w[j], 16));
+    }
+    UNROLL8
+    for (int i = 0; i < RR; i++) {
+        const float *xf = (const float *)X->x + (size_t)(r + i) * X->stride + b;
+        __m512 xo = _mm512_loadu_ps(xf), xe = _mm512_loadu_ps(xf + 16);
+        UNROLL8
+        for (int j = 0; j < RO; j++) acc[j][i] = FP8_FMADD(we[j], xe, FP8_FMADD(wo[j], xo, acc[j][i]));
+    }
+}
+
 /* RO output rows (one 32-row scale tile) x RR activation rows over every input block. */
 AI void fp8_tile(const ds_linear *L, const ds_ffact *X, int o, int r, const int RO, const int RR, const int DOT, __m512i t0,
                  float *y, int ystride) {
-    __m512 acc[4][8];
+    __m512 acc[6][8];
     UNROLL4
     for (int j = 0; j < RO; j++)
         UNROLL8
@@ -131,32 +161,10 @@ AI void fp8_tile(const ds_linear *L, const ds_ffact *X, int o, int r, const int 
     const size_t in = (size_t)L->in;
     const int scc = (L->in + 31) / 32, whole = L->in & ~31;
     const uint8_t *row0 = (const uint8_t *)L->w + (size_t)o * in, *srow = L->w_e8m0 + (size_t)(o / 32) * scc;
-    const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
     for (int b = 0; b < X->kpad; b += 32) {
         __m512i w[4];
         fp8_block_words(row0, in, b, srow[b / 32], b < whole, t0, RO, w);
-        if (DOT) {
-            UNROLL8
-            for (int i = 0; i < RR; i++) {
-                __m512i xv = _mm512_loadu_si512((const ds_bf16 *)X->x + (size_t)(r + i) * X->stride + b);
-                UNROLL4
-                for (int j = 0; j < RO; j++) acc[j][i] = FP8_DPBF16(acc[j][i], w[j], xv);
-            }
-        } else {
-            __m512 wo[4], we[4];
-            UNROLL4
-            for (int j = 0; j < RO; j++) {
-                wo[j] = _mm512_castsi512_ps(_mm512_and_si512(w[j], hi));
-                we[j] = _mm512_castsi512_ps(_mm512_slli_epi32(w[j], 16));
-            }
-            UNROLL8
-            for (int i = 0; i < RR; i++) {
-                const float *xf = (const float *)X->x + (size_t)(r + i) * X->stride + b;
-                __m512 xo = _mm512_loadu_ps(xf), xe = _mm512_loadu_ps(xf + 16);
-                UNROLL4
-                for (int j = 0; j < RO; j++) acc[j][i] = FP8_FMADD(we[j], xe, FP8_FMADD(wo[j], xo, acc[j][i]));
-            }
-        }
+        fp8_step(w, X, r, b, RO, RR, DOT, acc);
     }
     UNROLL8
     for (int i = 0; i < RR; i++)
@@ -240,38 +248,16 @@ AI void fb_decode(const ds_linear *L, int o, const int RO, int k0, int k1, __m51
  * from part; reduced into y at k1 == kpad, else saved to part ([RR][RO] vectors). */
 AI void fb_tile(const ds_bf16 *wb, const ds_ffact *X, int o, int r, int k0, int k1, const int RO, const int RR, const int DOT,
                 float *part, float *y, int ystride) {
-    __m512 acc[6][FB_RR];
+    __m512 acc[6][8];
     UNROLL8
     for (int j = 0; j < RO; j++)
         UNROLL4
         for (int i = 0; i < RR; i++) acc[j][i] = k0 ? _mm512_loadu_ps(part + (size_t)(i * RO + j) * 16) : _mm512_setzero_ps();
-    const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
     for (int b = k0; b < k1; b += 32) {
         __m512i w[6];
         UNROLL8
         for (int j = 0; j < RO; j++) w[j] = _mm512_loadu_si512(wb + (size_t)j * FB_WS + (b - k0));
-        if (DOT) {
-            UNROLL4
-            for (int i = 0; i < RR; i++) {
-                __m512i xv = _mm512_loadu_si512((const ds_bf16 *)X->x + (size_t)(r + i) * X->stride + b);
-                UNROLL8
-                for (int j = 0; j < RO; j++) acc[j][i] = FP8_DPBF16(acc[j][i], w[j], xv);
-            }
-        } else {
-            __m512 wo[6], we[6];
-            UNROLL8
-            for (int j = 0; j < RO; j++) {
-                wo[j] = _mm512_castsi512_ps(_mm512_and_si512(w[j], hi));
-                we[j] = _mm512_castsi512_ps(_mm512_slli_epi32(w[j], 16));
-            }
-            UNROLL4
-            for (int i = 0; i < RR; i++) {
-                const float *xf = (const float *)X->x + (size_t)(r + i) * X->stride + b;
-                __m512 xo = _mm512_loadu_ps(xf), xe = _mm512_loadu_ps(xf + 16);
-                UNROLL8
-                for (int j = 0; j < RO; j++) acc[j][i] = FP8_FMADD(we[j], xe, FP8_FMADD(wo[j], xo, acc[j][i]));
-            }
-        }
+        fp8_step(w, X, r, b, RO, RR, DOT, acc);
     }
     if (k1 < X->kpad) {
         UNROLL4

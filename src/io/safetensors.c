@@ -204,6 +204,12 @@ static int check_ranges(ds_stfile *f, ds_error *err) {
     const ds_tensor *max_t = NULL;
     for (int k = 0; k < n; k++) {
         const ds_tensor *t = &f->tensors[ord[k]];
+        if (!t->nbytes && t->begin > data_size) {   /* empty, but its view would point past the file */
+            free(ord);
+            return ds_io_fail(err, "E_OFFSETS_RANGE", f->path, t->name,
+                              "expected an empty tensor's offsets within the data section (<= %" PRIu64 " bytes), found data_offsets [%" PRIu64
+                              ", %" PRIu64 "]", data_size, t->begin, t->begin);
+        }
         if (!t->nbytes) continue;
         if (prev && t->begin < prev->begin + prev->nbytes) {
             int rc = ds_io_fail(err, "E_OFFSETS_RANGE", f->path, t->name,

@@ -287,6 +287,9 @@ TEST(offset_and_truncation_errors) {
          "E_OFFSETS_RANGE", "b: expected no overlap, found range [4, 8) overlapping a [0, 8)", 8},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
          "E_SHARD_TRUNCATED", "b: expected file size >= ", 12},
+        /* an empty tensor whose offsets lie past the data: its view would point outside the file (fuzz find) */
+        {"{\"a\":{\"dtype\":\"I8\",\"shape\":[4],\"data_offsets\":[0,4]},\"u\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[32,32]}}",
+         "E_OFFSETS_RANGE", "u: expected an empty tensor's offsets within the data section (<= 8 bytes), found data_offsets [32, 32]", 8},
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         char *p = write_raw("off.st", c[i].hdr, -1, c[i].data);

@@ -47,12 +47,14 @@ static double timed_region(probe *p, ds_task_fn fn) {
  * (kern_internal.h, DS_Q_PREFETCH).  A probe weaker than the kernels it judges would report
  * kernels above 100%. */
 enum { RK_AVX2_1S, RK_AVX2_PF_L2, RK_AVX512_1S, RK_AVX512_4S, RK_AVX512_8S, RK_AVX512_PF, RK_AVX512_PF_L2, RK_AVX512_NT,
-       RK_AVX512_PANELS, RK_AVX512_PANELS_L2, RK_COUNT };
+       RK_AVX512_PANELS, RK_AVX512_PANELS_L2, RK_AVX512_HALF_PANELS, RK_AVX512_HALF_PANELS_L2, RK_COUNT };
 static const char *const k_read_names[RK_COUNT] = {"avx2 1 stream", "avx2 4 streams, prefetch 2 KiB to L2",
                                                    "avx512 1 stream x8 acc", "avx512 4 streams", "avx512 8 streams",
                                                    "avx512 prefetch 2 KiB", "avx512 prefetch 2 KiB to L2",
                                                    "avx512 non-temporal", "avx512 4 panels of 80 KiB, prefetch 2 KiB",
-                                                   "avx512 4 panels of 80 KiB, prefetch 2 KiB to L2"};
+                                                   "avx512 4 panels of 80 KiB, prefetch 2 KiB to L2",
+                                                   "avx512 4 panels of 40 KiB, prefetch 2 KiB",
+                                                   "avx512 4 panels of 40 KiB, prefetch 2 KiB to L2"};
 enum { PANEL_BYTES = 80 << 10, PANEL_PREFETCH = 2048 };
 
 __attribute__((target("avx2"))) static double sum_avx2(const uint8_t *p, size_t n) {
@@ -117,16 +119,17 @@ __attribute__((target("avx512f,avx512bw"))) static double sum_avx512(const uint8
     return (double)t;
 }
 
-/* Groups of 4 consecutive panels of PANEL_BYTES, walked side by side one line per panel per step;
- * l2: the prefetch hint into L2 instead of L1. */
-__attribute__((target("avx512f,avx512bw"))) static double sum_panels(const uint8_t *p, size_t n, int l2) {
+/* Groups of 4 consecutive panels of `panel` bytes (PANEL_BYTES: W8A8's 16 rows of 5,120 inputs; half
+ * that: W4A8's, whose 16 rows of 4-bit codes walk 40 KiB apart), side by side one line per panel
+ * per step; l2: the prefetch hint into L2 instead of L1. */
+__attribute__((target("avx512f,avx512bw"))) static double sum_panels(const uint8_t *p, size_t n, size_t panel, int l2) {
     __m512i a[4];
     for (int k = 0; k < 4; k++) a[k] = _mm512_setzero_si512();
-    const size_t group = 4 * (size_t)PANEL_BYTES;
+    const size_t group = 4 * panel;
     for (size_t g = 0; g + group <= n; g += group)
-        for (size_t i = 0; i < PANEL_BYTES; i += 64)
+        for (size_t i = 0; i < panel; i += 64)
             for (int k = 0; k < 4; k++) {
-                const uint8_t *q = p + g + (size_t)k * PANEL_BYTES + i;
+                const uint8_t *q = p + g + (size_t)k * panel + i;
                 if (l2) _mm_prefetch((const char *)(q + PANEL_PREFETCH), _MM_HINT_T1);
                 else _mm_prefetch((const char *)(q + PANEL_PREFETCH), _MM_HINT_T0);
                 a[k] = _mm512_add_epi64(a[k], _mm512_load_si512((const void *)q));
@@ -157,6 +160,7 @@ static size_t read_kind_bytes(int kind, size_t n) {
     if (kind == RK_AVX2_1S) return n & ~(size_t)127;
     if (kind == RK_AVX2_PF_L2) return ((n / 4) & ~(size_t)127) * 4;
     if (kind == RK_AVX512_PANELS || kind == RK_AVX512_PANELS_L2) return n / (4 * (size_t)PANEL_BYTES) * (4 * (size_t)PANEL_BYTES);
+    if (kind == RK_AVX512_HALF_PANELS || kind == RK_AVX512_HALF_PANELS_L2) return n / (2 * (size_t)PANEL_BYTES) * (2 * (size_t)PANEL_BYTES);
     return ((n / (size_t)streams) & ~(size_t)511) * (size_t)streams;
 }
 
@@ -173,8 +177,10 @@ static void read_task(void *vctx, int t, int thread) {
     case RK_AVX512_PF: p->sink[t] = sum_avx512(base, per, 4, 2048, 0, 0); break;
     case RK_AVX512_PF_L2: p->sink[t] = sum_avx512(base, per, 4, 2048, 1, 0); break;
     case RK_AVX512_NT: p->sink[t] = sum_avx512(base, per, 4, 0, 0, 1); break;
-    case RK_AVX512_PANELS: p->sink[t] = sum_panels(base, per, 0); break;
-    case RK_AVX512_PANELS_L2: p->sink[t] = sum_panels(base, per, 1); break;
+    case RK_AVX512_PANELS: p->sink[t] = sum_panels(base, per, PANEL_BYTES, 0); break;
+    case RK_AVX512_PANELS_L2: p->sink[t] = sum_panels(base, per, PANEL_BYTES, 1); break;
+    case RK_AVX512_HALF_PANELS: p->sink[t] = sum_panels(base, per, PANEL_BYTES / 2, 0); break;
+    case RK_AVX512_HALF_PANELS_L2: p->sink[t] = sum_panels(base, per, PANEL_BYTES / 2, 1); break;
     default: p->sink[t] = sum_scalar(base, per); break;
     }
 }
@@ -243,27 +249,41 @@ ds_bwprobe *ds_bwprobe_new(size_t bytes, size_t pass_bytes) {
     return b;
 }
 
-double ds_bwprobe_pass(ds_bwprobe *b) {
-    size_t slices = b->bytes / b->pass;
-    /* rotate through the slices, as the kernel rows rotate through matrix copies, and through
-     * the read kernels this CPU runs (scalar if none) */
-    b->p->b = (uint8_t *)b->p->a + (size_t)(b->next++ % (int)slices) * b->pass;
-    /* after two passes of every read kernel, 7 passes in 8 run the best one so far (the 8th keeps
+/* One timed pass of the next read kernel (see ds_bwprobe_pass) over `bytes` at `buf`. */
+static double bwprobe_pass_at(ds_bwprobe *b, const void *buf, size_t bytes) {
+    b->next++;
+    b->p->b = (void *)buf;
+    b->p->n = bytes;
+    /* after two passes of every read kernel, 3 passes in 4 run the best one so far (the 4th keeps
      * trying the others, so a winner picked on a noisy sample can be overtaken): on a shared host
      * the best kernel's best sample must get about as many chances at a quiet moment as the kernel
-     * row it judges, one sample per call (with every other pass on it, a W8A8 GEMV showed 101%) */
-    int kind = (b->next > 2 * RK_COUNT && b->next % 8 != 0 && b->best_kind >= 0) ? b->best_kind : -1;
+     * row it judges, one sample per call (with every other pass on it, a W8A8 GEMV showed 101%;
+     * with 7 in 8, a W4A8 GEMV 112% of a winner picked minutes earlier) */
+    int kind = (b->next > 2 * RK_COUNT && b->next % 4 != 0 && b->best_kind >= 0) ? b->best_kind : -1;
     for (int tries = 0; tries < RK_COUNT && kind < 0; tries++) {
         int k = b->kind++ % RK_COUNT;
         if (read_kind_runs(k)) kind = k;
     }
     b->p->kind = kind;
     double secs = timed_region(b->p, read_task);
-    size_t per = (b->pass / (size_t)b->p->tasks) & ~(size_t)511;
+    size_t per = (bytes / (size_t)b->p->tasks) & ~(size_t)511;
     size_t used = (kind < 0 ? per : read_kind_bytes(kind, per)) * (size_t)b->p->tasks;
     double gbs = secs > 0 ? (double)used / secs / 1e9 : 0;
     if (gbs > b->best) { b->best = gbs; b->best_kind = kind; }
     return gbs;
+}
+
+double ds_bwprobe_pass(ds_bwprobe *b) {
+    /* rotate through the slices, as the kernel rows rotate through matrix copies, and through
+     * the read kernels this CPU runs (scalar if none) */
+    size_t slices = b->bytes / b->pass;
+    return bwprobe_pass_at(b, (uint8_t *)b->p->a + (size_t)(b->next % (int)slices) * b->pass, b->pass);
+}
+
+double ds_bwprobe_pass_over(ds_bwprobe *b, const void *buf, size_t bytes) {
+    const uintptr_t start = ((uintptr_t)buf + 63) & ~(uintptr_t)63;   /* the read kernels load aligned */
+    const size_t skip = start - (uintptr_t)buf;
+    return bytes > skip ? bwprobe_pass_at(b, (const void *)start, bytes - skip) : 0.0;
 }
 
 const void *ds_bwprobe_buffer(const ds_bwprobe *b, size_t *bytes) {

@@ -35,6 +35,9 @@ double ds_bench_read_bw_what(size_t bytes, size_t pass_bytes, int reps, double m
 typedef struct ds_bwprobe ds_bwprobe;
 ds_bwprobe *ds_bwprobe_new(size_t bytes, size_t pass_bytes);
 double ds_bwprobe_pass(ds_bwprobe *b);   /* GB/s of one pass */
+/* One pass of the same read kernels over a caller's region (a kernel row's own weights: on a VM two
+ * allocations can sit on host memory of different speed, and the limit must be the faster). */
+double ds_bwprobe_pass_over(ds_bwprobe *b, const void *buf, size_t bytes);
 void ds_bwprobe_free(ds_bwprobe *b);
 const char *ds_bwprobe_best_kernel(const ds_bwprobe *b);
 const void *ds_bwprobe_buffer(const ds_bwprobe *b, size_t *bytes);   /* the buffer it reads (tests) */

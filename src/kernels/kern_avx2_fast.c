@@ -43,54 +43,64 @@ static void ff_tail_copy(const ds_ffw *W, int o, int RO, uint8_t *tail) {
                (size_t)(W->in - full) * esz);
 }
 
-/* Outputs [o, o + RO) of the one row of X, the whole input in one pass.  BF16 == 1: blocks of 32
- * bf16, activations in the odd/even fp32 layout; else blocks of 16 fp32. */
+/* One block of RO weight rows (rows rowb bytes apart from w; `tail` instead when given, no
+ * prefetch then) against the one activation row at xr, into acc[RO][2] (the two 8-lane halves).
+ * BF16 == 1: 32 bf16 per row, activations in the odd/even fp32 layout; else 16 fp32.  Prefetch
+ * `pf` ahead in each row, into L2 (decision 145): 1 KiB, except in a row's last KiB where that
+ * distance would land in row j + 1, which this tile is already streaming: there the caller passes
+ * the start of the next tile's row j instead (rows are contiguous), so that a tile begins warm
+ * (decision 155). */
+AI void ff_block(const uint8_t *w, size_t rowb, size_t pf, const uint8_t *tail, const float *xr, const int RO,
+                 const int BF16, __m256 acc[4][2]) {
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        __m256 w0[4], w1[4]; /* BF16: odd / even halves; F32: w0 only */
+#pragma GCC unroll 4
+        for (int j = 0; j < RO; j++) {
+            const uint8_t *src = tail ? tail + 64 * j + 32 * h : w + (size_t)j * rowb + 32 * h;
+            if (h == 0 && !tail) _mm_prefetch((const char *)(src + pf), _MM_HINT_T1);
+            __m256i v = _mm256_loadu_si256((const __m256i *)src);
+            if (BF16) {
+                w0[j] = _mm256_castsi256_ps(_mm256_and_si256(v, hi));
+                w1[j] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+            } else {
+                w0[j] = _mm256_castsi256_ps(v);
+            }
+        }
+        if (BF16) {
+            __m256 xo = _mm256_loadu_ps(xr + 8 * h), xe = _mm256_loadu_ps(xr + 8 * h + 16);
+#pragma GCC unroll 4
+            for (int j = 0; j < RO; j++) acc[j][h] = _mm256_fmadd_ps(w1[j], xe, _mm256_fmadd_ps(w0[j], xo, acc[j][h]));
+        } else {
+            __m256 xv = _mm256_loadu_ps(xr + 8 * h);
+#pragma GCC unroll 4
+            for (int j = 0; j < RO; j++) acc[j][h] = _mm256_fmadd_ps(w0[j], xv, acc[j][h]);
+        }
+    }
+}
+
+/* Outputs [o, o + RO) of the one row of X, the whole input in one pass.  The loops carry no
+ * per-block bookkeeping (tail test, prefetch offset): a decode GEMV is memory-bound, and every
+ * instruction fewer per block lets the out-of-order window hold more of the rows' loads
+ * (decision 171). */
 AI void ff_tile(const ds_ffw *W, const ds_ffact *X, int o, const int RO, const int BF16, float *y, int ystride) {
     __m256 acc[4][2];
 #pragma GCC unroll 4
     for (int j = 0; j < RO; j++) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
     _Alignas(64) uint8_t tail[64 * 4];
     const int step = BF16 ? 32 : 16, full = W->in & ~(step - 1);
-    if (W->in % step) ff_tail_copy(W, o, RO, tail);
     const size_t esz = BF16 ? 2 : 4, rowb = (size_t)W->in * esz;
     const uint8_t *wbase = (const uint8_t *)W->w + (size_t)o * rowb;
     const float *xb = (const float *)X->x;
-    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
-    for (int b = 0; b < X->kpad; b += step) {
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            __m256 w0[4], w1[4]; /* BF16: odd / even halves; F32: w0 only */
-#pragma GCC unroll 4
-            for (int j = 0; j < RO; j++) {
-                const uint8_t *src = b < full ? wbase + (size_t)j * rowb + (size_t)b * esz + 32 * h
-                                              : tail + 64 * j + 32 * h;
-                if (h == 0 && b < full) {
-                    /* into L2 (decision 145).  In the last KiB of a row the same distance would land
-                     * in row j + 1, which this tile is already streaming: fetch the start of the
-                     * next tile's row j instead (rows are contiguous), so that a tile begins warm
-                     * (decision 155) */
-                    const size_t wrap = (size_t)b * esz + 1024 >= rowb ? (size_t)(RO - 1) * rowb : 0;
-                    _mm_prefetch((const char *)(src + 1024 + wrap), _MM_HINT_T1);
-                }
-                __m256i v = _mm256_loadu_si256((const __m256i *)src);
-                if (BF16) {
-                    w0[j] = _mm256_castsi256_ps(_mm256_and_si256(v, hi));
-                    w1[j] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-                } else {
-                    w0[j] = _mm256_castsi256_ps(v);
-                }
-            }
-            const float *xr = xb + (size_t)b + 8 * h;   /* one row: the plain layout */
-            if (BF16) {
-                __m256 xo = _mm256_loadu_ps(xr), xe = _mm256_loadu_ps(xr + 16);
-#pragma GCC unroll 4
-                for (int j = 0; j < RO; j++) acc[j][h] = _mm256_fmadd_ps(w1[j], xe, _mm256_fmadd_ps(w0[j], xo, acc[j][h]));
-            } else {
-                __m256 xv = _mm256_loadu_ps(xr);
-#pragma GCC unroll 4
-                for (int j = 0; j < RO; j++) acc[j][h] = _mm256_fmadd_ps(w0[j], xv, acc[j][h]);
-            }
-        }
+    const int near = DS_MAX(0, DS_MIN(full, W->in - 1024 / (int)esz));
+    int b = 0;
+    for (; b < near; b += step) ff_block(wbase + (size_t)b * esz, rowb, 1024, NULL, xb + b, RO, BF16, acc);
+    for (; b < full; b += step)
+        ff_block(wbase + (size_t)b * esz, rowb, 1024 + (size_t)(RO - 1) * rowb, NULL, xb + b, RO, BF16, acc);
+    if (W->in % step) {
+        ff_tail_copy(W, o, RO, tail);
+        ff_block(NULL, rowb, 0, tail, xb + full, RO, BF16, acc);
     }
 #pragma GCC unroll 4
     for (int j = 0; j < RO; j++) y[o + j] = ff_reduce(acc[j][0], acc[j][1]);

@@ -23,28 +23,6 @@ AI float ff_reduce(__m512 a) {
     return _mm_cvtss_f32(_mm_add_ss(d, _mm_movehdup_ps(d)));
 }
 
-/* One block of weights of RO rows: direct loads, or the zero-padded copy of the tail block. */
-AI void ff_load_w(const ds_ffw *W, int o, int b, const int RO, const uint8_t *tail, __m512i w[8]) {
-    const size_t esz = W->fmt == DS_LIN_BF16 ? 2 : 4, rowb = (size_t)W->in * esz;
-    const uint8_t *base = (const uint8_t *)W->w + (size_t)o * rowb + (size_t)b * esz;
-    const int full = W->fmt == DS_LIN_BF16 ? (W->in & ~31) : (W->in & ~15);
-    /* 1 KiB ahead in each row; in a row's last KiB that would be row j + 1, which this tile streams
-     * already, so it is the same offset of row j + RO, the next tile's (rows are contiguous):
-     * every stream of the next tile starts warm (decision 164, as the AVX2 path's decision 155) */
-    const size_t pf = (size_t)b * esz + 1024 < rowb ? 1024 : 1024 + (size_t)(RO - 1) * rowb;
-UNROLL8
-    for (int j = 0; j < RO; j++) {
-        if (b < full) {
-            /* into L2 (decision 145): the few-row GEMV of the head [129280, 2048] F32 and a
-             * [5120, 8192] BF16 at one row ran 1.4-1.8x faster than with the L1 hint */
-            _mm_prefetch((const char *)(base + (size_t)j * rowb + pf), _MM_HINT_T1);
-            w[j] = _mm512_loadu_si512((const void *)(base + (size_t)j * rowb));
-        } else {
-            w[j] = _mm512_loadu_si512((const void *)(tail + 64 * j));
-        }
-    }
-}
-
 /* Copy the partial last block of RO weight rows, zero padded (64 bytes per row). */
 static void ff_tail_copy(const ds_ffw *W, int o, int RO, uint8_t *tail) {
     const size_t esz = W->fmt == DS_LIN_BF16 ? 2 : 4, rowb = (size_t)W->in * esz;
@@ -109,6 +87,26 @@ UNROLL8
     }
 }
 
+/* One full input block of RO weight rows (rows rowb bytes apart from w, prefetching `pf` ahead in
+ * each) against the activations at xp.  1 KiB ahead in each row; in a row's last KiB that would
+ * be row j + 1, which this tile streams already, so the caller passes the same offset of row
+ * j + RO, the next tile's (rows are contiguous): every stream of the next tile starts warm
+ * (decision 164, as the AVX2 path's decision 155).  The tile's loop carries no per-block
+ * bookkeeping (no tail test, no prefetch offset): a decode GEMV is memory-bound and each
+ * instruction fewer lets the out-of-order window hold more of the rows' loads (decision 171). */
+AI void ff_block(const uint8_t *w, size_t rowb, size_t pf, const uint8_t *xp, size_t xrowb, const int RO, const int RR,
+                 const int KIND, __m512 acc[8][6]) {
+    __m512i v[8];
+UNROLL8
+    for (int j = 0; j < RO; j++) {
+        /* into L2 (decision 145): the few-row GEMV of the head [129280, 2048] F32 and a
+         * [5120, 8192] BF16 at one row ran 1.4-1.8x faster than with the L1 hint */
+        _mm_prefetch((const char *)(w + (size_t)j * rowb + pf), _MM_HINT_T1);
+        v[j] = _mm512_loadu_si512((const void *)(w + (size_t)j * rowb));
+    }
+    ff_step(v, xp, xrowb, RO, RR, KIND, acc);
+}
+
 /* KIND: DS_FF_F32, DS_FF_BF16_FMA or DS_FF_BF16_DOT (compile-time in each instance). */
 /* Inputs [k0, k1) of the tile.  Accumulators start at zero when k0 == 0, else from `part` (the
  * lanes saved by the previous input block: saving and reloading a lane changes no bit), and are
@@ -124,12 +122,22 @@ UNROLL8
     _Alignas(64) uint8_t tail[64 * 8];
     const int step = KIND == DS_FF_F32 ? 16 : 32;
     if (W->in % step && k1 > (W->in & ~(step - 1))) ff_tail_copy(W, o, RO, tail);
-    const size_t xesz = KIND == DS_FF_BF16_DOT ? 2 : 4;
-    const uint8_t *xb = (const uint8_t *)X->x + (size_t)r * X->stride * xesz;
-    for (int b = k0; b < k1; b += step) {
+    const size_t xesz = KIND == DS_FF_BF16_DOT ? 2 : 4, xrowb = (size_t)X->stride * xesz;
+    const uint8_t *xb = (const uint8_t *)X->x + (size_t)r * xrowb;
+    const int esz = KIND == DS_FF_F32 ? 4 : 2, full = W->in & ~(step - 1), kend = DS_MIN(k1, full);
+    const size_t rowb = (size_t)W->in * (size_t)esz;
+    const uint8_t *wb = (const uint8_t *)W->w + (size_t)o * rowb;
+    /* the last KiB of each row prefetches the next tile's rows instead (ff_block) */
+    const int near = DS_MAX(k0, DS_MIN(kend, W->in - 1024 / esz));
+    int b = k0;
+    for (; b < near; b += step) ff_block(wb + (size_t)b * esz, rowb, 1024, xb + (size_t)b * xesz, xrowb, RO, RR, KIND, acc);
+    for (; b < kend; b += step)
+        ff_block(wb + (size_t)b * esz, rowb, 1024 + (size_t)(RO - 1) * rowb, xb + (size_t)b * xesz, xrowb, RO, RR, KIND, acc);
+    if (k1 > full) {
         __m512i w[8];
-        ff_load_w(W, o, b, RO, tail, w);
-        ff_step(w, xb + (size_t)b * xesz, (size_t)X->stride * xesz, RO, RR, KIND, acc);
+UNROLL8
+        for (int j = 0; j < RO; j++) w[j] = _mm512_loadu_si512((const void *)(tail + 64 * j));
+        ff_step(w, xb + (size_t)full * xesz, xrowb, RO, RR, KIND, acc);
     }
     if (k1 < X->kpad) {
 UNROLL8

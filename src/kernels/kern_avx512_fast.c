@@ -163,7 +163,7 @@ UNROLL8
     default: FF_TILE(RO, 1); break;                                                              \
     }
 
-/* More than FF_FEW_ROWS rows: tiles of 4 weight rows x RR activation rows over input blocks of
+/* More than ff_few_rows rows: tiles of 4 weight rows x RR activation rows over input blocks of
  * KB, every row tile of the chunk run against one block before the next (ff_rows_kind).  Only the
  * first row tile finds a block's weights new, so the weights of the next block are prefetched
  * meanwhile, spread evenly over every iteration of every row tile of this one (line l: row l & 3,
@@ -260,12 +260,18 @@ AI void ffm_rows(const ds_ffw *W, const ds_ffact *X, int o, int o1, int c0, int 
     }
 }
 
-/* Up to FF_FEW_ROWS activation rows (decode, small batches) take one pass over the weights with
- * every row in one register tile, as many weight rows per tile as the accumulators allow; more
- * rows use input blocks (below). */
-#define FF_FEW_ROWS 6
+/* The few-row path: one pass over the weights with every activation row in one register tile of
+ * FF_FEW_RO weight rows (8 streams in flight hide more memory latency than 4: alternated runs on
+ * mini, 1-row steps 1.07-1.48x faster).  It serves one row (decode), and two for F32; every other
+ * call takes the blocked path below, whose prefetch of the next input block spread over the row
+ * tiles beat the few-row tiles of 2-6 rows once it had it: in-process alternated calls, 2 threads,
+ * bits equal, BF16 [1024,4096] / [2048,2048] / [10240,6144] via vdpbf16ps 1.08-1.42x at 2-6 rows,
+ * via FMA 1.09-1.51x; F32 [4096,5120] / [129280,2048] / [1024,2048] 0.92-0.98x at 2 rows, 0.99-1.21x
+ * at 3-4, 1.08-1.16x at 5-6 (decision 173). */
+static inline int ff_few_rows(int kind) { return kind == DS_FF_F32 ? 2 : 1; }
+#define FF_FEW_RO 8
 
-/* More than FF_FEW_ROWS rows: groups of FFM_RO = 6 weight rows x 4 activation rows (24
+/* More than ff_few_rows rows: groups of FFM_RO = 6 weight rows x 4 activation rows (24
  * accumulators + 6 weights + 1 activation vector: 31 of the 32 registers) where a block is one
  * vector per row, else 4 x RRMAX.  Every activation vector comes from L2 (the chunk's rows do not
  * fit L1 beside the weights) and serves one FMA per weight row of the group, so 6 rows read a
@@ -282,30 +288,19 @@ static inline int ffm_block(int kpad, int esz, int step, int ro) {
     return ((kpad + nb - 1) / nb + step - 1) / step * step;
 }
 
-/* Weight rows per tile of a few-row call: the most streams with RO x rows <= 24 accumulators
- * (calls alternated with the blocked path on the mini head [129280, 2048], F32, medians: 2 rows
- * 30.4 -> 25.8 ms, 3 rows 32.3 -> 27.4 ms, 4 rows 31.5 -> 27.8 ms; more streams than 8, or 8 x 3
- * tiles in several passes, measured slower; decision row 116).  BF16 via FMA also holds the odd and even halves of each weight
- * vector, so it keeps 4 except for one row. */
-static inline int ff_few_outputs(int n, int kind) {
-    if (kind == DS_FF_BF16_FMA) return n == 1 ? 8 : 4;
-    return n <= 3 ? 8 : n == 4 ? 6 : 4;
-}
-
 /* RRMAX activation rows per tile: 6 (24 accumulators + 4 weights) where a block is one vector per
  * row, 4 for BF16 via FMA (which also holds the odd and even halves of 4 weight vectors).
- * More than FF_FEW_ROWS rows: groups of FFM_RO weight rows (above; the 4-row tiles for BF16 via
+ * More than ff_few_rows rows: groups of FFM_RO weight rows (above; the 4-row tiles for BF16 via
  * FMA and for the last outputs of a range), inputs walked in blocks (KB, KB6) so that the group's
  * weight rows of one block (16 KiB) stay in L1 while every row tile of the chunk runs against
  * them; the partial lanes wait in `part` (the lanes' order of operations is unchanged).
- * Few rows: the whole input is one block (`part` is never used), each weight row streams from
- * memory once, and the tile takes every row; one activation row (decode) walks 8 weight rows per
- * tile: eight streams in flight hide more memory latency (alternated runs on mini: 1-row steps
- * 1.07-1.48x faster than 4).  Each output's sum keeps its order in every tile shape. */
+ * Few rows (above): the whole input is one block (`part` is never used), each weight row streams
+ * from memory once, and the tile takes every row.  Each output's sum keeps its order in every
+ * tile shape. */
 AI void ff_rows_kind(const ds_ffw *W, const ds_ffact *X, int o0, int o1, float *y, int ystride, const int KIND) {
     const int RRMAX = KIND == DS_FF_BF16_FMA ? 4 : 6;
     const size_t rowbytes = (size_t)X->stride * (KIND == DS_FF_BF16_DOT ? 2 : 4);
-    const int few = X->n <= FF_FEW_ROWS, few_ro = ff_few_outputs(X->n, KIND);
+    const int few = X->n <= ff_few_rows(KIND);
     const int KB = few ? X->kpad : KIND == DS_FF_BF16_DOT ? 2048 : 1024;
     const int KB6 = ffm_block(X->kpad, KIND == DS_FF_F32 ? 4 : 2, KIND == DS_FF_F32 ? 16 : 32, FFM_RO);
     enum { MAXCHUNK = 96 };
@@ -317,7 +312,7 @@ AI void ff_rows_kind(const ds_ffw *W, const ds_ffact *X, int o0, int o1, float *
     for (int c0 = 0; c0 < X->n; c0 += chunk) {
         const int r1 = DS_MIN(X->n, c0 + chunk);
         for (int o = o0; o < o1;) {
-            const int ro = few && o + few_ro <= o1 ? few_ro : o + 4 <= o1 ? 4 : 1;
+            const int ro = few && o + FF_FEW_RO <= o1 ? FF_FEW_RO : o + 4 <= o1 ? 4 : 1;
             if (!few && ro == 4) {
                 if (KIND != DS_FF_BF16_FMA && o + FFM_RO <= o1) {
                     ffm_rows(W, X, o, o1, c0, r1, KB6, part, y, ystride, FFM_RO, KIND);
@@ -331,13 +326,13 @@ AI void ff_rows_kind(const ds_ffw *W, const ds_ffact *X, int o0, int o1, float *
             for (int k0 = 0; k0 < X->kpad; k0 += KB) {
                 const int k1 = DS_MIN(X->kpad, k0 + KB);
                 for (int r = c0; r < r1; r += RRMAX) {
-                    if (ro == 8) { /* n <= 3: one tile */
-                        if (r1 - r >= 3) FF_TILE(8, 3);
-                        else if (r1 - r == 2) FF_TILE(8, 2);
-                        else FF_TILE(8, 1);
-                    } else if (ro == 6) FF_TILE(6, 4); /* n == 4 */
-                    else if (ro == 4) FF_ROWS_TAIL(4, RRMAX)
-                    else FF_ROWS_TAIL(1, RRMAX)
+                    if (ro == FF_FEW_RO) { /* few rows: one tile */
+                        if (r1 - r == 2) FF_TILE(FF_FEW_RO, 2);
+                        else FF_TILE(FF_FEW_RO, 1);
+                    } else if (ro == 4) { /* the last outputs of a few-row range */
+                        if (r1 - r == 2) FF_TILE(4, 2);
+                        else FF_TILE(4, 1);
+                    } else FF_ROWS_TAIL(1, RRMAX)
                 }
             }
             o += ro;

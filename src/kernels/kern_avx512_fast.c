@@ -265,9 +265,9 @@ AI void ffm_rows(const ds_ffw *W, const ds_ffact *X, int o, int o1, int c0, int 
  * mini, 1-row steps 1.07-1.48x faster).  It serves one row (decode), and two for F32; every other
  * call takes the blocked path below, whose prefetch of the next input block spread over the row
  * tiles beat the few-row tiles of 2-6 rows once it had it: in-process alternated calls, 2 threads,
- * bits equal, BF16 [1024,4096] / [2048,2048] / [10240,6144] via vdpbf16ps 1.08-1.42x at 2-6 rows,
- * via FMA 1.09-1.51x; F32 [4096,5120] / [129280,2048] / [1024,2048] 0.92-0.98x at 2 rows, 0.99-1.21x
- * at 3-4, 1.08-1.16x at 5-6 (decision 173). */
+ * bits equal, BF16 [1024,4096] / [2048,2048] / [10240,6144] via vdpbf16ps 1.07-1.42x at 2-6 rows,
+ * via FMA 1.09-1.53x; F32 [4096,5120] / [129280,2048] / [1024,2048] / [1024,4096] 0.92-1.01x at 2
+ * rows, 0.96-1.21x at 3-4, 1.08-1.27x at 5-6 (decision 173). */
 static inline int ff_few_rows(int kind) { return kind == DS_FF_F32 ? 2 : 1; }
 #define FF_FEW_RO 8
 

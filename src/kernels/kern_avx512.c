@@ -33,9 +33,12 @@ AI void store16(__m512i acc, float sx, const float *scale, int o0, int out, floa
     else if (o0 < out) _mm512_mask_storeu_ps(yrow + o0, (__mmask16)((1u << (out - o0)) - 1u), v);
 }
 
-/* The few-row product (PF = 1 below) prefetches DS_Q_PREFETCH (kern_internal.h) ahead in each
- * panel; the near end of a panel prefetches the start of the next, which is what the following
- * panel group reads first. */
+/* The few-row product and the first row tile of each input block of the many-row product (PF = 1
+ * below) prefetch DS_Q_PREFETCH (kern_internal.h) ahead in each panel.  Near a panel's end that
+ * distance would land in the next panel, which the same tile streams already; there it goes to
+ * the same offset of the panel NP further on instead, the one this panel's stream continues in
+ * the next panel group, so every stream of that group starts warm (decision 174, as the AVX2
+ * path's decision 155). */
 
 /* VPDPBUSD through a tied asm operand: GCC 12 keeps an array of intrinsic accumulators poorly (a
  * register copy per instruction plus stack spills inside the k loop); "+v" keeps each accumulator
@@ -77,6 +80,11 @@ UNROLL12
     return 1;
 }
 
+/* Prefetch offsets (above): DS_Q_PREFETCH ahead in each panel up to input step pf_near, then the
+ * same offset in the panel NP further on.  Only addresses of prefetches change: no output bit. */
+AI int pf_near(const ds_packed *P) { return (int)(((long)P->ksteps * DS_TILE_BYTES - DS_Q_PREFETCH) / DS_TILE_BYTES); }
+AI size_t pf_far(const ds_packed *P, int NP) { return DS_Q_PREFETCH + (size_t)(NP - 1) * P->panel_bytes; }
+
 /* One micro-tile: NP panels (16 outputs each) x NR activation rows, NP*NR accumulators held in
  * registers over the whole input range (2 x 12 = 24 of the 32 zmm, plus the weight tiles). */
 AI void w8_block(const ds_packed *P, const ds_qact *X, int p, int r, const int NP, const int NR,
@@ -91,41 +99,46 @@ AI void w8_block(const ds_packed *P, const ds_qact *X, int p, int r, const int N
      * took as long as its VPDPBUSDs; int32 sums are exact, so no bit moves */
     const int two = NP * NR + 2 * NP + 2 <= 32;
     int s = K->s0;
-    for (; two && s + 2 <= K->s1; s += 2) {
-        __m512i w0[4], w1[4];
-UNROLL12
-        for (int j = 0; j < NP; j++) {
-            const uint8_t *t = wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES;
-            if (PF) {
-                _mm_prefetch((const char *)(t + DS_Q_PREFETCH), _MM_HINT_T1);
-                _mm_prefetch((const char *)(t + DS_TILE_BYTES + DS_Q_PREFETCH), _MM_HINT_T1);
-            }
-            w0[j] = _mm512_load_si512((const void *)t);
-            w1[j] = _mm512_load_si512((const void *)(t + DS_TILE_BYTES));
-        }
-UNROLL12
-        for (int i = 0; i < NR; i++) {
-            const uint8_t *xs = xr + (size_t)i * kpad + 4 * (size_t)s;
-            __m512i x0 = _mm512_set1_epi32(ld4(xs)), x1 = _mm512_set1_epi32(ld4(xs + 4));
+    for (int seg = 0; seg < 2; seg++) {
+        const int send = seg ? K->s1 : DS_MIN(K->s1, pf_near(P));
+        const size_t pf = seg ? pf_far(P, NP) : DS_Q_PREFETCH;
+        for (; two && s + 2 <= send; s += 2) {
+            __m512i w0[4], w1[4];
 UNROLL12
             for (int j = 0; j < NP; j++) {
-                acc[j][i] = dpbusd(acc[j][i], x0, w0[j]);
-                acc[j][i] = dpbusd(acc[j][i], x1, w1[j]);
+                const uint8_t *t = wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES;
+                if (PF) {
+                    _mm_prefetch((const char *)(t + pf), _MM_HINT_T1);
+                    _mm_prefetch((const char *)(t + DS_TILE_BYTES + pf), _MM_HINT_T1);
+                }
+                w0[j] = _mm512_load_si512((const void *)t);
+                w1[j] = _mm512_load_si512((const void *)(t + DS_TILE_BYTES));
+            }
+UNROLL12
+            for (int i = 0; i < NR; i++) {
+                const uint8_t *xs = xr + (size_t)i * kpad + 4 * (size_t)s;
+                __m512i x0 = _mm512_set1_epi32(ld4(xs)), x1 = _mm512_set1_epi32(ld4(xs + 4));
+UNROLL12
+                for (int j = 0; j < NP; j++) {
+                    acc[j][i] = dpbusd(acc[j][i], x0, w0[j]);
+                    acc[j][i] = dpbusd(acc[j][i], x1, w1[j]);
+                }
             }
         }
-    }
-    for (; s < K->s1; s++) {
-        __m512i w[4];
+        for (; s < send; s++) {
+            __m512i w[4];
 UNROLL12
-        for (int j = 0; j < NP; j++) {
-            if (PF) _mm_prefetch((const char *)(wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES + DS_Q_PREFETCH), _MM_HINT_T1);
-            w[j] = _mm512_load_si512((const void *)(wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES));
-        }
+            for (int j = 0; j < NP; j++) {
+                const uint8_t *t = wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES;
+                if (PF) _mm_prefetch((const char *)(t + pf), _MM_HINT_T1);
+                w[j] = _mm512_load_si512((const void *)t);
+            }
 UNROLL12
-        for (int i = 0; i < NR; i++) {
-            __m512i xb = _mm512_set1_epi32(ld4(xr + (size_t)i * kpad + 4 * (size_t)s));
+            for (int i = 0; i < NR; i++) {
+                __m512i xb = _mm512_set1_epi32(ld4(xr + (size_t)i * kpad + 4 * (size_t)s));
 UNROLL12
-            for (int j = 0; j < NP; j++) acc[j][i] = dpbusd(acc[j][i], xb, w[j]);
+                for (int j = 0; j < NP; j++) acc[j][i] = dpbusd(acc[j][i], xb, w[j]);
+            }
         }
     }
     if (acc_park(acc, NP, NR, K, r)) return;
@@ -148,23 +161,29 @@ AI void w4_block(const ds_packed *P, const ds_qact *X, int p, int r, const int N
     const uint8_t *wp = P->tiles + (size_t)p * P->panel_bytes;
     const int8_t *xr = X->q + (size_t)r * X->kpad;
     const size_t kpad = (size_t)X->kpad;
-    for (int s = K->s0; s < K->s1; s++) {
-        __m512i lo[4], hi[4];
-UNROLL12
-        for (int j = 0; j < NP; j++) {
-            if (PF) _mm_prefetch((const char *)(wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES + DS_Q_PREFETCH), _MM_HINT_T1);
-            __m512i w = _mm512_load_si512((const void *)(wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES));
-            lo[j] = _mm512_and_si512(w, m0f);
-            hi[j] = _mm512_and_si512(_mm512_srli_epi16(w, 4), m0f);
-        }
-UNROLL12
-        for (int i = 0; i < NR; i++) {
-            const int8_t *xs = xr + (size_t)i * kpad + 8 * (size_t)s;
-            __m512i x0 = _mm512_set1_epi32(ld4(xs)), x1 = _mm512_set1_epi32(ld4(xs + 4));
+    int s = K->s0;
+    for (int seg = 0; seg < 2; seg++) {
+        const int send = seg ? K->s1 : DS_MIN(K->s1, pf_near(P));
+        const size_t pf = seg ? pf_far(P, NP) : DS_Q_PREFETCH;
+        for (; s < send; s++) {
+            __m512i lo[4], hi[4];
 UNROLL12
             for (int j = 0; j < NP; j++) {
-                acc[j][i] = dpbusd(acc[j][i], lo[j], x0);
-                acc[j][i] = dpbusd(acc[j][i], hi[j], x1);
+                const uint8_t *t = wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES;
+                if (PF) _mm_prefetch((const char *)(t + pf), _MM_HINT_T1);
+                __m512i w = _mm512_load_si512((const void *)t);
+                lo[j] = _mm512_and_si512(w, m0f);
+                hi[j] = _mm512_and_si512(_mm512_srli_epi16(w, 4), m0f);
+            }
+UNROLL12
+            for (int i = 0; i < NR; i++) {
+                const int8_t *xs = xr + (size_t)i * kpad + 8 * (size_t)s;
+                __m512i x0 = _mm512_set1_epi32(ld4(xs)), x1 = _mm512_set1_epi32(ld4(xs + 4));
+UNROLL12
+                for (int j = 0; j < NP; j++) {
+                    acc[j][i] = dpbusd(acc[j][i], lo[j], x0);
+                    acc[j][i] = dpbusd(acc[j][i], hi[j], x1);
+                }
             }
         }
     }

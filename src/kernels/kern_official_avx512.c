@@ -216,6 +216,10 @@ MX_UNROLL6
         for (int i = 0; i < NR; i++) a[j][i] = _mm512_setzero_si512();
     for (int b = b0; b < b1; b++) {
         __m512i blk[MXP_NP][MXP_NR];
+        /* near a panel's end, the same offset of the panel NP further on: the panel this stream
+         * continues in (the next panel group), not the next panel, which this tile streams already
+         * (decision 174) */
+        const size_t pf = 256 * (size_t)b + MX_PREFETCH + 192 < pstride ? MX_PREFETCH : MX_PREFETCH + (size_t)(NP - 1) * pstride;
 MX_UNROLL6
         for (int i = 0; i < NR; i++) {
             int32_t v;
@@ -232,8 +236,8 @@ MX_UNROLL6
             for (int j = 0; j < NP; j++) {
                 /* one or two rows (decode, an expert's share of a batched step) stream: into L2
                  * as the int8 kernels (decision 145); more rows reuse each tile longer: into L1 */
-                if (NR <= 2) _mm_prefetch((const char *)(tp + j * pstride + off + MX_PREFETCH), _MM_HINT_T1);
-                else _mm_prefetch((const char *)(tp + j * pstride + off + MX_PREFETCH), _MM_HINT_T0);
+                if (NR <= 2) _mm_prefetch((const char *)(tp + j * pstride + off + pf), _MM_HINT_T1);
+                else _mm_prefetch((const char *)(tp + j * pstride + off + pf), _MM_HINT_T0);
                 const __m512i w = _mm512_loadu_si512(tp + j * pstride + off);
                 wl[j] = _mm512_shuffle_epi8(lut, _mm512_and_si512(w, low4));
                 wh[j] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(w, 4), low4));

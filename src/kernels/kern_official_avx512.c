@@ -84,8 +84,15 @@ void DS_MX_BSUM_AVX512(const uint8_t *codes, const int8_t *xe, const int8_t *xo,
     }
 }
 
+/* Software prefetch distance in each panel (row functions: in each row).  Panel tiles of three or
+ * more activation rows take 4 KiB: they compute about as long per byte as memory takes to deliver
+ * it, and 1 KiB ahead in two streams kept too few lines in flight for memory to overlap the
+ * arithmetic (decision 175). */
 #ifndef MX_PREFETCH
 #define MX_PREFETCH 1024
+#endif
+#ifndef MX_PREFETCH_MANY
+#define MX_PREFETCH_MANY 4096
 #endif
 /* The 16 int32 partials of one group of four blocks on the int32 route: each activation's sign
  * moved onto its weight (code ^ 8, one ternary-logic op per nibble set), the signed |2·e2m1|
@@ -219,7 +226,8 @@ MX_UNROLL6
         /* near a panel's end, the same offset of the panel NP further on: the panel this stream
          * continues in (the next panel group), not the next panel, which this tile streams already
          * (decision 174) */
-        const size_t pf = 256 * (size_t)b + MX_PREFETCH + 192 < pstride ? MX_PREFETCH : MX_PREFETCH + (size_t)(NP - 1) * pstride;
+        const size_t ahead = NR <= 2 ? MX_PREFETCH : MX_PREFETCH_MANY;
+        const size_t pf = 256 * (size_t)b + ahead + 192 < pstride ? ahead : ahead + (size_t)(NP - 1) * pstride;
 MX_UNROLL6
         for (int i = 0; i < NR; i++) {
             int32_t v;

@@ -166,8 +166,9 @@ static void free_lin(bench_lin *b) {
 
 /* The weights a call of L streams (its repacked copy where the kernels made one). */
 static const void *lin_weights(const ds_linear *L, size_t *bytes) {
-    *bytes = L->packed ? L->packed_bytes : fmt_bytes(L->fmt, L->out, L->in);
-    return L->packed ? L->packed : L->w;
+    const int copy = ds_linear_streams_packed(L);
+    *bytes = copy ? L->packed_bytes : fmt_bytes(L->fmt, L->out, L->in);
+    return copy ? L->packed : L->w;
 }
 
 static int cmp_double(const void *a, const void *b) {

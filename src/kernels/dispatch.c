@@ -239,6 +239,7 @@ static void *ensure_copy(const ds_linear *L, copy_maker make, int kind) {
 static void *make_tiles(const ds_linear *L, size_t *bytes) { return ds_pack_linear(L, bytes); }
 static void *make_ffw(const ds_linear *L, size_t *bytes) { return ds_ff_pack(L, bytes); }
 static void *make_mx_panels(const ds_linear *L, size_t *bytes) { return ds_mx_pack(L, bytes); }
+static void *make_fp8_plain(const ds_linear *L, size_t *bytes) { return ds_fp8_plain_map(L, bytes); }
 
 /* W8A8 / W4A8: the 16-row tiles of repack.c. */
 static ds_packed *ensure_packed(const ds_linear *L) { return ensure_copy(L, make_tiles, DS_PACK_KIND_TILES16); }
@@ -257,7 +258,13 @@ size_t ds_linear_prepare(ds_linear *L) {
     if ((L->fmt == DS_LIN_BF16 || L->fmt == DS_LIN_F32) && L->numerics == DS_NUMERICS_FAST) ensure_ffw(L);
     else if (L->fmt == DS_LIN_W8A8 || L->fmt == DS_LIN_W4A8) ensure_packed(L);
     else if (L->fmt == DS_LIN_MXFP4) ds_mx_ensure_pack(L);   /* both SIMD paths run MXFP4 panels */
+    else if (L->fmt == DS_LIN_FP8 && L->numerics == DS_NUMERICS_FAST && !L->act_e4m3)
+        ensure_copy(L, make_fp8_plain, DS_PACK_KIND_FP8_PLAIN);   /* read by the AVX-512 decode only */
     return L->packed_bytes;
+}
+
+int ds_linear_streams_packed(const ds_linear *L) {
+    return L->packed && L->packed_kind != DS_PACK_KIND_FP8_PLAIN;   /* that one is a map beside the codes */
 }
 
 void ds_linear_release(ds_linear *L) {

@@ -91,6 +91,18 @@ AI __m512i fp8_decode32(const uint8_t *codes, fp8_sreg sr) {
     return _mm512_ternarylogic_epi32(v, c, _mm512_set1_epi16((short)0x8000), 0xF8);   /* the table's sign: v | (c & 0x8000) */
 }
 
+/* The same words for a block without zero or subnormal codes: the normal form alone. */
+AI __m512i fp8_decode32_plain(const uint8_t *codes, fp8_sreg sr) {
+    const __m512i c = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)codes));
+    return _mm512_add_epi16(_mm512_and_si512(_mm512_slli_epi16(c, 4), _mm512_set1_epi16((short)0x87f0)), sr.k);
+}
+
+/* The plain-tile map row of the 32-row scale tile holding row o (NULL: not made; decode in full). */
+AI const uint8_t *fp8_plain_row(const ds_linear *L, int o) {
+    if (L->packed_kind != DS_PACK_KIND_FP8_PLAIN || !L->packed) return NULL;
+    return (const uint8_t *)L->packed + (size_t)(o / 32) * (size_t)((L->in + 31) / 32);
+}
+
 AI float fp8_reduce(__m512 a) {   /* the lane tree of kernels.h */
     __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
     __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
@@ -100,9 +112,18 @@ AI float fp8_reduce(__m512 a) {   /* the lane tree of kernels.h */
 
 /* The RO rows' words of block b: in registers when the scale is in the safe range and the block
  * is whole, else through ds_fp8_bf16_one on a zero-padded stack copy (same words). */
-AI void fp8_block_words(const uint8_t *row0, size_t in, int b, uint8_t s, int full, __m512i t0, const int RO, __m512i w[8]) {
+AI void fp8_block_words(const uint8_t *row0, size_t in, int b, uint8_t s, int full, int plain, __m512i t0, const int RO,
+                        __m512i w[8]) {
     if (full && s >= DS_FP8_SAFE_SMIN && s <= DS_FP8_SAFE_SMAX) {
         fp8_sreg sr = fp8_scale_regs(s, t0);
+        if (plain) {   /* no zero or subnormal code in this scale tile (decision 176) */
+            UNROLL8
+            for (int j = 0; j < RO; j++) {
+                _mm_prefetch((const char *)(row0 + (size_t)(j + FP8_PF_ROWS) * in + b), _MM_HINT_T1);
+                w[j] = fp8_decode32_plain(row0 + (size_t)j * in + b, sr);
+            }
+            return;
+        }
         UNROLL8
         for (int j = 0; j < RO; j++) {
             _mm_prefetch((const char *)(row0 + (size_t)(j + FP8_PF_ROWS) * in + b), _MM_HINT_T1);   /* the next row group, same block; into L2 (decision 145) */
@@ -163,9 +184,10 @@ AI void fp8_tile(const ds_linear *L, const ds_ffact *X, int o, int r, const int 
     const size_t in = (size_t)L->in;
     const int scc = (L->in + 31) / 32, whole = L->in & ~31;
     const uint8_t *row0 = (const uint8_t *)L->w + (size_t)o * in, *srow = L->w_e8m0 + (size_t)(o / 32) * scc;
+    const uint8_t *prow = fp8_plain_row(L, o);
     for (int b = 0; b < X->kpad; b += 32) {
         __m512i w[8];
-        fp8_block_words(row0, in, b, srow[b / 32], b < whole, t0, RO, w);
+        fp8_block_words(row0, in, b, srow[b / 32], b < whole, prow && prow[b / 32], t0, RO, w);
         fp8_step(w, X, r, b, RO, RR, DOT, acc);
     }
     UNROLL8
@@ -238,11 +260,13 @@ AI void fb_decode(const ds_linear *L, int o, const int RO, int k0, int k1, __m51
     for (int j = 0; j < RO;) {
         const int run = DS_MIN(DS_MIN(4, RO - j), 32 - (o + j) % 32);
         const uint8_t *row = (const uint8_t *)L->w + (size_t)(o + j) * in, *srow = L->w_e8m0 + (size_t)((o + j) / 32) * scc;
+        const uint8_t *prow = fp8_plain_row(L, o + j);
         for (int b = k0; b < k1; b += 32) {
             __m512i w[8];
-            if (run == 4) fp8_block_words(row, in, b, srow[b / 32], b < whole, t0, 4, w);
-            else if (run == 2) fp8_block_words(row, in, b, srow[b / 32], b < whole, t0, 2, w);
-            else fp8_block_words(row, in, b, srow[b / 32], b < whole, t0, 1, w);
+            const int plain = prow && prow[b / 32];
+            if (run == 4) fp8_block_words(row, in, b, srow[b / 32], b < whole, plain, t0, 4, w);
+            else if (run == 2) fp8_block_words(row, in, b, srow[b / 32], b < whole, plain, t0, 2, w);
+            else fp8_block_words(row, in, b, srow[b / 32], b < whole, plain, t0, 1, w);
             for (int i = 0; i < (run == 4 || run == 2 ? run : 1); i++)
                 _mm512_storeu_si512(dst + (size_t)(j + i) * FB_WS + (b - k0), w[i]);
         }

@@ -90,6 +90,9 @@ size_t ds_linear_prepare(ds_linear *L);
 void ds_linear_release(ds_linear *L);
 /* Bytes of repacked tiles currently held by all linears (for the load-time memory report). */
 size_t ds_kernels_packed_bytes(void);
+/* Whether a forward of L streams its kernel-private copy (`packed`: repacked tiles or panels, a
+ * flushed float copy) rather than the published weights (benchmarks judge that stream). */
+int ds_linear_streams_packed(const ds_linear *L);
 /* Weight bytes streamed by linear forwards since start (each call adds its matrix and scales
  * once, whatever n is): the "bytes read per token" of bench decode.  Relaxed atomic counter. */
 uint64_t ds_kernels_weight_bytes_read(void);

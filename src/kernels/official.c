@@ -28,6 +28,7 @@
 #include "kernels/kern_official.h"
 #include "base/threadpool.h"
 #include "base/clones.h"
+#include "base/hugemem.h"
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -314,6 +315,26 @@ void ds_mx_forward_q_with(const ds_linear *L, const int8_t *xq, const float *xs,
 }
 
 /* ---- FP8 ---- */
+
+/* Whether 32 codes (fewer at a row's end) all have a nonzero exponent field. */
+DS_CLONES static int fp8_codes_plain(const uint8_t *c, int n) {
+    int zero = 0;
+    for (int k = 0; k < n; k++) zero |= (c[k] & 0x78) == 0;
+    return !zero;
+}
+
+void *ds_fp8_plain_map(const ds_linear *L, size_t *bytes) {
+    const int rt = (L->out + 31) / 32, ct = (L->in + 31) / 32;
+    *bytes = (size_t)rt * ct;
+    uint8_t *m = ds_huge_alloc(*bytes);
+    memset(m, 1, *bytes);
+    for (int o = 0; o < L->out; o++) {
+        const uint8_t *row = (const uint8_t *)L->w + (size_t)o * L->in;
+        for (int b = 0; b < ct; b++)
+            if (!fp8_codes_plain(row + 32 * (size_t)b, DS_MIN(32, L->in - 32 * b))) m[(size_t)(o / 32) * ct + b] = 0;
+    }
+    return m;
+}
 
 /* Row o of an FP8 linear as exact doubles / flushed bf16. */
 static double fp8_value(const ds_linear *L, int o, int i) {

@@ -52,6 +52,8 @@ int ds_official_selfcheck(ds_kernel_check out[3], int *n_out, ds_error *err) {
     ds_linear_release(&L);   /* the panels the AVX-512 path made for it */
     /* FP8, both tiers, against the BF16 linear of the decoded matrix */
     for (int i = 0; i < O * I; i++) codes[i] = (uint8_t)(next(&s) & 0xbf);   /* no NaN codes */
+    for (int i = 0; i < 32 * I; i++)   /* the first 32-row scale tiles plain (decision 176), the others not */
+        if (!(codes[i] & 0x78)) codes[i] |= 0x08;
     for (int i = 0; i < 2 * ((I + 31) / 32); i++) sc[i] = (uint8_t)(118 + next(&s) % 6);
     for (int o = 0; o < O; o++)
         for (int i = 0; i < I; i++) {
@@ -63,7 +65,9 @@ int ds_official_selfcheck(ds_kernel_check out[3], int *n_out, ds_error *err) {
         ds_numerics nm = t ? DS_NUMERICS_FAST : DS_NUMERICS_EXACT;
         ds_linear F = {.fmt = DS_LIN_FP8, .out = O, .in = I, .w = codes, .w_e8m0 = sc, .numerics = nm};
         ds_linear B = {.fmt = DS_LIN_BF16, .out = O, .in = I, .w = dec, .numerics = nm};
+        ds_linear_prepare(&F);   /* the fast tier's map of plain tiles, as at load */
         ds_official_forward(&F, x, N, y);
+        ds_linear_release(&F);
         ds_ref_linear_f(&B, x, N, yr);
         report(&out[1 + t], t ? "fp8-fast" : "fp8", !memcmp(y, yr, sizeof(float) * N * O), max_diff(y, yr, (size_t)N * O), O, I);
     }

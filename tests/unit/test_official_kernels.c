@@ -347,6 +347,39 @@ static void fp8_rescale(fp8_lin *f, int out, int in, int trial) {
         }
 }
 
+/* Most scale tiles made plain (every zero-exponent code given exponent 1, its decoded value
+ * updated), then the kernel map of plain tiles made: the AVX-512 decode (native and emulated)
+ * takes its short step in those tiles and the full one in the rest.  Adds the map's plain and
+ * other tiles to *plain / *other. */
+static void fp8_plain_tiles(fp8_lin *f, int out, int in, int *plain, int *other) {
+    const int sc_cols = (in + 31) / 32;
+    for (int t = 0; t < (out + 31) / 32; t++)
+        for (int b = 0; b < sc_cols; b++) {
+            if (tk_range(0, 2) == 0) continue;
+            for (int o = 32 * t; o < DS_MIN(out, 32 * t + 32); o++)
+                for (int i = 32 * b; i < DS_MIN(in, 32 * b + 32); i++) {
+                    uint8_t *c = &f->codes[(size_t)o * in + i];
+                    if (*c & 0x78) continue;
+                    *c |= 0x08;
+                    f->dec[(size_t)o * in + i] = ds_f32_to_bf16(ldexpf(ds_e4m3_to_f32(*c), f->sc[t * sc_cols + b] - 127));
+                }
+        }
+    ds_error err;
+    ds_kernels_select("auto", &err);
+    ds_linear_prepare(&f->L);
+    CHECK(f->L.packed_kind == DS_PACK_KIND_FP8_PLAIN && f->L.packed, "no plain-tile map made for FP8 [%d, %d]", out, in);
+    if (!f->L.packed) return;
+    CHECK(!ds_linear_streams_packed(&f->L), "the plain-tile map counted as the streamed weights");
+    for (int k = 0; k < (out + 31) / 32 * sc_cols; k++) {
+        const uint8_t m = ((const uint8_t *)f->L.packed)[k];
+        int want = 1;   /* the map against the codes, tile by tile */
+        for (int o = 32 * (k / sc_cols); o < DS_MIN(out, 32 * (k / sc_cols) + 32); o++)
+            for (int i = 32 * (k % sc_cols); i < DS_MIN(in, 32 * (k % sc_cols) + 32); i++) want &= (f->codes[(size_t)o * in + i] & 0x78) != 0;
+        CHECK(m == want, "plain-tile map entry %d is %d, the codes say %d", k, m, want);
+        *(m ? plain : other) += 1;
+    }
+}
+
 TEST(fp8_inreg_decode_equals_the_fast_bf16_order_on_every_path) {
     /* the in-register kernels (AVX2, AVX-512 natively, the AVX-512 source under SIMDe) against the
      * scalar fast order on the decoded matrix; shapes with tails, several rows, scales at the
@@ -354,7 +387,7 @@ TEST(fp8_inreg_decode_equals_the_fast_bf16_order_on_every_path) {
     static const int outs[] = {1, 4, 33, 64, 70};
     /* 1100 and 2080: long rows with a partial last block */
     static const int ins[] = {32, 64, 96, 100, 256, 288, 1100, 2080};
-    int runs = 0;
+    int runs = 0, plain = 0, other = 0;
     for (int trial = 0; trial < 30; trial++) {
         /* n up to 24: the AVX-512 path's 2 x 8 tiles from 5 rows (equal heights: 9 = 5 + 4, 12 = 6 + 6,
          * 20 = 7 + 7 + 6); the blocked kernels' row tiles of 4 and their 6-, 4- and 1-row output
@@ -363,6 +396,7 @@ TEST(fp8_inreg_decode_equals_the_fast_bf16_order_on_every_path) {
         int n = trial == 29 ? 100 : trial % 3 == 2 ? tk_range(7, 24) : tk_range(1, 6);
         fp8_lin f = fp8_make(out, in, DS_NUMERICS_FAST, -12);
         fp8_rescale(&f, out, in, trial);
+        if (trial % 3 != 1) fp8_plain_tiles(&f, out, in, &plain, &other);
         ds_bf16 *x = malloc(sizeof(ds_bf16) * n * in);
         tk_fill_bf16(x, (size_t)n * in, 1.0f);
         float *want = malloc(sizeof(float) * n * out), *got = malloc(sizeof(float) * n * out);
@@ -389,10 +423,13 @@ TEST(fp8_inreg_decode_equals_the_fast_bf16_order_on_every_path) {
                       kind == DS_FF_BF16_DOT ? "vdpbf16ps" : "fma", out, in, n);
                 runs++;
             }
+        ds_linear_release(&f.L);
         free(x); free(want); free(got); free(buf); free(f.codes); free(f.sc); free(f.dec);
     }
-    printf("  %d in-register and blocked FP8 runs compared\n", runs);
+    printf("  %d in-register and blocked FP8 runs compared (%d plain scale tiles, %d with zero or subnormal codes)\n", runs,
+           plain, other);
     CHECK(runs >= 90, "only %d runs", runs);
+    CHECK(plain >= 20 && other >= 20, "plain / other tiles %d / %d: both decode steps must be exercised", plain, other);
 }
 
 TEST(fp8_forward_same_bits_with_and_without_the_inreg_path) {

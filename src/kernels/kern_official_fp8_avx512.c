@@ -91,12 +91,6 @@ AI __m512i fp8_decode32(const uint8_t *codes, fp8_sreg sr) {
     return _mm512_ternarylogic_epi32(v, c, _mm512_set1_epi16((short)0x8000), 0xF8);   /* the table's sign: v | (c & 0x8000) */
 }
 
-/* The same words for a block without zero or subnormal codes: the normal form alone. */
-AI __m512i fp8_decode32_plain(const uint8_t *codes, fp8_sreg sr) {
-    const __m512i c = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)codes));
-    return _mm512_add_epi16(_mm512_and_si512(_mm512_slli_epi16(c, 4), _mm512_set1_epi16((short)0x87f0)), sr.k);
-}
-
 /* The plain-tile map row of the 32-row scale tile holding row o (NULL: not made; decode in full). */
 AI const uint8_t *fp8_plain_row(const ds_linear *L, int o) {
     if (L->packed_kind != DS_PACK_KIND_FP8_PLAIN || !L->packed) return NULL;
@@ -116,11 +110,12 @@ AI void fp8_block_words(const uint8_t *row0, size_t in, int b, uint8_t s, int fu
                         __m512i w[8]) {
     if (full && s >= DS_FP8_SAFE_SMIN && s <= DS_FP8_SAFE_SMAX) {
         fp8_sreg sr = fp8_scale_regs(s, t0);
-        if (plain) {   /* no zero or subnormal code in this scale tile (decision 176) */
+        if (plain) {   /* no zero or subnormal code in this scale tile: the normal form alone (decision 176) */
             UNROLL8
             for (int j = 0; j < RO; j++) {
                 _mm_prefetch((const char *)(row0 + (size_t)(j + FP8_PF_ROWS) * in + b), _MM_HINT_T1);
-                w[j] = fp8_decode32_plain(row0 + (size_t)j * in + b, sr);
+                const __m512i c = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(row0 + (size_t)j * in + b)));
+                w[j] = _mm512_add_epi16(_mm512_and_si512(_mm512_slli_epi16(c, 4), _mm512_set1_epi16((short)0x87f0)), sr.k);
             }
             return;
         }

@@ -385,14 +385,15 @@ TEST(fp8_inreg_decode_equals_the_fast_bf16_order_on_every_path) {
      * scalar fast order on the decoded matrix; shapes with tails, several rows, scales at the
      * edges of the in-register range (blocks outside it take the scalar rule) */
     static const int outs[] = {1, 4, 33, 64, 70};
-    /* 1100 and 2080: long rows with a partial last block */
-    static const int ins[] = {32, 64, 96, 100, 256, 288, 1100, 2080};
+    /* 1100, 2080 and 4160: long rows with a partial last block; 2080 and 4160 span two and three
+     * of the AVX-512 blocked kernel's 2,048-input blocks (partial sums parked between them) */
+    static const int ins[] = {32, 64, 96, 100, 256, 288, 1100, 2080, 4160};
     int runs = 0, plain = 0, other = 0;
     for (int trial = 0; trial < 30; trial++) {
         /* n up to 24: the AVX-512 path's 2 x 8 tiles from 5 rows (equal heights: 9 = 5 + 4, 12 = 6 + 6,
          * 20 = 7 + 7 + 6); the blocked kernels' row tiles of 4 and their 6-, 4- and 1-row output
          * groups at every count; 100 rows: past the 96-row chunk of the AVX-512 blocked kernel */
-        int out = outs[tk_range(0, 4)], in = ins[tk_range(0, 7)];
+        int out = outs[tk_range(0, 4)], in = ins[tk_range(0, 8)];
         int n = trial == 29 ? 100 : trial % 3 == 2 ? tk_range(7, 24) : tk_range(1, 6);
         fp8_lin f = fp8_make(out, in, DS_NUMERICS_FAST, -12);
         fp8_rescale(&f, out, in, trial);

@@ -250,7 +250,8 @@ void DS_FP8_FF_AVX512(const ds_linear *L, const ds_ffact *X, int o0, int o1, flo
  * block of inputs, or the next row group's first), where it used to prefetch the next row group's
  * same block, which the call reaches only after every remaining block of this group; and blocks
  * of 2,048 inputs instead of 1,024 (a 2,048-input row is one block: no partial sums parked).  From
- * memory, 2 threads, 12-128 rows: 1.06-1.32x; each change alone 0.99-1.18x. */
+ * memory, 2 threads, calls alternated in both orders: 2,048-input rows x 12-128 1.04-1.13x, other
+ * shapes 0.94-1.09x (within the 0.99-1.08x of an A/A run). */
 enum { FB_KB = 2048, FB_WS = FB_KB + 32, FB_RR = 4, FB_MAXCHUNK = 96 };
 
 /* Inputs [k0, k1) of FP8 rows [o, o + RO) as bf16 words into dst (rows FB_WS words apart), each

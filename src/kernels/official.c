@@ -403,15 +403,15 @@ static void fp8_fast_task(void *vctx, int t, int thread) {
  * process, 2 threads, the mini's attention shapes [2048, 4096], [2048, 2048], [8192, 512]):
  * blocked against in-register 0.66x at 6 rows, 0.82x at 8, 1.03-1.06x at 12, 1.07-1.12x at 16,
  * 1.3-1.5x at 32; against the decoded bf16 tiles it replaced past 24 rows 1.3-1.4x at 32 rows,
- * 1.03x at 128.  With decision 177's prefetch and 2,048-input blocks the blocked kernel against
- * in-register: 0.95-1.0x at 8 rows, 0.93-1.23x at 9-10, 1.04-1.10x at 11, 1.26-1.33x at 12, so
- * it takes over from 11 rows. */
+ * 1.03x at 128.  With decision 177's prefetch and 2,048-input blocks, the blocked kernel against
+ * in-register (calls alternated in both orders): 0.85-1.0x at 8 rows, 1.02-1.14x at 9-10,
+ * 0.98-1.10x at 11, 1.14-1.23x at 12, so it takes over from 9 rows. */
 /* AVX2: past 4 rows the 2 x 2 in-register tiles, which decode each weight once per two rows, give
  * way to the blocked kernel that decodes each block of codes once into fp32 for every row tile
  * (alternated calls, 2 threads, the mini's attention shapes [2048, 4096], [8192, 512], [2048,
  * 2048] and [4608, 5120]: 4 rows 0.9-1.1x, 5-6 rows 1.05-1.5x, 8-16 rows 1.2-1.65x against the
  * better of in-register and the decoded bf16 tiles, 512 rows equal; decision 151). */
-enum { FP8_INREG_MAX_ROWS_AVX2 = 4, FP8_INREG_MAX_ROWS_AVX512 = 10 };
+enum { FP8_INREG_MAX_ROWS_AVX2 = 4, FP8_INREG_MAX_ROWS_AVX512 = 8 };
 static _Atomic int g_fp8_inreg_allowed = 1;
 
 int ds_fp8_inreg_allow(int allow) { return atomic_exchange(&g_fp8_inreg_allowed, allow); }

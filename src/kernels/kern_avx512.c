@@ -8,8 +8,8 @@
  *   W4A8: the weights, stored as w+8 (0..15); the activations stay signed; the bias adds 8*Σx.
  * Sums stay below 2^31 for every shape here (CHECKPOINT.md §7), and int32 wraps exactly anyway,
  * so outputs are bit-identical to the scalar reference.  Calls of 1 to 8 rows (decode, a verify
- * step, one expert's rows in a batched decode step) walk 4 panels at once (3 for W4A8 at 5-8 rows)
- * over the whole input, every row's accumulators in registers, so each weight byte is read once
+ * step, one expert's rows in a batched decode step) walk 4 panels at once (W4A8: 6 at 1-2 rows,
+ * 3 at 5-8) over the whole input, every row's accumulators in registers, so each weight byte is read once
  * for all rows (q_small); more rows keep 2 panels x 12 activation rows = 24 accumulators in
  * registers and are cache-blocked (q_panels): row chunks stay in L2, input blocks of a panel pair
  * stay in L1 while every row tile of the chunk runs against them.
@@ -54,13 +54,14 @@ AI __m512i dpbusd(__m512i acc, __m512i u, __m512i s) {
 #define dpbusd(acc, u, s) _mm512_dpbusd_epi32((acc), (u), (s))
 #endif
 #define DS_Q_NR 12 /* rows per micro-tile: 2 panels x 12 rows = 24 accumulators */
+#define DS_Q_NP_MAX 6 /* panels side by side at most (W4A8 at 1-2 rows, q_small) */
 
 /* Input steps [s0, s1) of a micro-tile.  Tiles that do not cover the whole input start from and
  * park their int32 partial sums in `part` (row r at part + (r - r0) * 32 ints: 2 panels x 16);
  * int32 sums are exact, so splitting the inputs changes no bit. */
 typedef struct { int s0, s1, first, last, r0; int32_t *part; } qrange;
 
-AI void acc_init(__m512i acc[4][12], const int NP, const int NR, const qrange *K, int r) {
+AI void acc_init(__m512i acc[DS_Q_NP_MAX][12], const int NP, const int NR, const qrange *K, int r) {
 UNROLL12
     for (int j = 0; j < NP; j++)
 UNROLL12
@@ -70,7 +71,7 @@ UNROLL12
 }
 
 /* Returns 1 when the partial sums were parked (more input blocks follow). */
-AI int acc_park(__m512i acc[4][12], const int NP, const int NR, const qrange *K, int r) {
+AI int acc_park(__m512i acc[DS_Q_NP_MAX][12], const int NP, const int NR, const qrange *K, int r) {
     if (K->last) return 0;
 UNROLL12
     for (int j = 0; j < NP; j++)
@@ -89,7 +90,7 @@ AI size_t pf_far(const ds_packed *P, int NP) { return DS_Q_PREFETCH + (size_t)(N
  * registers over the whole input range (2 x 12 = 24 of the 32 zmm, plus the weight tiles). */
 AI void w8_block(const ds_packed *P, const ds_qact *X, int p, int r, const int NP, const int NR,
                  const qrange *K, float *y, int ystride, const int PF) {
-    __m512i acc[4][12];
+    __m512i acc[DS_Q_NP_MAX][12];
     acc_init(acc, NP, NR, K, r);
     const uint8_t *wp = P->tiles + (size_t)p * P->panel_bytes;
     const uint8_t *xr = X->qu + (size_t)r * X->kpad;
@@ -103,7 +104,7 @@ AI void w8_block(const ds_packed *P, const ds_qact *X, int p, int r, const int N
         const int send = seg ? K->s1 : DS_MIN(K->s1, pf_near(P));
         const size_t pf = seg ? pf_far(P, NP) : DS_Q_PREFETCH;
         for (; two && s + 2 <= send; s += 2) {
-            __m512i w0[4], w1[4];
+            __m512i w0[DS_Q_NP_MAX], w1[DS_Q_NP_MAX];
 UNROLL12
             for (int j = 0; j < NP; j++) {
                 const uint8_t *t = wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES;
@@ -126,7 +127,7 @@ UNROLL12
             }
         }
         for (; s < send; s++) {
-            __m512i w[4];
+            __m512i w[DS_Q_NP_MAX];
 UNROLL12
             for (int j = 0; j < NP; j++) {
                 const uint8_t *t = wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES;
@@ -155,7 +156,7 @@ UNROLL12
 
 AI void w4_block(const ds_packed *P, const ds_qact *X, int p, int r, const int NP, const int NR,
                  const qrange *K, float *y, int ystride, const int PF) {
-    __m512i acc[4][12];
+    __m512i acc[DS_Q_NP_MAX][12];
     const __m512i m0f = _mm512_set1_epi8(0x0f);
     acc_init(acc, NP, NR, K, r);
     const uint8_t *wp = P->tiles + (size_t)p * P->panel_bytes;
@@ -166,7 +167,7 @@ AI void w4_block(const ds_packed *P, const ds_qact *X, int p, int r, const int N
         const int send = seg ? K->s1 : DS_MIN(K->s1, pf_near(P));
         const size_t pf = seg ? pf_far(P, NP) : DS_Q_PREFETCH;
         for (; s < send; s++) {
-            __m512i lo[4], hi[4];
+            __m512i lo[DS_Q_NP_MAX], hi[DS_Q_NP_MAX];
 UNROLL12
             for (int j = 0; j < NP; j++) {
                 const uint8_t *t = wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES;
@@ -241,10 +242,14 @@ static void w4_rows(const ds_packed *P, const ds_qact *X, int r0, int r1, int p,
  * step): the whole input range in one pass, so each weight byte is read once for every row, with
  * SMALL_NP(n) panels side by side so that all n x NP accumulators stay in registers and there are
  * enough independent VPDPBUSD chains to hide its latency.  Several weight streams at once also
- * keep the hardware prefetchers ahead (a matrix-vector product has nothing else to reuse). */
+ * keep the hardware prefetchers ahead (a matrix-vector product has nothing else to reuse).
+ * W4A8 at 1-2 rows walks 6 panels, not 4 (decision 178): a W4A8 tile holds twice the inputs of a
+ * W8A8 one and needs the nibble unpack, so each stream is consumed more slowly, and 6 streams keep
+ * more lines in flight: expert matrices [768, 2048] x 2 rows 1.07-1.13x, x 1 1.01-1.05x; W8A8
+ * with 6 or 8 panels ran 0.86-1.0x and keeps 4; 3-4 rows with 5-6 panels ran 0.83-1.06x. */
 #define DS_Q_SMALL 8
 #ifndef SMALL_NP
-#define SMALL_NP(n, w8) ((n) <= 4 || (w8) ? 4 : 3)
+#define SMALL_NP(n, w8) ((w8) ? 4 : (n) <= 2 ? 6 : (n) <= 4 ? 4 : 3)
 #endif
 #define SMALL_CASE(FN, NP, NR) case NR: FN(P, X, p, r0, NP, NR, &K, y, ystride, 1); break
 #define SMALL_TILES(FN, NP)                                                                      \
@@ -256,6 +261,12 @@ static void w4_rows(const ds_packed *P, const ds_qact *X, int r0, int r1, int p,
         default: break;                                                                          \
         }                                                                                        \
     } while (0)
+/* 5-6 panels: W4A8 at 1-2 rows only (SMALL_NP) */
+#define SMALL_WIDE(FN, NP)                                                                       \
+    do {                                                                                         \
+        if (n == 1) FN(P, X, p, r0, NP, 1, &K, y, ystride, 1);                                   \
+        else FN(P, X, p, r0, NP, 2, &K, y, ystride, 1);                                          \
+    } while (0)
 static void q_small(const ds_packed *P, const ds_qact *X, int r0, int r1, int p0, int p1, float *y,
                     int ystride) {
     const qrange K = {0, P->ksteps, 1, 1, r0, NULL};
@@ -263,6 +274,8 @@ static void q_small(const ds_packed *P, const ds_qact *X, int r0, int r1, int p0
     for (int p = p0; p < p1;) {
         const int np = DS_MIN(SMALL_NP(n, w8), p1 - p);
         switch (np * 2 + w8) {
+        case 12: SMALL_WIDE(w4_block, 6); break;   /* W4A8, 1-2 rows */
+        case 10: SMALL_WIDE(w4_block, 5); break;
         case 8: SMALL_TILES(w4_block, 4); break;
         case 9: SMALL_TILES(w8_block, 4); break;
         case 6: SMALL_TILES(w4_block, 3); break;

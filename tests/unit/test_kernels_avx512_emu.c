@@ -27,6 +27,35 @@ static ds_qact make_qact(const int8_t *q, const float *s, int n, int in, int8_t 
     return (ds_qact){.q = *qp, .qu = *qu, .s = s, .xsum = *xsum, .n = n, .kpad = kpad};
 }
 
+/* One integer linear through the emulated kernel against the reference: codes in [-127, 127]
+ * (the first row alternating +-127 when `extremes`); `split`: panels in two ranges and rows in two
+ * ranges, as the dispatcher may cut a call.  Returns 1 when every output is bit-identical. */
+static int emu_q_matches(ds_lin_fmt fmt, int out, int in, int n, int split, int extremes) {
+    tk_lin t = tk_make(fmt, out, in);
+    int8_t *q = malloc((size_t)n * in);
+    float *s = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n * out), *yr = malloc(sizeof(float) * n * out);
+    for (size_t i = 0; i < (size_t)n * in; i++) q[i] = (int8_t)tk_range(-127, 127);
+    if (extremes) for (int i = 0; i < in; i++) q[i] = (int8_t)(i % 2 ? 127 : -127);
+    for (int r = 0; r < n; r++) s[r] = (float)tk_range(1, 1000) * 1e-3f;
+    size_t bytes;
+    ds_packed *P = ds_pack_linear(&t.L, &bytes);
+    int8_t *qp; uint8_t *qu; int32_t *xsum;
+    ds_qact X = make_qact(q, s, n, in, &qp, &qu, &xsum);
+    tk_poison(y, (size_t)n * out);
+    int np = P->npanels, pm = split ? np / 2 : 0, rm = split ? n / 2 : 0;
+    if (rm > 0) {
+        ds_kern_avx512_emu.q_panels(P, &X, 0, rm, 0, pm, y, out);
+        ds_kern_avx512_emu.q_panels(P, &X, 0, rm, pm, np, y, out);
+    }
+    ds_kern_avx512_emu.q_panels(P, &X, rm, n, 0, np, y, out);
+    ds_ref_linear_q(&t.L, q, s, n, yr);
+    int same = !memcmp(y, yr, sizeof(float) * n * out);
+    ds_huge_free(P);
+    free(q); free(s); free(y); free(yr); free(qp); free(qu); free(xsum);
+    tk_free(&t);
+    return same;
+}
+
 TEST(emulated_avx512_integer_kernels_equal_reference) {
     static const int outs[] = {1, 15, 16, 17, 33, 64, 65, 100};
     static const int ins[] = {1, 3, 4, 5, 8, 9, 63, 64, 65, 130, 257};
@@ -36,33 +65,25 @@ TEST(emulated_avx512_integer_kernels_equal_reference) {
         ds_lin_fmt fmt = trial % 2 ? DS_LIN_W4A8 : DS_LIN_W8A8;
         int out = outs[tk_range(0, DS_ARRAY_LEN(outs) - 1)], in = ins[tk_range(0, DS_ARRAY_LEN(ins) - 1)];
         int n = ns[tk_range(0, DS_ARRAY_LEN(ns) - 1)];
-        tk_lin t = tk_make(fmt, out, in);
-        int8_t *q = malloc((size_t)n * in);
-        float *s = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n * out), *yr = malloc(sizeof(float) * n * out);
-        for (int i = 0; i < n * in; i++) q[i] = (int8_t)tk_range(-127, 127);
-        if (trial % 3 == 0) for (int i = 0; i < in; i++) q[i] = (int8_t)(i % 2 ? 127 : -127); /* extremes */
-        for (int r = 0; r < n; r++) s[r] = (float)tk_range(1, 1000) * 1e-3f;
-        size_t bytes;
-        ds_packed *P = ds_pack_linear(&t.L, &bytes);
-        int8_t *qp; uint8_t *qu; int32_t *xsum;
-        ds_qact X = make_qact(q, s, n, in, &qp, &qu, &xsum);
-        tk_poison(y, (size_t)n * out);
-        int np = P->npanels;
-        /* split like the dispatcher may: panels in two ranges, rows in two ranges */
-        int pm = np / 2, rm = n / 2;
-        if (rm > 0) {
-            ds_kern_avx512_emu.q_panels(P, &X, 0, rm, 0, pm, y, out);
-            ds_kern_avx512_emu.q_panels(P, &X, 0, rm, pm, np, y, out);
-        }
-        ds_kern_avx512_emu.q_panels(P, &X, rm, n, 0, np, y, out);
-        ds_ref_linear_q(&t.L, q, s, n, yr);
-        CHECK(!memcmp(y, yr, sizeof(float) * n * out), "fmt %d out=%d in=%d n=%d differs", fmt, out, in, n);
+        CHECK(emu_q_matches(fmt, out, in, n, 1, trial % 3 == 0), "fmt %d out=%d in=%d n=%d differs", fmt, out, in, n);
         runs++;
-        ds_huge_free(P);
-        free(q); free(s); free(y); free(yr); free(qp); free(qu); free(xsum);
-        tk_free(&t);
     }
     printf("  %d emulated integer linears compared\n", runs);
+}
+
+/* W4A8 at 1-2 rows walks 6 panels at once (decision 178): 6, 11 and 13 panels run it whole and
+ * with tails of 5 and 1 panels, from panel 0 and from the middle (the split call). */
+TEST(emulated_avx512_six_panel_few_row_tiles_equal_reference) {
+    static const int outs[] = {96, 176, 200}, ins[] = {64, 130, 257};
+    int runs = 0;
+    for (size_t o = 0; o < DS_ARRAY_LEN(outs); o++)
+        for (size_t i = 0; i < DS_ARRAY_LEN(ins); i++)
+            for (int n = 1; n <= 4; n++) {
+                CHECK(emu_q_matches(DS_LIN_W4A8, outs[o], ins[i], n, n > 2, n == 1), "out=%d in=%d n=%d differs",
+                      outs[o], ins[i], n);
+                runs++;
+            }
+    printf("  %d emulated W4A8 few-row linears compared\n", runs);
 }
 
 /* The cache blocking of the many-row product: row chunks (513 rows), input blocks with partial sums
@@ -74,23 +95,9 @@ TEST(emulated_avx512_blocked_products_equal_reference) {
     for (size_t k = 0; k < DS_ARRAY_LEN(shapes); k++)
         for (int f = 0; f < 2; f++) {
             int out = shapes[k].out, in = shapes[k].in, n = shapes[k].n;
-            tk_lin t = tk_make(f ? DS_LIN_W4A8 : DS_LIN_W8A8, out, in);
-            int8_t *q = malloc((size_t)n * in);
-            float *s = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n * out), *yr = malloc(sizeof(float) * n * out);
-            for (size_t i = 0; i < (size_t)n * in; i++) q[i] = (int8_t)tk_range(-127, 127);
-            for (int r = 0; r < n; r++) s[r] = (float)tk_range(1, 1000) * 1e-3f;
-            size_t bytes;
-            ds_packed *P = ds_pack_linear(&t.L, &bytes);
-            int8_t *qp; uint8_t *qu; int32_t *xsum;
-            ds_qact X = make_qact(q, s, n, in, &qp, &qu, &xsum);
-            tk_poison(y, (size_t)n * out);
-            ds_kern_avx512_emu.q_panels(P, &X, 0, n, 0, P->npanels, y, out);
-            ds_ref_linear_q(&t.L, q, s, n, yr);
-            CHECK(!memcmp(y, yr, sizeof(float) * n * out), "fmt %d out=%d in=%d n=%d differs", f, out, in, n);
+            CHECK(emu_q_matches(f ? DS_LIN_W4A8 : DS_LIN_W8A8, out, in, n, 0, 0), "fmt %d out=%d in=%d n=%d differs", f,
+                  out, in, n);
             runs++;
-            ds_huge_free(P);
-            free(q); free(s); free(y); free(yr); free(qp); free(qu); free(xsum);
-            tk_free(&t);
         }
     printf("  %d emulated blocked products compared\n", runs);
 }

@@ -258,10 +258,12 @@ size_t ds_linear_prepare(ds_linear *L) {
     if ((L->fmt == DS_LIN_BF16 || L->fmt == DS_LIN_F32) && L->numerics == DS_NUMERICS_FAST) ensure_ffw(L);
     else if (L->fmt == DS_LIN_W8A8 || L->fmt == DS_LIN_W4A8) ensure_packed(L);
     else if (L->fmt == DS_LIN_MXFP4) ds_mx_ensure_pack(L);   /* both SIMD paths run MXFP4 panels */
-    else if (L->fmt == DS_LIN_FP8 && L->numerics == DS_NUMERICS_FAST && !L->act_e4m3)
-        ensure_copy(L, make_fp8_plain, DS_PACK_KIND_FP8_PLAIN);   /* read by the AVX-512 decode only */
+    else if (L->fmt == DS_LIN_FP8 && L->numerics == DS_NUMERICS_FAST && !L->act_e4m3 && ops()->fp8_plain_map)
+        ds_fp8_ensure_plain_map(L);   /* the AVX-512 decode reads it; elsewhere it would be a scan for nothing */
     return L->packed_bytes;
 }
+
+void ds_fp8_ensure_plain_map(ds_linear *L) { ensure_copy(L, make_fp8_plain, DS_PACK_KIND_FP8_PLAIN); }
 
 int ds_linear_streams_packed(const ds_linear *L) {
     return L->packed && L->packed_kind != DS_PACK_KIND_FP8_PLAIN;   /* that one is a map beside the codes */

@@ -397,6 +397,7 @@ static void f_rows(const ds_linear *L, const double *xd, int xstride, int n, int
 const ds_kern_ops DS_AVX512_OPS = {
     .name = "avx512-vnni",
     .wants_qu = 1,
+    .fp8_plain_map = 1,
     .q_panels = q_panels,
     .f_rows = f_rows,
     .quantize_row = DS_QUANTIZE_ROW,

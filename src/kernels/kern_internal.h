@@ -96,6 +96,7 @@ typedef struct ds_kern_ops {
     const char *name;
     int wants_qu;
     int ff_halves;        /* ff_rows reads more than one row faster in the gathered-halves layout */
+    int fp8_plain_map;    /* its FP8 decode reads the plain-tile map (ds_fp8_plain_map): make it at load */
     void (*q_panels)(const ds_packed *P, const ds_qact *X, int r0, int r1, int p0, int p1, float *y,
                      int ystride);
     void (*f_rows)(const ds_linear *L, const double *xd, int xstride, int n, int o0, int o1, float *y);

@@ -155,12 +155,16 @@ static inline float ds_fp8_scale_f(uint8_t s) {   /* 2^(s-127) as fp32 bits (s =
  * below infinity); other blocks through ds_fp8_bf16_one. */
 #define DS_FP8_SAFE_SMIN 86
 #define DS_FP8_SAFE_SMAX 246
-/* The kernel-private copy of a fast-tier FP8 linear (made at load, dispatch.c): one byte per 32x32
- * scale tile, [ceil(out/32)][ceil(in/32)], 1 when none of the tile's codes has a zero exponent
+/* The kernel-private copy of a fast-tier FP8 linear (made at load where the AVX-512 decode runs,
+ * dispatch.c): one byte per 32x32 scale tile, [ceil(out/32)][ceil(in/32)], 1 when none of the tile's codes has a zero exponent
  * field (no zero, no subnormal code).  The AVX-512 decode skips its subnormal step in such tiles
  * (the normal form alone gives every word); trained weights leave almost every tile plain. */
 #define DS_PACK_KIND_FP8_PLAIN 4
 void *ds_fp8_plain_map(const ds_linear *L, size_t *bytes);
+/* Attach that map to L (once; counted in ds_kernels_packed_bytes, freed by ds_linear_release).
+ * ds_linear_prepare calls it only where the active path reads the map (AVX-512); the tests of the
+ * emulated AVX-512 decode call it on every host. */
+void ds_fp8_ensure_plain_map(ds_linear *L);
 typedef void (*ds_fp8_ff_fn)(const ds_linear *L, const ds_ffact *X, int o0, int o1, float *y, int ystride);
 void ds_fp8_ff_avx2(const ds_linear *L, const ds_ffact *X, int o0, int o1, float *y, int ystride);
 /* AVX2 from five activation rows (kern_avx2_fast.c): each block of codes decoded once into fp32, then the

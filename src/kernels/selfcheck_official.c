@@ -65,7 +65,7 @@ int ds_official_selfcheck(ds_kernel_check out[3], int *n_out, ds_error *err) {
         ds_numerics nm = t ? DS_NUMERICS_FAST : DS_NUMERICS_EXACT;
         ds_linear F = {.fmt = DS_LIN_FP8, .out = O, .in = I, .w = codes, .w_e8m0 = sc, .numerics = nm};
         ds_linear B = {.fmt = DS_LIN_BF16, .out = O, .in = I, .w = dec, .numerics = nm};
-        ds_linear_prepare(&F);   /* the fast tier's map of plain tiles, as at load */
+        ds_linear_prepare(&F);   /* as at load: the map of plain tiles where the path reads it */
         ds_official_forward(&F, x, N, y);
         ds_linear_release(&F);
         ds_ref_linear_f(&B, x, N, yr);

@@ -365,8 +365,19 @@ static void fp8_plain_tiles(fp8_lin *f, int out, int in, int *plain, int *other)
                 }
         }
     ds_error err;
+    if (ds_kernels_available("avx2")) {   /* a path whose decode does not read the map makes none */
+        ds_kernels_select("avx2", &err);
+        ds_linear_prepare(&f->L);
+        CHECK(!f->L.packed, "the avx2 path made a plain-tile map it never reads");
+        ds_linear_release(&f->L);
+    }
     ds_kernels_select("auto", &err);
     ds_linear_prepare(&f->L);
+    /* made at load only where the active path reads it (the AVX-512 decode) */
+    const int reads_map = !strcmp(ds_kernels_active(), "avx512-vnni");
+    CHECK(reads_map == (f->L.packed != NULL), "path %s: plain-tile map made %d, expected %d", ds_kernels_active(),
+          f->L.packed != NULL, reads_map);
+    ds_fp8_ensure_plain_map(&f->L);   /* the emulated AVX-512 decode reads it on every host */
     CHECK(f->L.packed_kind == DS_PACK_KIND_FP8_PLAIN && f->L.packed, "no plain-tile map made for FP8 [%d, %d]", out, in);
     if (!f->L.packed) return;
     CHECK(!ds_linear_streams_packed(&f->L), "the plain-tile map counted as the streamed weights");

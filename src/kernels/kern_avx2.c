@@ -102,39 +102,6 @@ AI void w8_block(const ds_packed *P, const ds_qact *X, int p, int r, const int N
                        y + (size_t)(r + i) * ystride);
 }
 
-/* One activation row against 4 panels at once (four weight streams, 8 int32 accumulators; each
- * step's weights loaded and used at once): both objects alternated, 2 threads, bits equal,
- * [4608, 5120] x 1 1.33-1.34x, [4096, 4096] 1.12-1.36x, [8192, 512] 1.21-1.27x; A/A 0.96-1.05x
- * (decision 180). */
-#define W8_ROW_NP 4
-AI void w8_block_row(const ds_packed *P, const ds_qact *X, int p, int r, const int NP, float *y, int ystride) {
-    __m256i acc[W8_ROW_NP][2];
-    const __m256i ones = _mm256_set1_epi16(1);
-#pragma GCC unroll 4
-    for (int j = 0; j < NP; j++) acc[j][0] = acc[j][1] = _mm256_setzero_si256();
-    const uint8_t *wp = P->tiles + (size_t)p * P->panel_bytes;
-    const int8_t *xr = X->q + (size_t)r * X->kpad;
-    for (int s = 0; s < P->ksteps; s++) {
-        const __m256i xb = _mm256_set1_epi32(load4(xr + 4 * (size_t)s));
-#pragma GCC unroll 4
-        for (int j = 0; j < NP; j++) {
-            q_prefetch(P, wp, j, s, NP);
-#pragma GCC unroll 2
-            for (int h = 0; h < 2; h++) {
-                const __m256i w = _mm256_load_si256(
-                    (const __m256i *)(wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES + 32 * h));
-                const __m256i t = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(xb, w));
-                acc[j][h] = _mm256_add_epi32(acc[j][h], _mm256_madd_epi16(t, ones));
-            }
-        }
-    }
-#pragma GCC unroll 4
-    for (int j = 0; j < NP; j++)
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++)
-            store8(acc[j][h], X->s[r], P->scale, (p + j) * DS_PANEL_ROWS + 8 * h, P->out, y + (size_t)r * ystride);
-}
-
 AI void w4_block(const ds_packed *P, const ds_qact *X, int p, int r, const int NP, const int NR,
                  float *y, int ystride) {
     __m256i acc[2][2][2], a16[2][2][2];
@@ -245,22 +212,25 @@ AI void w4_block2x2(const ds_packed *P, const ds_qact *X, int p, int r, float *y
     }
 }
 
-/* One activation row (decode, an expert's single row) against 4 panels at once: four weight
- * streams instead of w4_block's two, and no int16 stage (its int16 accumulators would not fit the
- * 16 registers beside 8 int32 ones; each step's pairs go straight to int32: the same exact sums).
- * Both objects alternated on the same weights, 2 threads, bits equal: [4608, 5120] x 1 1.14-1.31x,
- * [11520, 2048] 1.08-1.30x, 96 expert matrices [768, 2048] 1.14-1.28x; A/A 0.88-1.05x (decision 180). */
-#define W4_ROW_NP 4
-AI void w4_block_row(const ds_packed *P, const ds_qact *X, int p, int r, const int NP, float *y, int ystride) {
-    __m256i acc[W4_ROW_NP][2];
+/* One activation row (decode, an expert's single row) against NP = 4 panels at once: four weight
+ * streams instead of two, 8 int32 accumulators, each step's weights loaded and used at once, and for
+ * W4A8 no int16 stage (its accumulators would not fit the 16 registers beside the int32 ones; each
+ * step's pairs go straight to int32: the same exact sums).  Both objects alternated on the same
+ * weights, 2 threads, bits equal (decision 180): W8A8 [4608, 5120] x 1 1.33x, [8192, 512] 1.21-1.27x;
+ * W4A8 [4608, 5120] 1.01-1.31x, 96 expert matrices [768, 2048] 1.14-1.28x; A/A 0.88-1.05x. */
+#define Q_ROW_NP 4
+AI void q_block_row(const ds_packed *P, const ds_qact *X, int p, int r, const int NP, const int W4, float *y,
+                    int ystride) {
+    __m256i acc[Q_ROW_NP][2];
     const __m256i ones = _mm256_set1_epi16(1), m0f = _mm256_set1_epi8(0x0f);
 #pragma GCC unroll 4
     for (int j = 0; j < NP; j++) acc[j][0] = acc[j][1] = _mm256_setzero_si256();
     const uint8_t *wp = P->tiles + (size_t)p * P->panel_bytes;
     const int8_t *xr = X->q + (size_t)r * X->kpad;
     for (int s = 0; s < P->ksteps; s++) {
-        const __m256i x0 = _mm256_set1_epi32(load4(xr + 8 * (size_t)s));
-        const __m256i x1 = _mm256_set1_epi32(load4(xr + 8 * (size_t)s + 4));
+        /* W4A8: inputs 8s..8s+3 against the low nibbles, 8s+4.. the high; W8A8: inputs 4s..4s+3 */
+        const __m256i x0 = _mm256_set1_epi32(load4(xr + (W4 ? 8 : 4) * (size_t)s));
+        const __m256i x1 = W4 ? _mm256_set1_epi32(load4(xr + 8 * (size_t)s + 4)) : x0;
 #pragma GCC unroll 4
         for (int j = 0; j < NP; j++) {
             q_prefetch(P, wp, j, s, NP);
@@ -268,13 +238,14 @@ AI void w4_block_row(const ds_packed *P, const ds_qact *X, int p, int r, const i
             for (int h = 0; h < 2; h++) {
                 const __m256i w = _mm256_load_si256(
                     (const __m256i *)(wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES + 32 * h));
-                const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(w, m0f), x0),
-                                                   _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(w, 4), m0f), x1));
+                const __m256i t = W4 ? _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(w, m0f), x0),
+                                                        _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(w, 4), m0f), x1))
+                                     : _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x0, w));
                 acc[j][h] = _mm256_add_epi32(acc[j][h], _mm256_madd_epi16(t, ones));
             }
         }
     }
-    const __m256i bias = _mm256_set1_epi32(8 * X->xsum[r]);
+    const __m256i bias = _mm256_set1_epi32(W4 ? 8 * X->xsum[r] : 0);   /* W4A8 tiles hold w + 8 */
 #pragma GCC unroll 4
     for (int j = 0; j < NP; j++)
 #pragma GCC unroll 2
@@ -342,7 +313,7 @@ static void w8_panels(const ds_packed *P, const ds_qact *X, int r0, int r1, int 
                       int ystride) {
     if (r1 - r0 == 1) { /* matrix-vector: four panels at once, then two: four or two weight streams */
         int p = p0;
-        for (; p + W8_ROW_NP <= p1; p += W8_ROW_NP) w8_block_row(P, X, p, r0, W8_ROW_NP, y, ystride);
+        for (; p + Q_ROW_NP <= p1; p += Q_ROW_NP) q_block_row(P, X, p, r0, Q_ROW_NP, 0, y, ystride);
         for (; p + 2 <= p1; p += 2) w8_block(P, X, p, r0, 2, 1, y, ystride);
         if (p < p1) w8_block(P, X, p, r0, 1, 1, y, ystride);
         return;
@@ -363,7 +334,7 @@ static void w4_panels(const ds_packed *P, const ds_qact *X, int r0, int r1, int 
                       int ystride) {
     if (r1 - r0 == 1) {
         int p = p0;
-        for (; p + W4_ROW_NP <= p1; p += W4_ROW_NP) w4_block_row(P, X, p, r0, W4_ROW_NP, y, ystride);
+        for (; p + Q_ROW_NP <= p1; p += Q_ROW_NP) q_block_row(P, X, p, r0, Q_ROW_NP, 1, y, ystride);
         for (; p + 2 <= p1; p += 2) w4_block(P, X, p, r0, 2, 1, y, ystride);
         if (p < p1) w4_block(P, X, p, r0, 1, 1, y, ystride);
         return;

@@ -246,7 +246,7 @@ static void w4_rows(const ds_packed *P, const ds_qact *X, int r0, int r1, int p,
  * W4A8 at 1-2 rows walks 6 panels, not 4 (decision 178): a W4A8 tile holds twice the inputs of a
  * W8A8 one and needs the nibble unpack, so each stream is consumed more slowly, and 6 streams keep
  * more lines in flight: expert matrices [768, 2048] x 2 rows 1.07-1.13x, x 1 1.01-1.05x; W8A8
- * with 6 or 8 panels ran 0.86-1.0x and keeps 4; 3-4 rows with 5-6 panels ran 0.83-1.06x. */
+ * with 6 or 8 panels ran 0.86-1.04x and keeps 4; 3-4 rows with 5-6 panels ran 0.83-1.06x. */
 #define DS_Q_SMALL 8
 #ifndef SMALL_NP
 #define SMALL_NP(n, w8) ((w8) ? 4 : (n) <= 2 ? 6 : (n) <= 4 ? 4 : 3)

@@ -196,6 +196,7 @@ void ds_mx_decode_bf16_avx2(const uint8_t *codes, const uint8_t *sc, int in, ds_
  * of at most `chunk` blocks, summed in int64.  Up to 4 activation rows per tile: 4 stretch and 4
  * block accumulators, the two decoded halves and 3 constants fill 15 of the 16 registers. */
 #define MXP2_NR 4
+#define MXP2_NP 2   /* panels one row walks at once (mxp2_one_row) */
 #define MXP2_AI static inline __attribute__((always_inline))
 #define MXP2_UNROLL _Pragma("GCC unroll 4")   /* every index of the register arrays a constant */
 /* One or two rows take both halves of a panel in one pass, so each 64-byte line of tiles is used
@@ -204,75 +205,89 @@ void ds_mx_decode_bf16_avx2(const uint8_t *codes, const uint8_t *sc, int in, ds_
  * separate passes (the registers) and the second reads the panel back from L2. */
 #define MXP2_PREFETCH 1024
 
-MXP2_AI void mxp2_stretch(const ds_mxpack *P, int p, int half0, const int NH, const int NR, const uint8_t *const *xr,
-                          size_t part, size_t init, int b0, int b1, __m256i a[2][MXP2_NR]) {
+MXP2_AI void mxp2_stretch(const ds_mxpack *P, int p, int dp, const int NP, int half0, const int NH, const int NR,
+                          const uint8_t *const *xr, size_t part, size_t init, int b0, int b1, __m256i a[MXP2_NP][2][MXP2_NR]) {
     const __m256i lut = _mm256_setr_epi8(DS_MX_U12_LUT, DS_MX_U12_LUT), low4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
-    const uint8_t *tp = P->tiles + (size_t)p * P->nb * 256 + 32 * (size_t)half0;
+    const uint8_t *tp[MXP2_NP];
     MXP2_UNROLL
-    for (int h = 0; h < NH; h++)
+    for (int j = 0; j < NP; j++) {
+        tp[j] = P->tiles + (size_t)(p + j * dp) * P->nb * 256 + 32 * (size_t)half0;
         MXP2_UNROLL
-        for (int i = 0; i < NR; i++) a[h][i] = _mm256_setzero_si256();
+        for (int h = 0; h < NH; h++)
+            MXP2_UNROLL
+            for (int i = 0; i < NR; i++) a[j][h][i] = _mm256_setzero_si256();
+    }
     for (int b = b0; b < b1; b++) {
-        __m256i blk[2][MXP2_NR];
+        __m256i blk[MXP2_NP][2][MXP2_NR];
         MXP2_UNROLL
         for (int i = 0; i < NR; i++) {
             int32_t v;
             memcpy(&v, xr[i] + init + 4 * (size_t)b, 4);
-            blk[0][i] = blk[1][i] = _mm256_set1_epi32(v);
+            MXP2_UNROLL
+            for (int j = 0; j < NP; j++) blk[j][0][i] = blk[j][1][i] = _mm256_set1_epi32(v);
         }
         MXP2_UNROLL
         for (int t = 0; t < 4; t++) {
             const size_t off = 256 * (size_t)b + 64 * (size_t)t, xo = 16 * (size_t)b + 4 * (size_t)t;
-            if (NH == 2) _mm_prefetch((const char *)(tp + off + MXP2_PREFETCH), _MM_HINT_T1);
             MXP2_UNROLL
-            for (int h = 0; h < NH; h++) {
-                const __m256i w = _mm256_loadu_si256((const __m256i *)(tp + off + 32 * (size_t)h));
-                const __m256i wl = _mm256_shuffle_epi8(lut, _mm256_and_si256(w, low4));
-                const __m256i wh = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(w, 4), low4));
+            for (int j = 0; j < NP; j++) {
+                if (NH == 2) _mm_prefetch((const char *)(tp[j] + off + MXP2_PREFETCH), _MM_HINT_T1);
                 MXP2_UNROLL
-                for (int i = 0; i < NR; i++) {
-                    int32_t e4, o4;
-                    memcpy(&e4, xr[i] + xo, 4);
-                    memcpy(&o4, xr[i] + part + xo, 4);
-                    const __m256i pr = _mm256_add_epi16(_mm256_maddubs_epi16(wl, _mm256_set1_epi32(e4)),
-                                                        _mm256_maddubs_epi16(wh, _mm256_set1_epi32(o4)));
-                    blk[h][i] = _mm256_add_epi32(blk[h][i], _mm256_madd_epi16(pr, ones));
+                for (int h = 0; h < NH; h++) {
+                    const __m256i w = _mm256_loadu_si256((const __m256i *)(tp[j] + off + 32 * (size_t)h));
+                    const __m256i wl = _mm256_shuffle_epi8(lut, _mm256_and_si256(w, low4));
+                    const __m256i wh = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(w, 4), low4));
+                    MXP2_UNROLL
+                    for (int i = 0; i < NR; i++) {
+                        int32_t e4, o4;
+                        memcpy(&e4, xr[i] + xo, 4);
+                        memcpy(&o4, xr[i] + part + xo, 4);
+                        const __m256i pr = _mm256_add_epi16(_mm256_maddubs_epi16(wl, _mm256_set1_epi32(e4)),
+                                                            _mm256_maddubs_epi16(wh, _mm256_set1_epi32(o4)));
+                        blk[j][h][i] = _mm256_add_epi32(blk[j][h][i], _mm256_madd_epi16(pr, ones));
+                    }
                 }
             }
         }
         MXP2_UNROLL
-        for (int h = 0; h < NH; h++) {
-            long long s8;
-            memcpy(&s8, P->shift + ((size_t)p * P->nb + b) * 16 + 8 * (size_t)(half0 + h), 8);
-            const __m256i sh = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(s8));
+        for (int j = 0; j < NP; j++)
             MXP2_UNROLL
-            for (int i = 0; i < NR; i++) a[h][i] = _mm256_add_epi32(a[h][i], _mm256_sllv_epi32(blk[h][i], sh));
-        }
+            for (int h = 0; h < NH; h++) {
+                long long s8;
+                memcpy(&s8, P->shift + ((size_t)(p + j * dp) * P->nb + b) * 16 + 8 * (size_t)(half0 + h), 8);
+                const __m256i sh = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(s8));
+                MXP2_UNROLL
+                for (int i = 0; i < NR; i++) a[j][h][i] = _mm256_add_epi32(a[j][h][i], _mm256_sllv_epi32(blk[j][h][i], sh));
+            }
     }
 }
 
-/* Halves [half0, half0 + NH) of panel p for NR rows: stretch by stretch, then
- * y = (float)(total · 2^(lo−128) · xs). */
-MXP2_AI void mxp2_tile(const ds_mxpack *P, int p, int half0, const int NH, const int NR, const uint8_t *const *xr,
-                       size_t part, size_t init, const float *xs, float *const *yr) {
-    const int F = P->chunk[p];
-    int64_t tot[2][MXP2_NR][8] = {{{0}}};
+/* Halves [half0, half0 + NH) of panels [p, p + NP) for NR rows: stretch by stretch (the shortest
+ * of the panels' stretches, so none can overflow; the int64 totals are exact however the blocks
+ * are cut), then y = (float)(total · 2^(lo−128) · xs). */
+MXP2_AI void mxp2_tile(const ds_mxpack *P, int p, int dp, const int NP, int half0, const int NH, const int NR,
+                       const uint8_t *const *xr, size_t part, size_t init, const float *xs, float *const *yr) {
+    int F = P->chunk[p];
+    for (int j = 1; j < NP; j++) F = DS_MIN(F, P->chunk[p + j * dp]);
+    int64_t tot[MXP2_NP][2][MXP2_NR][8] = {{{{0}}}};
     for (int b0 = 0; b0 < P->nb; b0 += F) {
-        __m256i a[2][MXP2_NR];
-        mxp2_stretch(P, p, half0, NH, NR, xr, part, init, b0, DS_MIN(P->nb, b0 + F), a);
-        for (int h = 0; h < NH; h++)
-            for (int i = 0; i < NR; i++) {
-                int32_t v[8];
-                _mm256_storeu_si256((__m256i *)v, a[h][i]);
-                for (int l = 0; l < 8; l++) tot[h][i][l] += v[l];
-            }
+        __m256i a[MXP2_NP][2][MXP2_NR];
+        mxp2_stretch(P, p, dp, NP, half0, NH, NR, xr, part, init, b0, DS_MIN(P->nb, b0 + F), a);
+        for (int j = 0; j < NP; j++)
+            for (int h = 0; h < NH; h++)
+                for (int i = 0; i < NR; i++) {
+                    int32_t v[8];
+                    _mm256_storeu_si256((__m256i *)v, a[j][h][i]);
+                    for (int l = 0; l < 8; l++) tot[j][h][i][l] += v[l];
+                }
     }
-    for (int h = 0; h < NH; h++)
-        for (int i = 0; i < NR; i++)
-            for (int l = 0; l < 8; l++) {
-                const int o = 16 * p + 8 * (half0 + h) + l;
-                if (o < P->out) yr[i][o] = (float)(ds_mx_scale_total(tot[h][i][l], P->lo[o]) * (double)xs[i]);
-            }
+    for (int j = 0; j < NP; j++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < NR; i++)
+                for (int l = 0; l < 8; l++) {
+                    const int o = 16 * (p + j * dp) + 8 * (half0 + h) + l;
+                    if (o < P->out) yr[i][o] = (float)(ds_mx_scale_total(tot[j][h][i][l], P->lo[o]) * (double)xs[i]);
+                }
 }
 
 /* Rows [r, r + nr) of panel p: both halves at once for one or two rows, else half by half in
@@ -284,26 +299,54 @@ static void mxp2_panel_rows(const ds_mxpack *P, int p, const uint8_t *act, size_
     for (int i = 0; i < nr; i++) xr[i] = act + (size_t)(r + i) * rowstride, yr[i] = y + (size_t)(r + i) * ystride;
     const int two_halves = 16 * p + 8 < P->out;
     if (nr <= 2 && two_halves) {
-        if (nr == 2) mxp2_tile(P, p, 0, 2, 2, xr, part, init, xs + r, yr);
-        else mxp2_tile(P, p, 0, 2, 1, xr, part, init, xs + r, yr);
+        if (nr == 2) mxp2_tile(P, p, 0, 1, 0, 2, 2, xr, part, init, xs + r, yr);
+        else mxp2_tile(P, p, 0, 1, 0, 2, 1, xr, part, init, xs + r, yr);
         return;
     }
     for (int half = 0; half < 1 + two_halves; half++) switch (nr) {
-        case 4: mxp2_tile(P, p, half, 1, 4, xr, part, init, xs + r, yr); break;
-        case 3: mxp2_tile(P, p, half, 1, 3, xr, part, init, xs + r, yr); break;
-        case 2: mxp2_tile(P, p, half, 1, 2, xr, part, init, xs + r, yr); break;
-        default: mxp2_tile(P, p, half, 1, 1, xr, part, init, xs + r, yr); break;
+        case 4: mxp2_tile(P, p, 0, 1, half, 1, 4, xr, part, init, xs + r, yr); break;
+        case 3: mxp2_tile(P, p, 0, 1, half, 1, 3, xr, part, init, xs + r, yr); break;
+        case 2: mxp2_tile(P, p, 0, 1, half, 1, 2, xr, part, init, xs + r, yr); break;
+        default: mxp2_tile(P, p, 0, 1, half, 1, 1, xr, part, init, xs + r, yr); break;
         }
 }
 
+/* One activation row against panels [p0, p1): the first and the second half of the range walked
+ * side by side, panel p0 + i beside panel p0 + h + i, so a thread keeps two weight streams in flight
+ * and each stream runs on into its next panel as one sequential read (pairs of neighbouring panels
+ * started the second stream cold at every pair: 0.9x on 6 KiB panels; decision 181).  A pair
+ * needs both panels on the int32 route with both halves; other panels, and the last of an odd
+ * range, run alone. */
+static void mxp2_one_row(const ds_mxpack *P, const uint8_t *act, size_t part, size_t init, const float *xs, int p0,
+                         int p1, float *y) {
+    const uint8_t *xr[1] = {act};
+    float *yr[1] = {y};
+    const int h = (p1 - p0) / 2;
+    for (int a = p0; a < p0 + h; a++) {
+        const int b = a + h;
+        if (P->chunk[a] && P->chunk[b] && 16 * b + 8 < P->out) {
+            mxp2_tile(P, a, h, 2, 0, 2, 1, xr, part, init, xs, yr);
+            continue;
+        }
+        if (P->chunk[a]) mxp2_panel_rows(P, a, act, 0, part, init, xs, 0, 1, y, 0);
+        if (P->chunk[b]) mxp2_panel_rows(P, b, act, 0, part, init, xs, 0, 1, y, 0);
+    }
+    if ((p1 - p0) % 2 && P->chunk[p1 - 1]) mxp2_panel_rows(P, p1 - 1, act, 0, part, init, xs, 0, 1, y, 0);
+}
+
 /* Panels [p0, p1) for rows [0, n): rows in chunks whose activations stay in L2 (as the AVX-512
- * route), each panel against tiles of up to 4 rows; panels of chunk 0 are skipped. */
+ * route); one row walks two panels at once (mxp2_one_row), more rows each panel against tiles of
+ * up to 4 rows; panels of chunk 0 are skipped. */
 enum { MXP2_CHUNK_BYTES = 256 << 10 };
 void ds_mx_panels_avx2(const ds_mxpack *P, const uint8_t *act, size_t rowstride, size_t part, size_t init,
                        const float *xs, int n, int p0, int p1, float *y, int ystride) {
     const int per_row = (int)DS_MAX((size_t)1, (size_t)P->nb * 36), chunk = DS_MAX(MXP2_NR, MXP2_CHUNK_BYTES / per_row / MXP2_NR * MXP2_NR);
     for (int c0 = 0; c0 < n; c0 += chunk) {
         const int c1 = DS_MIN(n, c0 + chunk);
+        if (c1 - c0 == 1) {
+            mxp2_one_row(P, act + (size_t)c0 * rowstride, part, init, xs + c0, p0, p1, y + (size_t)c0 * ystride);
+            continue;
+        }
         for (int p = p0; p < p1; p++) {
             if (!P->chunk[p]) continue;
             for (int r = c0; r < c1; r += MXP2_NR)

@@ -212,7 +212,7 @@ static inline __attribute__((always_inline)) __m512i mx_dp(__m512i acc, __m512i 
 
 /* Blocks [b0, b1) of NP panels from p against NR activation rows (xr[i]: row i's xe plane): the
  * int32 lanes of the shifted block sums in a (the caller keeps the stretch within `chunk`). */
-MX_AI void mxp_stretch(const ds_mxpack *P, int p, const int NP, const int NR, const uint8_t *const *xr, size_t part,
+MX_AI void mxp_stretch(const ds_mxpack *P, int p, int dp, const int NP, const int NR, const uint8_t *const *xr, size_t part,
                        size_t init, int b0, int b1, __m512i a[MXP_NP][MXP_NR]) {
     const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(DS_MX_U12_LUT)), low4 = _mm512_set1_epi8(15);
     const size_t pstride = (size_t)P->nb * 256;
@@ -227,7 +227,7 @@ MX_UNROLL6
          * continues in (the next panel group), not the next panel, which this tile streams already
          * (decision 174) */
         const size_t ahead = NR <= 2 ? MX_PREFETCH : MX_PREFETCH_MANY;
-        const size_t pf = 256 * (size_t)b + ahead + 192 < pstride ? ahead : ahead + (size_t)(NP - 1) * pstride;
+        const size_t pf = dp > 1 || 256 * (size_t)b + ahead + 192 < pstride ? ahead : ahead + (size_t)(NP - 1) * pstride;
 MX_UNROLL6
         for (int i = 0; i < NR; i++) {
             int32_t v;
@@ -244,9 +244,9 @@ MX_UNROLL6
             for (int j = 0; j < NP; j++) {
                 /* one or two rows (decode, an expert's share of a batched step) stream: into L2
                  * as the int8 kernels (decision 145); more rows reuse each tile longer: into L1 */
-                if (NR <= 2) _mm_prefetch((const char *)(tp + j * pstride + off + pf), _MM_HINT_T1);
-                else _mm_prefetch((const char *)(tp + j * pstride + off + pf), _MM_HINT_T0);
-                const __m512i w = _mm512_loadu_si512(tp + j * pstride + off);
+                if (NR <= 2) _mm_prefetch((const char *)(tp + j * dp * pstride + off + pf), _MM_HINT_T1);
+                else _mm_prefetch((const char *)(tp + j * dp * pstride + off + pf), _MM_HINT_T0);
+                const __m512i w = _mm512_loadu_si512(tp + j * dp * pstride + off);
                 wl[j] = _mm512_shuffle_epi8(lut, _mm512_and_si512(w, low4));
                 wh[j] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(w, 4), low4));
             }
@@ -264,7 +264,7 @@ MX_UNROLL6
         }
 MX_UNROLL6
         for (int j = 0; j < NP; j++) {
-            const __m512i sh = MX_CVTEPU8_EPI32(_mm_loadu_si128((const __m128i *)(P->shift + ((size_t)(p + j) * P->nb + b) * 16)));
+            const __m512i sh = MX_CVTEPU8_EPI32(_mm_loadu_si128((const __m128i *)(P->shift + ((size_t)(p + j * dp) * P->nb + b) * 16)));
 MX_UNROLL6
             for (int i = 0; i < NR; i++) a[j][i] = _mm512_add_epi32(a[j][i], _mm512_sllv_epi32(blk[j][i], sh));
         }
@@ -289,10 +289,10 @@ MX_AI void mxp_store(const ds_mxpack *P, int o0, const __m512i t[2], double xsd,
     else _mm512_mask_storeu_ps(yrow + o0, (__mmask16)((1u << (P->out - o0)) - 1u), v);
 }
 #endif
-MX_AI void mxp_tile(const ds_mxpack *P, int p, const int NP, const int NR, const uint8_t *const *xr, size_t part,
+MX_AI void mxp_tile(const ds_mxpack *P, int p, int dp, const int NP, const int NR, const uint8_t *const *xr, size_t part,
                     size_t init, const float *xs, float *const *yr) {
     int F = P->nb;
-    for (int j = 0; j < NP; j++) F = DS_MIN(F, P->chunk[p + j]);
+    for (int j = 0; j < NP; j++) F = DS_MIN(F, P->chunk[p + j * dp]);
 #ifndef DS_AVX512_EMULATE
     __m512i t[MXP_NP][MXP_NR][2];
 MX_UNROLL6
@@ -301,7 +301,7 @@ MX_UNROLL6
         for (int i = 0; i < NR; i++) t[j][i][0] = t[j][i][1] = _mm512_setzero_si512();
     for (int b0 = 0; b0 < P->nb; b0 += F) {
         __m512i a[MXP_NP][MXP_NR];
-        mxp_stretch(P, p, NP, NR, xr, part, init, b0, DS_MIN(P->nb, b0 + F), a);
+        mxp_stretch(P, p, dp, NP, NR, xr, part, init, b0, DS_MIN(P->nb, b0 + F), a);
 MX_UNROLL6
         for (int j = 0; j < NP; j++)
 MX_UNROLL6
@@ -313,13 +313,13 @@ MX_UNROLL6
 MX_UNROLL6
     for (int j = 0; j < NP; j++)
 MX_UNROLL6
-        for (int i = 0; i < NR; i++) mxp_store(P, 16 * (p + j), t[j][i], (double)xs[i], yr[i]);
+        for (int i = 0; i < NR; i++) mxp_store(P, 16 * (p + j * dp), t[j][i], (double)xs[i], yr[i]);
 #else
     int64_t tot[MXP_NP][MXP_NR][16];
     memset(tot, 0, sizeof tot);
     for (int b0 = 0; b0 < P->nb; b0 += F) {
         __m512i a[MXP_NP][MXP_NR];
-        mxp_stretch(P, p, NP, NR, xr, part, init, b0, DS_MIN(P->nb, b0 + F), a);
+        mxp_stretch(P, p, dp, NP, NR, xr, part, init, b0, DS_MIN(P->nb, b0 + F), a);
         for (int j = 0; j < NP; j++)
             for (int i = 0; i < NR; i++) {
                 int32_t v[16];
@@ -330,13 +330,13 @@ MX_UNROLL6
     for (int j = 0; j < NP; j++)
         for (int i = 0; i < NR; i++)
             for (int l = 0; l < 16; l++) {
-                const int o = 16 * (p + j) + l;
+                const int o = 16 * (p + j * dp) + l;
                 if (o < P->out) yr[i][o] = (float)(ds_mx_scale_total(tot[j][i][l], P->lo[o]) * (double)xs[i]);
             }
 #endif
 }
 
-#define MXP_CASE(NP, NR) case (NP) * 8 + (NR): mxp_tile(P, p, NP, NR, xr, part, init, xs + r, yr); break
+#define MXP_CASE(NP, NR) case (NP) * 8 + (NR): mxp_tile(P, p, 1, NP, NR, xr, part, init, xs + r, yr); break
 /* Rows [r0, r1) against panels [p, p + np) (np <= MXP_NP, every chunk > 0): tiles of up to 6 rows. */
 static void mxp_rows(const ds_mxpack *P, int p, int np, const uint8_t *act, size_t rowstride, size_t part, size_t init,
                      const float *xs, int r0, int r1, float *y, int ystride) {
@@ -355,10 +355,35 @@ static void mxp_rows(const ds_mxpack *P, int p, int np, const uint8_t *act, size
     }
 }
 
+/* One or two rows against panels [p0, p1): the range cut in four quarters walked side by side,
+ * panel p0 + i beside p0 + q + i, p0 + 2q + i and p0 + 3q + i, so each of the four weight streams
+ * runs on into its next panel as one sequential read, which the hardware prefetchers follow (4
+ * neighbouring panels, with the prefetch of decision 174 aimed at each stream's next panel, still
+ * began three streams cold at every group: 1.1-1.2x on MoE experts, decision 181).  A group with a
+ * panel of chunk 0 runs its other panels one by one.  Returns the first panel not done (the < 4
+ * left over). */
+static int mxp_quarters(const ds_mxpack *P, int p0, int p1, const uint8_t *act, size_t rowstride, size_t part,
+                        size_t init, const float *xs, int r0, int r1, float *y, int ystride) {
+    const int q = (p1 - p0) / 4;
+    const uint8_t *xr[2];
+    float *yr[2];
+    for (int i = 0; i < r1 - r0; i++) xr[i] = act + (size_t)(r0 + i) * rowstride, yr[i] = y + (size_t)(r0 + i) * ystride;
+    for (int a = p0; a < p0 + q; a++) {
+        if (P->chunk[a] && P->chunk[a + q] && P->chunk[a + 2 * q] && P->chunk[a + 3 * q]) {
+            if (r1 - r0 == 1) mxp_tile(P, a, q, 4, 1, xr, part, init, xs + r0, yr);
+            else mxp_tile(P, a, q, 4, 2, xr, part, init, xs + r0, yr);
+            continue;
+        }
+        for (int j = 0; j < 4; j++)
+            if (P->chunk[a + j * q]) mxp_rows(P, a + j * q, 1, act, rowstride, part, init, xs, r0, r1, y, ystride);
+    }
+    return p0 + 4 * q;
+}
+
 /* Panels [p0, p1) for rows [0, n): rows in chunks whose activations stay in L2 while every panel
- * group passes; 4 panels side by side for one or two rows (weight streams for the prefetchers, as
- * the W4A8 decode path), 3 for three (18 accumulators), 2 for more (accumulators for 6 rows).
- * Panels of chunk 0 are skipped. */
+ * group passes; 4 panels side by side for one or two rows, from the four quarters of the range
+ * (mxp_quarters; decision 181) and the few left over as neighbours, 3 neighbours for three rows
+ * (18 accumulators), 2 for more (accumulators for 6 rows).  Panels of chunk 0 are skipped. */
 enum { MXP_CHUNK_BYTES = 256 << 10 };
 void DS_MX_PANELS_AVX512(const ds_mxpack *P, const uint8_t *act, size_t rowstride, size_t part, size_t init,
                          const float *xs, int n, int p0, int p1, float *y, int ystride) {
@@ -366,7 +391,9 @@ void DS_MX_PANELS_AVX512(const ds_mxpack *P, const uint8_t *act, size_t rowstrid
     const int npmax = n <= 2 ? 4 : n == 3 ? 3 : 2;
     for (int c0 = 0; c0 < n; c0 += chunk) {
         const int c1 = DS_MIN(n, c0 + chunk);
-        for (int p = p0; p < p1;) {
+        int p = p0;
+        if (c1 - c0 <= 2) p = mxp_quarters(P, p0, p1, act, rowstride, part, init, xs, c0, c1, y, ystride);
+        while (p < p1) {
             if (!P->chunk[p]) {
                 p++;
                 continue;

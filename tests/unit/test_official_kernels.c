@@ -244,6 +244,43 @@ TEST(mxfp4_exponent_spread_boundary) {
     }
 }
 
+/* One or two activation rows walk several panels side by side, from equal parts of the range
+ * (AVX2: panel i beside h + i for one row; AVX-512: i, q + i, 2q + i, 3q + i for one or two), so
+ * each weight stream runs on into its next panel.  A group's int32 stretches must be the shortest
+ * of its panels' (a panel of spread 15 at its overflow limit beside panels of spread 0, at every
+ * place in the group), a panel of wide spread goes to the row function wherever it sits, half
+ * panels and the panels left over run alone.  Every route equals the scalar row function bit for bit. */
+TEST(mxfp4_few_row_panel_groups_keep_each_panels_stretch) {
+    /* per panel: 0 = spread 0, 15 / 14 = at the int32 limit (AVX2 stretches of 1 / 2 blocks),
+     * 39 = row function; the last panel of an odd `out` / 16 is a half one */
+    static const struct { int out, spread[16]; } cases[] = {
+        {88, {0, 14, 39, 15, 0, 0}},                  /* AVX2 pairs (0,3) (1,4), (2,5) alone */
+        {88, {15, 0, 0, 0, 39, 0}},                   /* the limit first; row function second */
+        {112, {0, 0, 0, 15, 0, 0, 0}},                /* odd: panel 6 left over */
+        {128, {0, 0, 15, 0, 0, 0, 0, 0}},             /* AVX-512 groups (0,2,4,6) (1,3,5,7) */
+        {152, {0, 0, 0, 15, 39, 0, 0, 0, 0, 0}},      /* a row-function panel inside a group; 8, 9 left */
+        {256, {0, 0, 0, 0, 0, 0, 0, 0, 0, 15}},       /* the limit third in group (1,5,9,13) */
+    };
+    for (size_t k = 0; k < DS_ARRAY_LEN(cases); k++) {
+        const int out = cases[k].out;
+        mx_lin m = mx_make(out, 256, 0, 0);   /* 8 blocks */
+        memset(m.codes, 0x77, (size_t)out * 128);   /* the largest magnitude, as the boundary test */
+        for (int o = 0; o < out; o++) {
+            const int spread = cases[k].spread[o / 16];
+            for (int b = 0; b < 8; b++)
+                m.sc[o * 8 + b] = (uint8_t)(90 + (spread == 39 ? (b == 3 ? 39 : 0) : b == o % 8 ? 0 : spread));
+        }
+        int8_t q[2 * 256];
+        float s[2] = {0.37f, 0.11f}, y0[2 * 256], y1[2 * 256];
+        for (int i = 0; i < 2 * 256; i++) q[i] = 127;
+        for (int n = 1; n <= 2; n++) {
+            ds_mx_forward_q_with(&m.L, q, s, n, y0, ds_mx_row_ref, NULL);
+            CHECK(mx_panels_agree(&m, q, s, n, y0, y1) >= 2, "case %zu, %d rows: panel routes", k, n);
+        }
+        free(m.codes); free(m.sc);
+    }
+}
+
 TEST(mxfp4_forward_quantizes_rows_like_w4a8) {
     /* ds_linear_forward on bf16 rows = ds_quantize_rows then the integer path, on every kernel path */
     mx_lin m = mx_make(33, 128, -6, 0);

@@ -34,13 +34,14 @@
 static inline int32_t load4(const void *p) { int32_t v; memcpy(&v, p, 4); return v; }
 
 
-/* DS_Q_PREFETCH ahead in panel j of a tile of NP consecutive panels.  Near a panel's end that
- * distance lands in panel j + 1, which a two-panel tile is already streaming: fetch the same
- * offset of the next tile's panel j instead, so the next tile starts warm (decision 155). */
-AI void q_prefetch(const ds_packed *P, const uint8_t *wp, int j, int s, const int NP) {
+/* DS_Q_PREFETCH ahead in panel j of a tile of NP panels dp apart.  Near a panel's end that
+ * distance lands in panel j + 1; for neighbouring panels (dp = 1), which a two-panel tile is
+ * already streaming, fetch the same offset of the next tile's panel j instead, so the next tile
+ * starts warm (decision 155); panels dp > 1 apart run on into the panel after, their own next. */
+AI void q_prefetch(const ds_packed *P, const uint8_t *wp, int j, int s, const int NP, int dp) {
     const size_t off = (size_t)s * DS_TILE_BYTES + DS_Q_PREFETCH;
-    const size_t wrap = off >= P->panel_bytes ? (size_t)(NP - 1) * P->panel_bytes : 0;
-    _mm_prefetch((const char *)(wp + (size_t)j * P->panel_bytes + off + wrap), _MM_HINT_T0);
+    const size_t wrap = dp == 1 && off >= P->panel_bytes ? (size_t)(NP - 1) * P->panel_bytes : 0;
+    _mm_prefetch((const char *)(wp + (size_t)j * dp * P->panel_bytes + off + wrap), _MM_HINT_T0);
 }
 
 /* Scale and store 8 outputs (o0..o0+7) of one row; outputs >= out are dropped. */
@@ -75,7 +76,7 @@ AI void w8_block(const ds_packed *P, const ds_qact *X, int p, int r, const int N
         for (int j = 0; j < NP; j++)
 #pragma GCC unroll 8
             for (int h = 0; h < 2; h++) {
-                if (h == 0) q_prefetch(P, wp, j, s, NP);
+                if (h == 0) q_prefetch(P, wp, j, s, NP, 1);
                 w[j][h] = _mm256_load_si256((const __m256i *)(wp + (size_t)j * P->panel_bytes +
                                                               (size_t)s * DS_TILE_BYTES + 32 * h));
                 aw[j][h] = _mm256_abs_epi8(w[j][h]);
@@ -128,7 +129,7 @@ AI void w4_block(const ds_packed *P, const ds_qact *X, int p, int r, const int N
             for (int j = 0; j < NP; j++)
 #pragma GCC unroll 8
                 for (int h = 0; h < 2; h++) {
-                    if (h == 0) q_prefetch(P, wp, j, s, NP);
+                    if (h == 0) q_prefetch(P, wp, j, s, NP, 1);
                     __m256i w = _mm256_load_si256((const __m256i *)(wp + (size_t)j * P->panel_bytes +
                                                                     (size_t)s * DS_TILE_BYTES + 32 * h));
                     __m256i lo = _mm256_and_si256(w, m0f);
@@ -167,7 +168,7 @@ AI void w4_block(const ds_packed *P, const ds_qact *X, int p, int r, const int N
  * vector tiles have, where one panel at a time left a 2-row expert matrix at 50-70% of the read
  * bandwidth.  The int16 stage of w4_block is dropped to fit the registers: each step's pairs go
  * straight to int32, the same exact integer sums. */
-AI void w4_block2x2(const ds_packed *P, const ds_qact *X, int p, int r, float *y, int ystride) {
+AI void w4_block2x2(const ds_packed *P, const ds_qact *X, int p, int dp, int r, float *y, int ystride) {
     __m256i acc[2][2][2];
     const __m256i ones = _mm256_set1_epi16(1), m0f = _mm256_set1_epi8(0x0f);
 #pragma GCC unroll 2
@@ -189,8 +190,8 @@ AI void w4_block2x2(const ds_packed *P, const ds_qact *X, int p, int r, float *y
         for (int j = 0; j < 2; j++)
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
-                if (h == 0) q_prefetch(P, wp, j, s, 2);
-                __m256i w = _mm256_load_si256((const __m256i *)(wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES + 32 * h));
+                if (h == 0) q_prefetch(P, wp, j, s, 2, dp);
+                __m256i w = _mm256_load_si256((const __m256i *)(wp + (size_t)j * dp * P->panel_bytes + (size_t)s * DS_TILE_BYTES + 32 * h));
                 __m256i lo = _mm256_and_si256(w, m0f);
                 __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m0f);
 #pragma GCC unroll 2
@@ -207,7 +208,7 @@ AI void w4_block2x2(const ds_packed *P, const ds_qact *X, int p, int r, float *y
         for (int j = 0; j < 2; j++)
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++)
-                store8(_mm256_sub_epi32(acc[j][h][i], bias), X->s[r + i], P->scale, (p + j) * DS_PANEL_ROWS + 8 * h, P->out,
+                store8(_mm256_sub_epi32(acc[j][h][i], bias), X->s[r + i], P->scale, (p + j * dp) * DS_PANEL_ROWS + 8 * h, P->out,
                        y + (size_t)(r + i) * ystride);
     }
 }
@@ -217,9 +218,11 @@ AI void w4_block2x2(const ds_packed *P, const ds_qact *X, int p, int r, float *y
  * W4A8 no int16 stage (its accumulators would not fit the 16 registers beside the int32 ones; each
  * step's pairs go straight to int32: the same exact sums).  Both objects alternated on the same
  * weights, 2 threads, bits equal (decision 180): W8A8 [4608, 5120] x 1 1.33x, [8192, 512] 1.21-1.27x;
- * W4A8 [4608, 5120] 1.01-1.31x, 96 expert matrices [768, 2048] 1.14-1.28x; A/A 0.88-1.05x. */
+ * W4A8 [4608, 5120] 1.01-1.31x, 96 expert matrices [768, 2048] 1.14-1.28x; A/A 0.88-1.05x.
+ * The four panels are dp apart (the callers' quarters of the range, decision 181), so each stream
+ * runs on into its next panel; neighbouring panels began three streams cold at every tile. */
 #define Q_ROW_NP 4
-AI void q_block_row(const ds_packed *P, const ds_qact *X, int p, int r, const int NP, const int W4, float *y,
+AI void q_block_row(const ds_packed *P, const ds_qact *X, int p, int dp, int r, const int NP, const int W4, float *y,
                     int ystride) {
     __m256i acc[Q_ROW_NP][2];
     const __m256i ones = _mm256_set1_epi16(1), m0f = _mm256_set1_epi8(0x0f);
@@ -233,11 +236,11 @@ AI void q_block_row(const ds_packed *P, const ds_qact *X, int p, int r, const in
         const __m256i x1 = W4 ? _mm256_set1_epi32(load4(xr + 8 * (size_t)s + 4)) : x0;
 #pragma GCC unroll 4
         for (int j = 0; j < NP; j++) {
-            q_prefetch(P, wp, j, s, NP);
+            q_prefetch(P, wp, j, s, NP, dp);
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
                 const __m256i w = _mm256_load_si256(
-                    (const __m256i *)(wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES + 32 * h));
+                    (const __m256i *)(wp + (size_t)j * dp * P->panel_bytes + (size_t)s * DS_TILE_BYTES + 32 * h));
                 const __m256i t = W4 ? _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(w, m0f), x0),
                                                         _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(w, 4), m0f), x1))
                                      : _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x0, w));
@@ -250,7 +253,7 @@ AI void q_block_row(const ds_packed *P, const ds_qact *X, int p, int r, const in
     for (int j = 0; j < NP; j++)
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++)
-            store8(_mm256_sub_epi32(acc[j][h], bias), X->s[r], P->scale, (p + j) * DS_PANEL_ROWS + 8 * h, P->out,
+            store8(_mm256_sub_epi32(acc[j][h], bias), X->s[r], P->scale, (p + j * dp) * DS_PANEL_ROWS + 8 * h, P->out,
                    y + (size_t)r * ystride);
 }
 
@@ -276,7 +279,7 @@ AI void w4_block3(const ds_packed *P, const ds_qact *X, int p, int r, float *y, 
     for (int s = 0; s < P->ksteps;) {
         const int s_end = DS_MIN(P->ksteps, s + 4); /* int16 accumulation is exact over 4 steps */
         for (; s < s_end; s++) {
-            q_prefetch(P, wp, 0, s, 1);
+            q_prefetch(P, wp, 0, s, 1, 1);
             const __m256i w0 = _mm256_load_si256((const __m256i *)(wp + (size_t)s * DS_TILE_BYTES));
             const __m256i w1 = _mm256_load_si256((const __m256i *)(wp + (size_t)s * DS_TILE_BYTES + 32));
             const __m256i lo0 = _mm256_and_si256(w0, m0f), hi0 = _mm256_and_si256(_mm256_srli_epi16(w0, 4), m0f);
@@ -311,9 +314,10 @@ AI void w4_block3(const ds_packed *P, const ds_qact *X, int p, int r, float *y, 
 
 static void w8_panels(const ds_packed *P, const ds_qact *X, int r0, int r1, int p0, int p1, float *y,
                       int ystride) {
-    if (r1 - r0 == 1) { /* matrix-vector: four panels at once, then two: four or two weight streams */
-        int p = p0;
-        for (; p + Q_ROW_NP <= p1; p += Q_ROW_NP) q_block_row(P, X, p, r0, Q_ROW_NP, 0, y, ystride);
+    if (r1 - r0 == 1) { /* matrix-vector: four panels at once (quarters), then two: four or two weight streams */
+        const int q = (p1 - p0) / Q_ROW_NP;
+        for (int a = p0; a < p0 + q; a++) q_block_row(P, X, a, q, r0, Q_ROW_NP, 0, y, ystride);
+        int p = p0 + Q_ROW_NP * q;
         for (; p + 2 <= p1; p += 2) w8_block(P, X, p, r0, 2, 1, y, ystride);
         if (p < p1) w8_block(P, X, p, r0, 1, 1, y, ystride);
         return;
@@ -333,15 +337,17 @@ static void w8_panels(const ds_packed *P, const ds_qact *X, int r0, int r1, int 
 static void w4_panels(const ds_packed *P, const ds_qact *X, int r0, int r1, int p0, int p1, float *y,
                       int ystride) {
     if (r1 - r0 == 1) {
-        int p = p0;
-        for (; p + Q_ROW_NP <= p1; p += Q_ROW_NP) q_block_row(P, X, p, r0, Q_ROW_NP, 1, y, ystride);
+        const int q = (p1 - p0) / Q_ROW_NP;
+        for (int a = p0; a < p0 + q; a++) q_block_row(P, X, a, q, r0, Q_ROW_NP, 1, y, ystride);
+        int p = p0 + Q_ROW_NP * q;
         for (; p + 2 <= p1; p += 2) w4_block(P, X, p, r0, 2, 1, y, ystride);
         if (p < p1) w4_block(P, X, p, r0, 1, 1, y, ystride);
         return;
     }
-    if (r1 - r0 == 2) {   /* two streams per thread for the few-row experts (decision 153) */
-        int p = p0;
-        for (; p + 2 <= p1; p += 2) w4_block2x2(P, X, p, r0, y, ystride);
+    if (r1 - r0 == 2) {   /* two streams per thread for the few-row experts (decision 153), halves */
+        const int h = (p1 - p0) / 2;
+        for (int a = p0; a < p0 + h; a++) w4_block2x2(P, X, a, h, r0, y, ystride);
+        int p = p0 + 2 * h;
         if (p < p1) w4_block(P, X, p, r0, 1, 2, y, ystride);
         return;
     }

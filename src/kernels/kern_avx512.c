@@ -9,8 +9,9 @@
  * Sums stay below 2^31 for every shape here (CHECKPOINT.md §7), and int32 wraps exactly anyway,
  * so outputs are bit-identical to the scalar reference.  Calls of 1 to 8 rows (decode, a verify
  * step, one expert's rows in a batched decode step) walk 4 panels at once (W4A8: 6 at 1-2 rows,
- * 3 at 5-8) over the whole input, every row's accumulators in registers, so each weight byte is read once
- * for all rows (q_small); more rows keep 2 panels x 12 activation rows = 24 accumulators in
+ * 3 at 5-8), taken from equal parts of the range so each stream reads on sequentially, over the
+ * whole input, every row's accumulators in registers, so each weight byte is read once for all
+ * rows (q_small); more rows keep 2 panels x 12 activation rows = 24 accumulators in
  * registers and are cache-blocked (q_panels): row chunks stay in L2, input blocks of a panel pair
  * stay in L1 while every row tile of the chunk runs against them.
  * Float kernels: weights widened to float64 and FMA'd with exact float64 activations, 2 x 8 lanes
@@ -88,7 +89,7 @@ AI size_t pf_far(const ds_packed *P, int NP) { return DS_Q_PREFETCH + (size_t)(N
 
 /* One micro-tile: NP panels (16 outputs each) x NR activation rows, NP*NR accumulators held in
  * registers over the whole input range (2 x 12 = 24 of the 32 zmm, plus the weight tiles). */
-AI void w8_block(const ds_packed *P, const ds_qact *X, int p, int r, const int NP, const int NR,
+AI void w8_block(const ds_packed *P, const ds_qact *X, int p, int dp, int r, const int NP, const int NR,
                  const qrange *K, float *y, int ystride, const int PF) {
     __m512i acc[DS_Q_NP_MAX][12];
     acc_init(acc, NP, NR, K, r);
@@ -102,12 +103,12 @@ AI void w8_block(const ds_packed *P, const ds_qact *X, int p, int r, const int N
     int s = K->s0;
     for (int seg = 0; seg < 2; seg++) {
         const int send = seg ? K->s1 : DS_MIN(K->s1, pf_near(P));
-        const size_t pf = seg ? pf_far(P, NP) : DS_Q_PREFETCH;
+        const size_t pf = seg && dp == 1 ? pf_far(P, NP) : DS_Q_PREFETCH;
         for (; two && s + 2 <= send; s += 2) {
             __m512i w0[DS_Q_NP_MAX], w1[DS_Q_NP_MAX];
 UNROLL12
             for (int j = 0; j < NP; j++) {
-                const uint8_t *t = wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES;
+                const uint8_t *t = wp + (size_t)j * dp * P->panel_bytes + (size_t)s * DS_TILE_BYTES;
                 if (PF) {
                     _mm_prefetch((const char *)(t + pf), _MM_HINT_T1);
                     _mm_prefetch((const char *)(t + DS_TILE_BYTES + pf), _MM_HINT_T1);
@@ -130,7 +131,7 @@ UNROLL12
             __m512i w[DS_Q_NP_MAX];
 UNROLL12
             for (int j = 0; j < NP; j++) {
-                const uint8_t *t = wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES;
+                const uint8_t *t = wp + (size_t)j * dp * P->panel_bytes + (size_t)s * DS_TILE_BYTES;
                 if (PF) _mm_prefetch((const char *)(t + pf), _MM_HINT_T1);
                 w[j] = _mm512_load_si512((const void *)t);
             }
@@ -145,7 +146,7 @@ UNROLL12
     if (acc_park(acc, NP, NR, K, r)) return;
 UNROLL12
     for (int j = 0; j < NP; j++) {
-        int o0 = (p + j) * DS_PANEL_ROWS;
+        int o0 = (p + j * dp) * DS_PANEL_ROWS;
         __m512i bias = _mm512_slli_epi32(_mm512_loadu_si512((const void *)(P->wsum + o0)), 7);
 UNROLL12
         for (int i = 0; i < NR; i++)
@@ -154,7 +155,7 @@ UNROLL12
     }
 }
 
-AI void w4_block(const ds_packed *P, const ds_qact *X, int p, int r, const int NP, const int NR,
+AI void w4_block(const ds_packed *P, const ds_qact *X, int p, int dp, int r, const int NP, const int NR,
                  const qrange *K, float *y, int ystride, const int PF) {
     __m512i acc[DS_Q_NP_MAX][12];
     const __m512i m0f = _mm512_set1_epi8(0x0f);
@@ -165,12 +166,12 @@ AI void w4_block(const ds_packed *P, const ds_qact *X, int p, int r, const int N
     int s = K->s0;
     for (int seg = 0; seg < 2; seg++) {
         const int send = seg ? K->s1 : DS_MIN(K->s1, pf_near(P));
-        const size_t pf = seg ? pf_far(P, NP) : DS_Q_PREFETCH;
+        const size_t pf = seg && dp == 1 ? pf_far(P, NP) : DS_Q_PREFETCH;
         for (; s < send; s++) {
             __m512i lo[DS_Q_NP_MAX], hi[DS_Q_NP_MAX];
 UNROLL12
             for (int j = 0; j < NP; j++) {
-                const uint8_t *t = wp + (size_t)j * P->panel_bytes + (size_t)s * DS_TILE_BYTES;
+                const uint8_t *t = wp + (size_t)j * dp * P->panel_bytes + (size_t)s * DS_TILE_BYTES;
                 if (PF) _mm_prefetch((const char *)(t + pf), _MM_HINT_T1);
                 __m512i w = _mm512_load_si512((const void *)t);
                 lo[j] = _mm512_and_si512(w, m0f);
@@ -194,7 +195,7 @@ UNROLL12
         __m512i bias = _mm512_set1_epi32(8 * X->xsum[r + i]);
 UNROLL12
         for (int j = 0; j < NP; j++)
-            store16(_mm512_sub_epi32(acc[j][i], bias), X->s[r + i], P->scale, (p + j) * DS_PANEL_ROWS,
+            store16(_mm512_sub_epi32(acc[j][i], bias), X->s[r + i], P->scale, (p + j * dp) * DS_PANEL_ROWS,
                     P->out, y + (size_t)(r + i) * ystride);
     }
 }
@@ -207,21 +208,21 @@ UNROLL12
 #define ROW_BLOCKS(FN, NP)                                                                       \
     do {                                                                                         \
         int r = r0;                                                                              \
-        if (r + DS_Q_NR <= r1) FN(P, X, p, r, NP, DS_Q_NR, K, y, ystride, 1), r += DS_Q_NR;         \
-        for (; r + DS_Q_NR <= r1; r += DS_Q_NR) FN(P, X, p, r, NP, DS_Q_NR, K, y, ystride, 0);      \
+        if (r + DS_Q_NR <= r1) FN(P, X, p, 1, r, NP, DS_Q_NR, K, y, ystride, 1), r += DS_Q_NR;   \
+        for (; r + DS_Q_NR <= r1; r += DS_Q_NR) FN(P, X, p, 1, r, NP, DS_Q_NR, K, y, ystride, 0); \
         const int first = r == r0;                                                               \
         switch (r1 - r) {                                                                        \
-        case 11: FN(P, X, p, r, NP, 11, K, y, ystride, first); break;                               \
-        case 10: FN(P, X, p, r, NP, 10, K, y, ystride, first); break;                               \
-        case 9: FN(P, X, p, r, NP, 9, K, y, ystride, first); break;                                 \
-        case 8: FN(P, X, p, r, NP, 8, K, y, ystride, first); break;                                 \
-        case 7: FN(P, X, p, r, NP, 7, K, y, ystride, first); break;                                 \
-        case 6: FN(P, X, p, r, NP, 6, K, y, ystride, first); break;                                 \
-        case 5: FN(P, X, p, r, NP, 5, K, y, ystride, first); break;                                 \
-        case 4: FN(P, X, p, r, NP, 4, K, y, ystride, first); break;                                 \
-        case 3: FN(P, X, p, r, NP, 3, K, y, ystride, first); break;                                 \
-        case 2: FN(P, X, p, r, NP, 2, K, y, ystride, first); break;                                 \
-        case 1: FN(P, X, p, r, NP, 1, K, y, ystride, first); break;                                 \
+        case 11: FN(P, X, p, 1, r, NP, 11, K, y, ystride, first); break;                         \
+        case 10: FN(P, X, p, 1, r, NP, 10, K, y, ystride, first); break;                         \
+        case 9: FN(P, X, p, 1, r, NP, 9, K, y, ystride, first); break;                           \
+        case 8: FN(P, X, p, 1, r, NP, 8, K, y, ystride, first); break;                           \
+        case 7: FN(P, X, p, 1, r, NP, 7, K, y, ystride, first); break;                           \
+        case 6: FN(P, X, p, 1, r, NP, 6, K, y, ystride, first); break;                           \
+        case 5: FN(P, X, p, 1, r, NP, 5, K, y, ystride, first); break;                           \
+        case 4: FN(P, X, p, 1, r, NP, 4, K, y, ystride, first); break;                           \
+        case 3: FN(P, X, p, 1, r, NP, 3, K, y, ystride, first); break;                           \
+        case 2: FN(P, X, p, 1, r, NP, 2, K, y, ystride, first); break;                           \
+        case 1: FN(P, X, p, 1, r, NP, 1, K, y, ystride, first); break;                           \
         default: break;                                                                          \
         }                                                                                        \
     } while (0)
@@ -251,7 +252,7 @@ static void w4_rows(const ds_packed *P, const ds_qact *X, int r0, int r1, int p,
 #ifndef SMALL_NP
 #define SMALL_NP(n, w8) ((w8) ? 4 : (n) <= 2 ? 6 : (n) <= 4 ? 4 : 3)
 #endif
-#define SMALL_CASE(FN, NP, NR) case NR: FN(P, X, p, r0, NP, NR, &K, y, ystride, 1); break
+#define SMALL_CASE(FN, NP, NR) case NR: FN(P, X, p, dp, r0, NP, NR, &K, y, ystride, 1); break
 #define SMALL_TILES(FN, NP)                                                                      \
     do {                                                                                         \
         switch (n) {                                                                             \
@@ -264,27 +265,39 @@ static void w4_rows(const ds_packed *P, const ds_qact *X, int r0, int r1, int p,
 /* 5-6 panels: W4A8 at 1-2 rows only (SMALL_NP) */
 #define SMALL_WIDE(FN, NP)                                                                       \
     do {                                                                                         \
-        if (n == 1) FN(P, X, p, r0, NP, 1, &K, y, ystride, 1);                                   \
-        else FN(P, X, p, r0, NP, 2, &K, y, ystride, 1);                                          \
+        if (n == 1) FN(P, X, p, dp, r0, NP, 1, &K, y, ystride, 1);                               \
+        else FN(P, X, p, dp, r0, NP, 2, &K, y, ystride, 1);                                      \
     } while (0)
+/* One group of np panels, p + j·dp for j < np, against rows [r0, r0 + n). */
+static void small_group(const ds_packed *P, const ds_qact *X, const qrange *Kr, int r0, int n, int p, int dp, int np,
+                        float *y, int ystride) {
+    const qrange K = *Kr;
+    switch (np * 2 + (P->fmt == DS_LIN_W8A8)) {
+    case 12: SMALL_WIDE(w4_block, 6); break;   /* W4A8, 1-2 rows */
+    case 10: SMALL_WIDE(w4_block, 5); break;
+    case 8: SMALL_TILES(w4_block, 4); break;
+    case 9: SMALL_TILES(w8_block, 4); break;
+    case 6: SMALL_TILES(w4_block, 3); break;
+    case 7: SMALL_TILES(w8_block, 3); break;
+    case 4: SMALL_TILES(w4_block, 2); break;
+    case 5: SMALL_TILES(w8_block, 2); break;
+    case 2: SMALL_TILES(w4_block, 1); break;
+    default: SMALL_TILES(w8_block, 1); break;
+    }
+}
+
+/* The range cut in NP equal parts walked side by side (panel p0 + i beside p0 + q + i, ...), so
+ * each weight stream runs on into its next panel as one sequential read the hardware prefetchers
+ * follow (neighbouring panels, even with the prefetch aimed at each stream's next panel, began
+ * NP - 1 streams cold at every group; decision 181); the < NP panels left over as neighbours. */
 static void q_small(const ds_packed *P, const ds_qact *X, int r0, int r1, int p0, int p1, float *y,
                     int ystride) {
     const qrange K = {0, P->ksteps, 1, 1, r0, NULL};
-    const int n = r1 - r0, w8 = P->fmt == DS_LIN_W8A8;
-    for (int p = p0; p < p1;) {
-        const int np = DS_MIN(SMALL_NP(n, w8), p1 - p);
-        switch (np * 2 + w8) {
-        case 12: SMALL_WIDE(w4_block, 6); break;   /* W4A8, 1-2 rows */
-        case 10: SMALL_WIDE(w4_block, 5); break;
-        case 8: SMALL_TILES(w4_block, 4); break;
-        case 9: SMALL_TILES(w8_block, 4); break;
-        case 6: SMALL_TILES(w4_block, 3); break;
-        case 7: SMALL_TILES(w8_block, 3); break;
-        case 4: SMALL_TILES(w4_block, 2); break;
-        case 5: SMALL_TILES(w8_block, 2); break;
-        case 2: SMALL_TILES(w4_block, 1); break;
-        default: SMALL_TILES(w8_block, 1); break;
-        }
+    const int n = r1 - r0, NP = SMALL_NP(n, P->fmt == DS_LIN_W8A8), q = (p1 - p0) / NP;
+    for (int a = p0; a < p0 + q; a++) small_group(P, X, &K, r0, n, a, q, NP, y, ystride);
+    for (int p = p0 + NP * q; p < p1;) {
+        const int np = DS_MIN(NP, p1 - p);
+        small_group(P, X, &K, r0, n, p, 1, np, y, ystride);
         p += np;
     }
 }

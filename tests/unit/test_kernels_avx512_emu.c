@@ -71,19 +71,23 @@ TEST(emulated_avx512_integer_kernels_equal_reference) {
     printf("  %d emulated integer linears compared\n", runs);
 }
 
-/* W4A8 at 1-2 rows walks 6 panels at once (decision 178): 6, 11 and 13 panels run it whole and
- * with tails of 5 and 1 panels, from panel 0 and from the middle (the split call). */
-TEST(emulated_avx512_six_panel_few_row_tiles_equal_reference) {
-    static const int outs[] = {96, 176, 200}, ins[] = {64, 130, 257};
+/* Few-row tiles walk several panels side by side from equal parts of the range (decision 181),
+ * then the panels left over as neighbours: W4A8 6 at 1-2 rows (decision 178), 4 at 3-4, 3 at 5-8;
+ * W8A8 4.  6, 11, 13 and 25 panels run parts 1 to 6 panels apart with 0 to 5 left over, from panel
+ * 0 and from the middle (the split call), both formats, 1 to 8 rows. */
+TEST(emulated_avx512_few_row_panel_groups_equal_reference) {
+    static const int outs[] = {96, 176, 200, 393}, ins[] = {64, 130, 257};
     int runs = 0;
-    for (size_t o = 0; o < DS_ARRAY_LEN(outs); o++)
-        for (size_t i = 0; i < DS_ARRAY_LEN(ins); i++)
-            for (int n = 1; n <= 4; n++) {
-                CHECK(emu_q_matches(DS_LIN_W4A8, outs[o], ins[i], n, n > 2, n == 1), "out=%d in=%d n=%d differs",
-                      outs[o], ins[i], n);
-                runs++;
-            }
-    printf("  %d emulated W4A8 few-row linears compared\n", runs);
+    for (int f = 0; f < 2; f++)
+        for (size_t o = 0; o < DS_ARRAY_LEN(outs); o++)
+            for (size_t i = 0; i < DS_ARRAY_LEN(ins); i++)
+                for (int n = 1; n <= 8; n++) {
+                    const ds_lin_fmt fmt = f ? DS_LIN_W8A8 : DS_LIN_W4A8;
+                    CHECK(emu_q_matches(fmt, outs[o], ins[i], n, n > 2, n == 1), "fmt %d out=%d in=%d n=%d differs", fmt,
+                          outs[o], ins[i], n);
+                    runs++;
+                }
+    printf("  %d emulated few-row linears compared\n", runs);
 }
 
 /* The cache blocking of the many-row product: row chunks (513 rows), input blocks with partial sums

@@ -34,12 +34,12 @@ AI float ff_reduce(__m256 lo, __m256 hi) {
     return _mm_cvtss_f32(_mm_add_ss(d, _mm_movehdup_ps(d)));
 }
 
-static void ff_tail_copy(const ds_ffw *W, int o, int RO, uint8_t *tail) {
+static void ff_tail_copy(const ds_ffw *W, int o, int dr, int RO, uint8_t *tail) {
     const size_t esz = W->fmt == DS_LIN_BF16 ? 2 : 4, rowb = (size_t)W->in * esz;
     const int full = W->fmt == DS_LIN_BF16 ? (W->in & ~31) : (W->in & ~15);
     memset(tail, 0, 64 * 4);
     for (int j = 0; j < RO; j++)
-        memcpy(tail + 64 * j, (const uint8_t *)W->w + (size_t)(o + j) * rowb + (size_t)full * esz,
+        memcpy(tail + 64 * j, (const uint8_t *)W->w + (size_t)(o + j * dr) * rowb + (size_t)full * esz,
                (size_t)(W->in - full) * esz);
 }
 
@@ -80,11 +80,12 @@ AI void ff_block(const uint8_t *w, size_t rowb, size_t pf, const uint8_t *tail, 
     }
 }
 
-/* Outputs [o, o + RO) of the one row of X, the whole input in one pass.  The loops carry no
+/* Outputs o + j·dr (j < RO) of the one row of X, the whole input in one pass.  The loops carry no
  * per-block bookkeeping (tail test, prefetch offset): a decode GEMV is memory-bound, and every
  * instruction fewer per block lets the out-of-order window hold more of the rows' loads
- * (decision 171). */
-AI void ff_tile(const ds_ffw *W, const ds_ffact *X, int o, const int RO, const int BF16, float *y, int ystride) {
+ * (decision 171).  Rows dr > 1 apart (ff_rows_fmt's parts) each run on into their own next row,
+ * so their prefetch needs no redirection near a row's end. */
+AI void ff_tile(const ds_ffw *W, const ds_ffact *X, int o, int dr, const int RO, const int BF16, float *y, int ystride) {
     __m256 acc[4][2];
 #pragma GCC unroll 4
     for (int j = 0; j < RO; j++) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
@@ -95,15 +96,15 @@ AI void ff_tile(const ds_ffw *W, const ds_ffact *X, int o, const int RO, const i
     const float *xb = (const float *)X->x;
     const int near = DS_MAX(0, DS_MIN(full, W->in - 1024 / (int)esz));
     int b = 0;
-    for (; b < near; b += step) ff_block(wbase + (size_t)b * esz, rowb, 1024, NULL, xb + b, RO, BF16, acc);
-    for (; b < full; b += step)
-        ff_block(wbase + (size_t)b * esz, rowb, 1024 + (size_t)(RO - 1) * rowb, NULL, xb + b, RO, BF16, acc);
+    const size_t rs = (size_t)dr * rowb, far = dr == 1 ? 1024 + (size_t)(RO - 1) * rowb : 1024;
+    for (; b < near; b += step) ff_block(wbase + (size_t)b * esz, rs, 1024, NULL, xb + b, RO, BF16, acc);
+    for (; b < full; b += step) ff_block(wbase + (size_t)b * esz, rs, far, NULL, xb + b, RO, BF16, acc);
     if (W->in % step) {
-        ff_tail_copy(W, o, RO, tail);
-        ff_block(NULL, rowb, 0, tail, xb + full, RO, BF16, acc);
+        ff_tail_copy(W, o, dr, RO, tail);
+        ff_block(NULL, rs, 0, tail, xb + full, RO, BF16, acc);
     }
 #pragma GCC unroll 4
-    for (int j = 0; j < RO; j++) y[o + j] = ff_reduce(acc[j][0], acc[j][1]);
+    for (int j = 0; j < RO; j++) y[o + j * dr] = ff_reduce(acc[j][0], acc[j][1]);
 }
 
 /* ---- fast tier, two or more activation rows: input blocks held in L1 (decision 146) ----
@@ -352,15 +353,17 @@ static void ffb_rows(const ds_ffw *W, const ds_ffact *X, int o0, int o1, float *
 #define FF_BF16_WIDEN_ROWS 24
 
 /* One activation row (decode): tiles of four weight rows over the whole input, four streams from
- * memory at once; more rows: input blocks held in L1 (ffb_rows). */
+ * memory at once, the rows taken from the four quarters of the range so each stream reads on
+ * sequentially (decision 183; neighbouring rows began three streams cold at every tile), the few
+ * left over as neighbours; more rows: input blocks held in L1 (ffb_rows). */
 AI void ff_rows_fmt(const ds_ffw *W, const ds_ffact *X, int o0, int o1, float *y, int ystride, const int BF16) {
     if (X->n > 1) {
         ffb_rows(W, X, o0, o1, y, ystride, !BF16 ? FFB_F32 : X->n < FF_BF16_WIDEN_ROWS ? FFB_BF16_REG : FFB_BF16);
         return;
     }
-    int o = o0;
-    for (; o + 4 <= o1; o += 4) ff_tile(W, X, o, 4, BF16, y, ystride);
-    for (; o < o1; o++) ff_tile(W, X, o, 1, BF16, y, ystride);
+    const int q = (o1 - o0) / 4;
+    for (int a = o0; a < o0 + q; a++) ff_tile(W, X, a, q, 4, BF16, y, ystride);
+    for (int o = o0 + 4 * q; o < o1; o++) ff_tile(W, X, o, 1, 1, BF16, y, ystride);
 }
 
 void ds_avx2_ff_rows(const ds_ffw *W, const ds_ffact *X, int o0, int o1, float *y, int ystride) {

@@ -4,6 +4,7 @@
  * The 16 fp32 lanes of the order sit in two ymm (lanes 0-7: inputs 0-15 of a block, lanes 8-15:
  * inputs 16-31), each lane the odd element first, then the even one, as the AVX2 BF16 kernel does. */
 #include "kernels/kern_official.h"
+#include <stdint.h>
 #include <string.h>
 
 #pragma GCC push_options
@@ -159,22 +160,102 @@ AI void fp8_tile2(const ds_linear *L, const ds_ffact *X, int o, int r, const int
         for (int j = 0; j < RO; j++) y[(size_t)(r + i) * ystride + o + j] = fp8_reduce2(a0[j][i], a1[j][i]);
 }
 
-/* One activation row: 4 output rows (8 accumulators, 8 weight halves); several: 2 x 2 tiles, so
- * the accumulators and weight halves fit the 16 ymm registers. */
+/* Half h of block b of one row (codes at row, scale byte s) as odd and even fp32 weights: in
+ * registers where the scale is in range and the block whole, else by the scalar rule. */
+AI void fp8_half_row(const uint8_t *row, size_t in, int b, int h, uint8_t s, int inreg, __m256 *wo, __m256 *we) {
+    if (inreg) {
+        const uint32_t gbits = (uint32_t)(s + 120) << 23;   /* 2^(s-7), as fp8_half_inreg */
+        float gf;
+        memcpy(&gf, &gbits, sizeof gf);
+        fp8_decode16_f32(row + b + 16 * h, _mm256_set1_ps(gf), wo, we);
+        return;
+    }
+    __m256 o4[4], e4[4];
+    fp8_half_scalar(row, in, b, h, s, 1, o4, e4);
+    *wo = o4[0];
+    *we = e4[0];
+}
+
+/* One activation row against output rows o + j·dr (j < 4), rows of different scale tiles: each row
+ * its own scale byte per block.  Blocks before fast_end (the shortest of the four rows' in-range
+ * prefixes) decode in registers with nothing else in the loop; the rest block by block.  Each
+ * row's codes stream on sequentially (prefetched 1 KiB ahead, running into its own next row). */
+static void fp8_tile_parts(const ds_linear *L, const ds_ffact *X, int o, int dr, int fast_end, float *y) {
+    __m256 a0[4], a1[4];
+    const size_t in = (size_t)L->in;
+    const int scc = (L->in + 31) / 32, whole = L->in & ~31;
+    const uint8_t *row[4], *srow[4];
+    UNROLL4
+    for (int j = 0; j < 4; j++) {
+        a0[j] = a1[j] = _mm256_setzero_ps();
+        row[j] = (const uint8_t *)L->w + (size_t)(o + j * dr) * in;
+        srow[j] = L->w_e8m0 + (size_t)((o + j * dr) / 32) * scc;
+    }
+    const float *xf = (const float *)X->x;
+    for (int b = 0; b < fast_end; b += 32) {
+        UNROLL4
+        for (int j = 0; j < 4; j++) {
+            _mm_prefetch((const char *)(row[j] + b + 1024), _MM_HINT_T0);
+            const uint32_t gbits = (uint32_t)(srow[j][b / 32] + 120) << 23;
+            float gf;
+            memcpy(&gf, &gbits, sizeof gf);
+            const __m256 g = _mm256_set1_ps(gf);
+            __m256 wo, we;
+            fp8_decode16_f32(row[j] + b, g, &wo, &we);
+            a0[j] = _mm256_fmadd_ps(we, _mm256_loadu_ps(xf + b + 16), _mm256_fmadd_ps(wo, _mm256_loadu_ps(xf + b), a0[j]));
+            fp8_decode16_f32(row[j] + b + 16, g, &wo, &we);
+            a1[j] = _mm256_fmadd_ps(we, _mm256_loadu_ps(xf + b + 24), _mm256_fmadd_ps(wo, _mm256_loadu_ps(xf + b + 8), a1[j]));
+        }
+    }
+    for (int b = fast_end; b < X->kpad; b += 32)
+        for (int j = 0; j < 4; j++) {
+            const uint8_t s = srow[j][b / 32];
+            const int inreg = b < whole && s >= DS_FP8_SAFE_SMIN && s <= FP8_AVX2_INREG_SMAX;
+            for (int h = 0; h < 2; h++) {
+                __m256 wo, we;
+                fp8_half_row(row[j], in, b, h, s, inreg, &wo, &we);
+                __m256 *acc = h ? &a1[j] : &a0[j];
+                *acc = _mm256_fmadd_ps(we, _mm256_loadu_ps(xf + b + 16 + 8 * h), _mm256_fmadd_ps(wo, _mm256_loadu_ps(xf + b + 8 * h), *acc));
+            }
+        }
+    UNROLL4
+    for (int j = 0; j < 4; j++) y[o + j * dr] = fp8_reduce2(a0[j], a1[j]);
+}
+
+/* One activation row: tiles of 4 output rows from the four quarters of the range (decision 184),
+ * so each row's codes stream on sequentially into its own next row (4 neighbouring rows of one
+ * scale tile began three streams cold at every tile); the rows left over one by one. */
+static void fp8_one_row(const ds_linear *L, const ds_ffact *X, int o0, int o1, float *y) {
+    const int q = (o1 - o0) / 4;
+    int group[4] = {-1, -1, -1, -1}, end[4] = {0, 0, 0, 0};
+    for (int a = o0; a < o0 + q; a++) {
+        int fast_end = INT32_MAX;
+        for (int j = 0; j < 4; j++) {
+            fp8_prefix_of(L, a + j * q, &group[j], &end[j]);
+            fast_end = DS_MIN(fast_end, end[j]);
+        }
+        fp8_tile_parts(L, X, a, q, fast_end, y);
+    }
+    int g = -1, e = 0;
+    for (int o = o0 + 4 * q; o < o1; o++) {
+        fp8_prefix_of(L, o, &g, &e);
+        fp8_tile2(L, X, o, 0, 1, 1, e, y, 0);
+    }
+}
+
+/* Several activation rows: 2 x 2 tiles, so the accumulators and weight halves fit the 16 ymm
+ * registers. */
 void ds_fp8_ff_avx2(const ds_linear *L, const ds_ffact *X, int o0, int o1, float *y, int ystride) {
-    int o = o0, group = -1, end = 0;   /* the prefix of scale-tile row `group` */
     if (X->n == 1) {
-        for (; o + 4 <= o1 && o / 32 == (o + 3) / 32; o += 4) {
-            fp8_prefix_of(L, o, &group, &end);
-            fp8_tile2(L, X, o, 0, 4, 1, end, y, ystride);
-        }
-    } else {
-        for (; o + 2 <= o1 && o / 32 == (o + 1) / 32; o += 2) {
-            fp8_prefix_of(L, o, &group, &end);
-            int r = 0;
-            for (; r + 2 <= X->n; r += 2) fp8_tile2(L, X, o, r, 2, 2, end, y, ystride);
-            if (r < X->n) fp8_tile2(L, X, o, r, 2, 1, end, y, ystride);
-        }
+        fp8_one_row(L, X, o0, o1, y);
+        return;
+    }
+    int o = o0, group = -1, end = 0;   /* the prefix of scale-tile row `group` */
+    for (; o + 2 <= o1 && o / 32 == (o + 1) / 32; o += 2) {
+        fp8_prefix_of(L, o, &group, &end);
+        int r = 0;
+        for (; r + 2 <= X->n; r += 2) fp8_tile2(L, X, o, r, 2, 2, end, y, ystride);
+        if (r < X->n) fp8_tile2(L, X, o, r, 2, 1, end, y, ystride);
     }
     for (; o < o1; o++) {
         fp8_prefix_of(L, o, &group, &end);

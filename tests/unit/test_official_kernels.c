@@ -367,21 +367,58 @@ TEST(fp8_linears_equal_the_bf16_linear_of_the_decoded_matrix) {
 
 /* Block scales of an FP8 linear across the in-register decode's safe range and both sides of it;
  * blocks above it keep the code exponent <= 4 so that no value or sum overflows. */
+/* Scale byte s for scale tile (t, b), its codes kept finite under it and their decoded values. */
+static void fp8_set_scale(fp8_lin *f, int out, int in, int t, int b, uint8_t s) {
+    f->sc[t * ((in + 31) / 32) + b] = s;
+    for (int o = 32 * t; o < DS_MIN(out, 32 * t + 32); o++)
+        for (int i = 32 * b; i < DS_MIN(in, 32 * b + 32); i++) {
+            uint8_t *c = &f->codes[(size_t)o * in + i];
+            if (s > 200 && ((*c >> 3) & 15) > 4) *c &= 0xa7;   /* exponent field <= 4 */
+            float v = ldexpf(ds_e4m3_to_f32(*c), s - 127);
+            f->dec[(size_t)o * in + i] = ds_f32_to_bf16(v);
+        }
+}
+
 static void fp8_rescale(fp8_lin *f, int out, int in, int trial) {
     static const uint8_t edge[] = {0, 40, 76, 85, 86, 87, 246, 247, 250, 254};
-    const int sc_cols = (in + 31) / 32;
     for (int t = 0; t < (out + 31) / 32; t++)
-        for (int b = 0; b < sc_cols; b++) {
-            uint8_t s = trial % 2 ? edge[tk_range(0, (int)DS_ARRAY_LEN(edge) - 1)] : (uint8_t)tk_range(110, 130);
-            f->sc[t * sc_cols + b] = s;
-            for (int o = 32 * t; o < DS_MIN(out, 32 * t + 32); o++)
-                for (int i = 32 * b; i < DS_MIN(in, 32 * b + 32); i++) {
-                    uint8_t *c = &f->codes[(size_t)o * in + i];
-                    if (s > 200 && ((*c >> 3) & 15) > 4) *c &= 0xa7;   /* exponent field <= 4 */
-                    float v = ldexpf(ds_e4m3_to_f32(*c), s - 127);
-                    f->dec[(size_t)o * in + i] = ds_f32_to_bf16(v);
-                }
+        for (int b = 0; b < (in + 31) / 32; b++)
+            fp8_set_scale(f, out, in, t, b, trial % 2 ? edge[tk_range(0, (int)DS_ARRAY_LEN(edge) - 1)] : (uint8_t)tk_range(110, 130));
+}
+
+/* The AVX2 one-row tile takes rows a quarter of the range apart, so from different scale tiles:
+ * its in-register stretch must end at the shortest of the four rows' in-range prefixes (a scale
+ * out of the in-register range in the first, second or last row's tile), and each row must use
+ * its own tile's scales. */
+TEST(fp8_one_row_tiles_across_scale_tiles_equal_the_fast_order) {
+    static const int short_tile[] = {0, 1, 3};   /* the tile whose block 3 is out of range */
+    for (size_t k = 0; k < DS_ARRAY_LEN(short_tile); k++) {
+        fp8_lin f = fp8_make(128, 256, DS_NUMERICS_FAST, -12);
+        for (int t = 0; t < 4; t++)
+            for (int b = 0; b < 8; b++) fp8_set_scale(&f, 128, 256, t, b, (uint8_t)(112 + 3 * t + b));
+        fp8_set_scale(&f, 128, 256, short_tile[k], 3, 250);
+        ds_bf16 x[256];
+        tk_fill_bf16(x, 256, 1.0f);
+        float want[128], got[128];
+        ds_ref_linear_f(&f.B, x, 1, want);
+        int runs = 0;
+        for (int p = 0; p < 2; p++) {
+            const ds_fp8_ff_fn fn = p ? (ds_kernels_available("avx512-vnni") ? ds_fp8_ff_avx512 : NULL)
+                                      : (ds_kernels_available("avx2") ? ds_fp8_ff_avx2 : NULL);
+            if (!fn) continue;
+            void *buf = malloc(sizeof(float) * (256 + 32));
+            ds_ffact X;
+            ds_ff_prepare_act(DS_FF_BF16_FMA, 0, x, 1, 256, buf, &X);
+            tk_poison(got, 128);
+            fn(&f.L, &X, 0, 128, got, 128);
+            CHECK(!memcmp(want, got, sizeof want), "path %d, tile %d short: differs from the fast order", p, short_tile[k]);
+            free(buf);
+            runs++;
         }
+        CHECK(runs >= 1, "no FP8 one-row path ran");
+        ds_linear_release(&f.L);
+        free(f.codes); free(f.sc); free(f.dec);
+    }
 }
 
 /* Most scale tiles made plain (every zero-exponent code given exponent 1, its decoded value

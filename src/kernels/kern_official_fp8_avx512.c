@@ -108,29 +108,26 @@ AI float fp8_reduce(__m512 a) {   /* the lane tree of kernels.h */
  * is whole, else through ds_fp8_bf16_one on a zero-padded stack copy (same words).  Each row j
  * prefetches into L2 at row0 + j * in + pfd: the caller's choice of what it reads next; with
  * LINE_PF only in every other block, one prefetch per 64-byte line (the in-register tiles: their
- * loop holds 8 rows' loads, prefetches and decodes, and half the prefetches ran 0.94-1.16x at one
- * row, median 1.05; the blocked decode ran 0.91-0.99x with them and prefetches every block). */
+ * loop holds 8 rows' loads, prefetches and decodes; decision 186: 0.93-1.14x at one row, 1.12-1.17x
+ * at two and eight; the blocked decode ran 0.91-0.99x with it and prefetches every block). */
 AI void fp8_block_words(const uint8_t *row0, size_t in, int b, size_t pfd, uint8_t s, int full, int plain, __m512i t0, const int RO,
                         const int LINE_PF, __m512i w[8]) {
     if (full && s >= DS_FP8_SAFE_SMIN && s <= DS_FP8_SAFE_SMAX) {
         fp8_sreg sr = fp8_scale_regs(s, t0);
-        const size_t pfo = pfd - (size_t)b;
         const int pf_now = !LINE_PF || !(b & 32);
         if (plain) {   /* no zero or subnormal code in this scale tile: the normal form alone (decision 176) */
             UNROLL8
             for (int j = 0; j < RO; j++) {
-                const uint8_t *a = row0 + (size_t)j * in + b;
-                if (pf_now) _mm_prefetch((const char *)(a + pfo), _MM_HINT_T1);
-                const __m512i c = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)a));
+                if (pf_now) _mm_prefetch((const char *)(row0 + (size_t)j * in + pfd), _MM_HINT_T1);
+                const __m512i c = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(row0 + (size_t)j * in + b)));
                 w[j] = _mm512_add_epi16(_mm512_and_si512(_mm512_slli_epi16(c, 4), _mm512_set1_epi16((short)0x87f0)), sr.k);
             }
             return;
         }
         UNROLL8
         for (int j = 0; j < RO; j++) {
-            const uint8_t *a = row0 + (size_t)j * in + b;
-            if (pf_now) _mm_prefetch((const char *)(a + pfo), _MM_HINT_T1);
-            w[j] = fp8_decode32(a, sr);
+            if (pf_now) _mm_prefetch((const char *)(row0 + (size_t)j * in + pfd), _MM_HINT_T1);
+            w[j] = fp8_decode32(row0 + (size_t)j * in + b, sr);
         }
         return;
     }

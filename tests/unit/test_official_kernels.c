@@ -365,9 +365,8 @@ TEST(fp8_linears_equal_the_bf16_linear_of_the_decoded_matrix) {
     CHECK(runs >= 24, "only %d runs", runs);
 }
 
-/* Block scales of an FP8 linear across the in-register decode's safe range and both sides of it;
- * blocks above it keep the code exponent <= 4 so that no value or sum overflows. */
-/* Scale byte s for scale tile (t, b), its codes kept finite under it and their decoded values. */
+/* Scale byte s for scale tile (t, b), its codes kept finite under it (scales above 200 keep the
+ * code exponent <= 4, so that no value or sum overflows) and their decoded values. */
 static void fp8_set_scale(fp8_lin *f, int out, int in, int t, int b, uint8_t s) {
     f->sc[t * ((in + 31) / 32) + b] = s;
     for (int o = 32 * t; o < DS_MIN(out, 32 * t + 32); o++)
@@ -379,6 +378,7 @@ static void fp8_set_scale(fp8_lin *f, int out, int in, int t, int b, uint8_t s) 
         }
 }
 
+/* Block scales of an FP8 linear across the in-register decode's safe range and both sides of it. */
 static void fp8_rescale(fp8_lin *f, int out, int in, int trial) {
     static const uint8_t edge[] = {0, 40, 76, 85, 86, 87, 246, 247, 250, 254};
     for (int t = 0; t < (out + 31) / 32; t++)

@@ -30,6 +30,9 @@ typedef struct ds_load_options {
     int draft;                /* DSpark draft: 0 = not loaded (default), 1 = loaded when usable (a missing or
                                  disabled draft logs an ERROR and leaves speculation off), 2 = required
                                  (an unusable draft fails the load) */
+    const char *engram_residency; /* "page-cache" (default when NULL): the Engram tables are read through the file
+                                 mapping; "huge-pages": copied at load into anonymous memory on transparent huge
+                                 pages, their file pages given back (random lookups skip 4 KiB page walks) */
     int no_head_screen;       /* fast tier: 1 = greedy rows compute their full logits instead of screening
                                  the head through its int8 copy (same tokens, for A/B measurements);
                                  0 = screen (default) */

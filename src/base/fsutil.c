@@ -151,3 +151,24 @@ fail:
     free(p);
     return -1;
 }
+
+int ds_meminfo_read(const char *path, uint64_t *total, uint64_t *available, ds_error *err) {
+    if (!path) path = getenv("DSFLASH_MEMINFO");
+    if (!path || !*path) path = "/proc/meminfo";
+    FILE *f = fopen(path, "r");
+    if (!f) return ds_fail(err, "E_IO", "%s: cannot open: %s", path, strerror(errno));
+    unsigned long long t = 0, a = 0, kb;
+    bool have_t = false, have_a = false;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) t = kb, have_t = true;
+        else if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) a = kb, have_a = true;
+    }
+    fclose(f);
+    if (!have_t || !have_a)
+        return ds_fail(err, "E_IO", "%s: expected MemTotal and MemAvailable lines in kB, found %s", path,
+                       have_t ? "no MemAvailable" : have_a ? "no MemTotal" : "neither");
+    *total = (uint64_t)t * 1024u;
+    *available = (uint64_t)a * 1024u;
+    return 0;
+}

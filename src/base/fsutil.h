@@ -34,5 +34,7 @@ int64_t ds_file_size(const char *path); /* -1 when missing */
 /* Join dir + "/" + rel into a newly allocated string. */
 char *ds_path_join(const char *dir, const char *rel);
 int ds_fsync_dir_of(const char *path);
+/* MemTotal and MemAvailable (bytes) from `path` (NULL: $DSFLASH_MEMINFO, else /proc/meminfo). */
+int ds_meminfo_read(const char *path, uint64_t *total, uint64_t *available, ds_error *err);
 
 #endif

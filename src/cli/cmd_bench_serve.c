@@ -48,6 +48,8 @@ static ds_flag k_flags[] = {
     {.name = "--numerics", .type = DS_FLAG_ENUM, .def = "fast", .choices = "exact|fast|both",
      .help = "numerics tier(s) to measure"},
     {.name = "--kernels", .type = DS_FLAG_ENUM, .def = "auto", .choices = "auto|avx512-vnni|avx2|reference"},
+    {.name = "--engram-residency", .type = DS_FLAG_ENUM, .def = "page-cache", .choices = "page-cache|huge-pages",
+     .help = "page-cache: Engram tables read through the file mapping; huge-pages: copied at load onto transparent huge pages"},
     {.name = "--quick", .type = DS_FLAG_SWITCH, .help = "fewer steps, a 512-token prompt in 128-token chunks"},
     {.name = "--profile", .type = DS_FLAG_SWITCH,
      .help = "also time each phase of the decode steps (attention, MoE, mHC, head, ...) per level"},
@@ -68,6 +70,7 @@ static int parse(int argc, char **argv, bs_opts *o, int *dist_rc) {
     *o = (bs_opts){.kernels = ds_flag_str(&fs, "--kernels"), .n_tiers = 1, .tiers = {"fast"}, .levels = {1, 4, 16, 32}};
     o->model = ds_flag_str(&fs, "--model");
     o->json = ds_flag_str(&fs, "--json");
+    o->engram_residency = ds_flag_str(&fs, "--engram-residency");
     o->threads = ds_flag_given(&fs, "--threads") ? (int)ds_flag_int(&fs, "--threads") : 0;
     o->quick = ds_flag_on(&fs, "--quick");
     o->profile = ds_flag_on(&fs, "--profile");
@@ -270,7 +273,8 @@ static int warm_up(bs_run *r) {
 
 static int run_tier(const bs_opts *o, const char *numerics, bs_limits *lim, bs_tier *t) {
     bs_run r;
-    ds_load_options lo = {.kernels = o->kernels, .threads = o->threads, .numerics = numerics};
+    ds_load_options lo = {.kernels = o->kernels, .threads = o->threads, .numerics = numerics,
+                          .engram_residency = o->engram_residency};
     memset(t, 0, sizeof *t);
     t->numerics = numerics;
     t->rows = o->logits_rows ? "logits" : "greedy";

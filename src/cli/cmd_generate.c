@@ -53,6 +53,8 @@ static ds_flag k_flags[] = {
      .help = "exact: bit-identical to the reference; fast: fp32 blocked reductions"},
     {.name = "--activations", .type = DS_FLAG_ENUM, .def = "int8", .choices = "int8|e4m3",
      .help = "official FP8/MXFP4 layout: e4m3 = the official runtime's E4M3-per-32 activations"},
+    {.name = "--engram-residency", .type = DS_FLAG_ENUM, .def = "page-cache", .choices = "page-cache|huge-pages",
+     .help = "page-cache: Engram tables read through the file mapping; huge-pages: copied at load onto transparent huge pages"},
     {.name = "--ignore-eos", .type = DS_FLAG_SWITCH, .help = "generate --max-tokens even after EOS"},
     DS_DIST_FLAG_ROWS,
 };
@@ -187,7 +189,8 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     ds_load_options lo = {.kernels = ds_flag_str(&fs, "--kernels"), .threads = (int)threads,
-                          .numerics = ds_flag_str(&fs, "--numerics"), .activations = ds_flag_str(&fs, "--activations")};
+                          .numerics = ds_flag_str(&fs, "--numerics"), .activations = ds_flag_str(&fs, "--activations"),
+                          .engram_residency = ds_flag_str(&fs, "--engram-residency")};
     double t0 = ds_now();
     m = ds_model_load(model_dir, &lo, eb, sizeof eb);
     if (!m) {

@@ -32,7 +32,7 @@
 #include <string.h>
 
 typedef struct {
-    const char *model, *kernels, *numerics, *activations;
+    const char *model, *kernels, *numerics, *activations, *engram_residency;
     int threads, prompt_tokens, tokens, quick, spec;
     int dist_rc;   /* exit status of a refused multi-process start (parse returned 3) */
 } bench_opts;
@@ -51,6 +51,8 @@ static ds_flag k_decode_flags[] = {
      .help = "exact: bit-identical to the reference; fast: fp32 blocked reductions"},
     {.name = "--activations", .type = DS_FLAG_ENUM, .def = "int8", .choices = "int8|e4m3",
      .help = "official FP8/MXFP4 layout: e4m3 = the official runtime's E4M3-per-32 activations"},
+    {.name = "--engram-residency", .type = DS_FLAG_ENUM, .def = "page-cache", .choices = "page-cache|huge-pages",
+     .help = "page-cache: Engram tables read through the file mapping; huge-pages: copied at load onto transparent huge pages"},
     {.name = "--prompt-tokens", .type = DS_FLAG_INT, .def = "64", .lo = 1, .hi = 65536},
     {.name = "--tokens", .type = DS_FLAG_INT, .def = "32", .lo = 1, .hi = 100000},
     {.name = "--num-speculative-tokens", .type = DS_FLAG_INT, .def = "0", .lo = 0, .hi = 8,
@@ -61,10 +63,12 @@ static ds_flag k_decode_flags[] = {
 static void usage(FILE *f) {
     fprintf(f, "usage: dsflash perf kernels [--threads N] [--kernels auto|avx512-vnni|avx2|reference] [--quick]\n"
                "       dsflash perf decode --model DIR [--threads N] [--kernels PATH] [--numerics exact|fast]\n"
-               "                           [--activations int8|e4m3] [--prompt-tokens N] [--tokens N] [--num-speculative-tokens K]\n"
+               "                           [--activations int8|e4m3] [--engram-residency page-cache|huge-pages]\n"
+               "                           [--prompt-tokens N] [--tokens N] [--num-speculative-tokens K]\n"
                "                           [--tensor-parallel-size R --expert-parallel auto|on|off --reduce-mode ordered|fast\n"
                "                            --dist-timeout S]   (R > 1: under mpirun -np R)\n"
-               "       dsflash perf serve --model DIR [--threads N] [--numerics exact|fast|both] [--quick] [--json FILE]\n"
+               "       dsflash perf serve --model DIR [--threads N] [--numerics exact|fast|both] [--engram-residency R] [--quick]\n"
+               "                          [--json FILE]\n"
                "`dsflash perf MODE --help` lists a mode's flags.\n");
 }
 
@@ -85,6 +89,7 @@ static int parse(int argc, char **argv, int decode, bench_opts *o) {
     o->model = ds_flag_str(&fs, "--model");
     o->numerics = ds_flag_str(&fs, "--numerics");
     o->activations = ds_flag_str(&fs, "--activations");
+    o->engram_residency = ds_flag_str(&fs, "--engram-residency");
     o->prompt_tokens = (int)ds_flag_int(&fs, "--prompt-tokens");
     o->tokens = (int)ds_flag_int(&fs, "--tokens");
     o->spec = (int)ds_flag_int(&fs, "--num-speculative-tokens");
@@ -439,7 +444,8 @@ static int32_t next_token(const float *logits, int V) {
 static int bench_decode(const bench_opts *o) {
     limits lim;
     ds_load_options lo = {.kernels = o->kernels, .threads = o->threads, .numerics = o->numerics,
-                          .activations = o->activations, .draft = o->spec ? 2 : 0};
+                          .activations = o->activations, .draft = o->spec ? 2 : 0,
+                          .engram_residency = o->engram_residency};
     char errbuf[1024];
     double t0 = ds_now();
     ds_model *m = ds_model_load(o->model, &lo, errbuf, sizeof errbuf);

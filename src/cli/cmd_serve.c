@@ -87,8 +87,9 @@ static ds_flag k_flags[] = {
      .help = "exact: bit-identical to the reference; fast: fp32 blocked reductions"},
     {.name = "--activations", .type = DS_FLAG_ENUM, .def = "int8", .choices = "int8|e4m3",
      .help = "official FP8/MXFP4 layout: e4m3 = the official runtime's E4M3-per-32 activations"},
-    {.name = "--engram-residency", .type = DS_FLAG_ENUM, .def = "page-cache", .choices = "page-cache|locked|disk",
-     .refuse = "locked and disk are not available in this build"},
+    {.name = "--engram-residency", .type = DS_FLAG_ENUM, .def = "page-cache", .choices = "page-cache|huge-pages|locked|disk",
+     .help = "page-cache: the tables read through the file mapping; huge-pages: copied at load into anonymous memory "
+             "on transparent huge pages, file pages given back (faster random lookups); locked and disk: refused"},
     {.name = "--limit-mm-per-prompt", .type = DS_FLAG_STRING, .def = "image=0", .refuse = "this build has no vision tower"},
     {.name = "--default-chat-template-kwargs", .type = DS_FLAG_STRING, .def = "{\"enable_thinking\":false}",
      .help = "JSON object"},
@@ -309,6 +310,10 @@ typedef struct serve_run {
 /* Rules that involve more than one flag, or a value's content beyond its type. */
 static int check_rules(serve_run *s) {
     int64_t bs = fi("--block-size");
+    const char *residency = fv("--engram-residency");
+    if (!strcmp(residency, "locked") || !strcmp(residency, "disk"))
+        return ds_flags_fail(&g_fs, "--engram-residency", "expected page-cache or huge-pages (locked and disk are not "
+                             "available in this build), got '%s'", residency);
     if (bs & (bs - 1)) return ds_flags_fail(&g_fs, "--block-size", "expected a power of two in [16, 256], got '%s'", fv("--block-size"));
     if (on("--enable-prefix-caching") && on("--no-enable-prefix-caching"))
         return ds_flags_fail(&g_fs, "--no-enable-prefix-caching", "conflicts with --enable-prefix-caching");
@@ -414,7 +419,8 @@ static int start_listener(serve_run *s) {
 static int load_model(serve_run *s) {
     ds_load_options lo = {.kernels = fv("--kernels"), .threads = (int)fi("--threads"), .full_validation = 0,
                           .max_model_len = fv("--max-model-len") ? fi("--max-model-len") : 0, .numerics = fv("--numerics"),
-                          .activations = fv("--activations"), .draft = serve_spec_draft_option(&s->spec)};
+                          .activations = fv("--activations"), .draft = serve_spec_draft_option(&s->spec),
+                          .engram_residency = fv("--engram-residency")};
     char eb[1024] = "";
     double t0 = ds_now();
     s->model = ds_model_load(s->model_dir, &lo, eb, sizeof eb);
@@ -526,6 +532,7 @@ static int echo_config(serve_run *s) {
     cJSON_AddStringToObject(echo, "kernels", ds_kernels_active());
     cJSON_AddStringToObject(echo, "numerics", ds_model_numerics(s->model));
     cJSON_AddStringToObject(echo, "activations", ds_model_activations(s->model));
+    cJSON_AddStringToObject(echo, "engram_residency", fv("--engram-residency"));
     cJSON_AddNumberToObject(echo, "threads", (double)fi("--threads"));
     cJSON_AddStringToObject(echo, "reduce_mode", fv("--reduce-mode"));
     cJSON_AddNumberToObject(echo, "kv_budget_bytes", (double)s->mem.kv_bytes);
@@ -614,7 +621,7 @@ static int serve_worker(const char *model_dir) {
     signal(SIGINT, SIG_IGN);
     ds_load_options lo = {.kernels = fv("--kernels"), .threads = (int)fi("--threads"), .full_validation = 0,
                           .max_model_len = fv("--max-model-len") ? fi("--max-model-len") : 0, .numerics = fv("--numerics"),
-                          .activations = fv("--activations")};
+                          .activations = fv("--activations"), .engram_residency = fv("--engram-residency")};
     char eb[1024] = "";
     ds_model *m = ds_model_load(model_dir, &lo, eb, sizeof eb);
     if (!m) {

@@ -17,6 +17,7 @@
 #ifndef DS_ENGINE_ENGINE_SETUP_H
 #define DS_ENGINE_ENGINE_SETUP_H
 #include "base/common.h"
+#include "base/fsutil.h"
 #include "engine/backend.h"
 #include "engine/sampler.h"
 
@@ -44,12 +45,11 @@ typedef struct ds_mem_plan {
     bool explicit_exceeds_available;   /* an explicit budget larger than from_available */
 } ds_mem_plan;
 
-/* Bytes of every safetensors file the model has mapped, and of the tiles repacked at load. */
+/* Bytes of every safetensors file the model has mapped (less what it gave back after copying it),
+ * and of the tiles repacked (and tables copied) at load. */
 uint64_t ds_model_weights_mapped(const struct ds_model *m);
 uint64_t ds_model_weights_packed(const struct ds_model *m);
 
-/* MemTotal and MemAvailable (bytes) from `path` (NULL: $DSFLASH_MEMINFO, else /proc/meminfo). */
-int ds_meminfo_read(const char *path, uint64_t *total, uint64_t *available, ds_error *err);
 /* Fails (E_KV_BUDGET) when no budget is left for the KV cache and none was given. */
 int ds_mem_plan_compute(const ds_mem_inputs *in, ds_mem_plan *p, ds_error *err);
 /* The capacity line: every term of the formula and where it came from (no newline). */

@@ -40,6 +40,7 @@ void ds_model_free(ds_model *m) {
     free(m->lins);
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
+    ds_engram_free_resident(m);
     if (m->ckpt) ds_ckpt_close(m->ckpt);
     ds_model_free_step_scratch(m);
     pthread_mutex_destroy(&m->probe_mu);
@@ -123,6 +124,7 @@ ds_model *ds_model_load(const char *dir, const ds_load_options *opts, char *errb
     co.draft_optional = o.draft == 1;
     if (ds_ckpt_open(m->dir, &co, &m->ckpt, &err) < 0) goto fail;
     if (ds_model_bind_weights(m, &err) < 0) goto fail;
+    if (ds_engram_make_resident(m, o.engram_residency, &err) < 0) goto fail;
     if (o.draft > 0 && ds_draft_load(m, o.draft == 2, &err) < 0) goto fail;
     /* every quantized linear was repacked while binding (ds_linear_prepare), so no forward pays
      * for it later (fast-tier float linears were copied the same way); say how much memory that

@@ -71,8 +71,10 @@ typedef struct ds_engram_weights {
     int layer;                     /* backbone layer id */
     int64_t rows;                  /* table rows (= prime sum) */
     int fp8;                       /* 0: int8 codes + F32 scales; 1: E4M3 codes + E8M0 scales */
-    const void *codes;             /* [rows][head_dim] */
+    const void *codes;             /* [rows][head_dim] (the file mapping, or its huge-page copy) */
     const void *scales;            /* [rows][head_dim/32] */
+    const struct ds_tensor *t_codes, *t_scales;   /* the tensors in the checkpoint */
+    void *copy_codes, *copy_scales;               /* huge-page copies (engram_resident.c), else NULL */
     ds_linear wkv;                 /* [(HC+1)·D, n_cols·head_dim] */
     float *wq;                     /* [HC][D] fp32(q_weight)·fp32(k_weight) */
 } ds_engram_weights;
@@ -152,7 +154,8 @@ struct ds_model {
     int n_owned, cap_owned;
     ds_linear **lins;              /* every bound linear (kernel tiles released at free) */
     int n_lins, cap_lins;
-    size_t packed_bytes;           /* kernel tiles made at load */
+    size_t packed_bytes;           /* kernel tiles (and Engram table copies) made at load */
+    size_t released_bytes;         /* mapped bytes whose file pages were given back after a copy */
     /* tensor/expert parallelism (dist/dist.h): this rank's share; size 1 = the whole model.  The
      * backbone's wq_b, wo_b and head_part hold only the owned rows; unowned wo_a groups and routed
      * experts are described but never prepared or read. */
@@ -180,6 +183,11 @@ int ds_model_bind_linear(ds_model *m, const char *base, int64_t out, int64_t in,
 int ds_model_bind_vec(ds_model *m, const char *name, int64_t n, const float **out, ds_error *err);
 /* Engram constants, token map and the checks 19, 23, 24 (engram.c). */
 int ds_model_init_engram(ds_model *m, ds_error *err);
+/* Engram residency of the load options: "page-cache" (NULL: the tables are read through the file
+ * mapping) or "huge-pages" (copied into anonymous memory on transparent huge pages at load, the
+ * file pages given back; engram_resident.c).  Fails naming the value or the missing support. */
+int ds_engram_make_resident(ds_model *m, const char *residency, ds_error *err);
+void ds_engram_free_resident(ds_model *m);
 
 /* ------------------------------------------------------------------ sequences */
 

@@ -350,6 +350,8 @@ static int bind_engram(ds_model *m, int e, ds_error *err) {
     else return bad_dtype(tw, "I8 codes with F32 scales, or F8_E4M3 with F8_E8M0 scales", err);
     ew->codes = tw->data;
     ew->scales = ts->data;
+    ew->t_codes = tw;
+    ew->t_scales = ts;
     snprintf(n, sizeof n, "layers.%d.engram.wkv", l);
     if (bind_linear(m, n, (int64_t)(HC + 1) * D, (int64_t)ncol * hd, &ew->wkv, err) < 0) return -1;
     const float *qw, *kw;

@@ -48,7 +48,13 @@ expect_usage "serve --numerics fastest" "dsflash serve: --numerics: expected exa
 expect_usage "serve --block-size 48" "dsflash serve: --block-size: expected a power of two in [16, 256], got '48'" "$B" "${S[@]}" --block-size 48
 expect_usage "serve --kernels amx" "dsflash serve: --kernels: expected auto, avx512-vnni, avx2 or reference, got 'amx'" "$B" "${S[@]}" --kernels amx
 expect_usage "serve --engram-residency locked" \
-    "dsflash serve: --engram-residency: expected page-cache (locked and disk are not available in this build), got 'locked'" "$B" "${S[@]}" --engram-residency locked
+    "dsflash serve: --engram-residency: expected page-cache or huge-pages (locked and disk are not available in this build), got 'locked'" "$B" "${S[@]}" --engram-residency locked
+expect_usage "serve --engram-residency disk" \
+    "dsflash serve: --engram-residency: expected page-cache or huge-pages (locked and disk are not available in this build), got 'disk'" "$B" "${S[@]}" --engram-residency disk
+expect_usage "generate --engram-residency locked" "dsflash generate: --engram-residency: expected page-cache or huge-pages, got 'locked'" \
+    "$B" generate --model /nonexistent --prompt-ids 1 --max-tokens 1 --engram-residency locked
+expect_usage "perf serve --engram-residency mlock" "dsflash perf serve: --engram-residency: expected page-cache or huge-pages, got 'mlock'" \
+    "$B" perf serve --model /nonexistent --engram-residency mlock
 expect_usage "serve --default-chat-template-kwargs []" "dsflash serve: --default-chat-template-kwargs: expected a JSON object, got '[]'" "$B" "${S[@]}" --default-chat-template-kwargs '[]'
 expect_usage "generate --max-tokens 0" "dsflash generate: --max-tokens: expected an integer in [1, 16777216], got '0'" \
     "$B" generate --model /nonexistent --prompt-ids 1 --max-tokens 0

@@ -1,0 +1,145 @@
+/* Engram tables in anonymous memory on huge pages (`--engram-residency huge-pages`).
+ *
+ * Why: every token row of a step reads 24 random rows of each Engram table (two tables of about
+ * 100 GiB in the release), so nearly every lookup misses the TLB.  Through the file mapping each
+ * miss walks 4 KiB page tables far too large for any cache, and on a virtualised host that walk is
+ * two-dimensional.  Measured on mini (2 threads, `perf serve --quick`, the gather timed inside the
+ * layer): 16 token rows took 4.9-5.9 ms per Engram layer through the mapping and 0.5 ms from a copy
+ * on 2 MiB pages — more than the layer's projection itself.  madvise(MADV_HUGEPAGE) on the mapping
+ * does nothing for ext4 files, so the copy is the way to get huge pages (decision 187).
+ *
+ * How: at load, after the weights are bound, each table's codes and scales are copied by the pool
+ * into ds_huge_alloc blocks, 32 MiB per task; each task then gives the file pages of its range back
+ * (MADV_DONTNEED on our mapping, POSIX_FADV_DONTNEED on the file), so the table is held once, not
+ * twice, and at no moment more than a few chunks twice.  The memory plan then counts those bytes as
+ * repacked instead of mapped.  The load fails, naming the reason, where the copy cannot help or
+ * cannot fit: transparent huge pages set to "never" (or unreadable), or less MemAvailable than
+ * the copy.  The share the kernel really backed with huge pages is read back from /proc/self/smaps
+ * and logged (WARN below 90%: fragmented memory gives 4 KiB pages and the gain shrinks).
+ * The values are the same bytes, so no result changes. */
+#define _GNU_SOURCE
+#include "base/fsutil.h"
+#include "base/hugemem.h"
+#include "base/threadpool.h"
+#include "model/model.h"
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define COPY_CHUNK ((size_t)32 << 20)
+
+typedef struct copy_job {
+    uint8_t *dst;
+    const ds_tensor *t;           /* source: t->data, t->nbytes */
+} copy_job;
+
+/* Give back the file pages of [off, off + n) of t: our mapping's whole pages in the range, then
+ * the page cache (pages another process maps stay; only advice, so nothing to check). */
+static void release_range(const ds_tensor *t, size_t off, size_t n) {
+    const ds_stfile *f = t->file;
+    const uint8_t *mapped = f ? f->map + f->data_start + t->begin : NULL;
+    if (!f || (const uint8_t *)t->data != mapped) return;   /* an aligned heap copy, not the mapping */
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)mapped + off;
+    const uintptr_t lo = (a + page - 1) & ~(page - 1), hi = (a + n) & ~(page - 1);
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    (void)posix_fadvise(f->fd, (off_t)(f->data_start + t->begin + off), (off_t)n, POSIX_FADV_DONTNEED);
+}
+
+static void copy_task(void *vctx, int i, int thread) {
+    (void)thread;
+    const copy_job *j = vctx;
+    const size_t off = (size_t)i * COPY_CHUNK, n = DS_MIN(COPY_CHUNK, (size_t)j->t->nbytes - off);
+    memcpy(j->dst + off, (const uint8_t *)j->t->data + off, n);
+    release_range(j->t, off, n);
+}
+
+static void *copy_tensor(ds_model *m, const ds_tensor *t) {
+    uint8_t *dst = ds_huge_alloc((size_t)t->nbytes);
+    copy_job j = {dst, t};
+    ds_pool_run((int)((t->nbytes + COPY_CHUNK - 1) / COPY_CHUNK), copy_task, &j);
+    m->packed_bytes += (size_t)t->nbytes;
+    m->released_bytes += (size_t)t->nbytes;
+    return dst;
+}
+
+/* The bracketed word of /sys/kernel/mm/transparent_hugepage/enabled ("always", "madvise", "never"). */
+static int thp_mode(char *mode, size_t n, ds_error *err) {
+    const char *path = "/sys/kernel/mm/transparent_hugepage/enabled";
+    char *text = NULL;
+    size_t len = 0;
+    if (ds_read_file(path, &text, &len, err) < 0) return -1;
+    const char *a = strchr(text, '['), *b = a ? strchr(a, ']') : NULL;
+    if (!b) {
+        free(text);
+        return ds_fail(err, "E_ENGRAM_RESIDENCY", "%s: expected the active mode in brackets, found none", path);
+    }
+    snprintf(mode, n, "%.*s", (int)(b - a - 1), a + 1);
+    free(text);
+    if (!strcmp(mode, "never"))
+        return ds_fail(err, "E_ENGRAM_RESIDENCY", "engram residency huge-pages: %s: expected always or madvise, found never "
+                       "(the copy would only add load time; use page-cache)", path);
+    return 0;
+}
+
+/* Bytes of [lo, hi) the kernel backs with huge pages: AnonHugePages of the overlapping mappings,
+ * each capped at its overlap (a mapping may be larger than the block). */
+static size_t huge_bytes_in(uintptr_t lo, uintptr_t hi) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return 0;
+    char line[512];
+    size_t total = 0, overlap = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long a, b, kb;
+        if (sscanf(line, "%lx-%lx ", &a, &b) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            const uintptr_t s = DS_MAX((uintptr_t)a, lo), e = DS_MIN((uintptr_t)b, hi);
+            overlap = e > s ? e - s : 0;
+        } else if (overlap && sscanf(line, "AnonHugePages: %lu kB", &kb) == 1) {
+            total += DS_MIN((size_t)kb * 1024, overlap);
+        }
+    }
+    fclose(f);
+    return total;
+}
+
+static size_t block_huge_bytes(const void *p, size_t n) { return huge_bytes_in((uintptr_t)p, (uintptr_t)p + n); }
+
+int ds_engram_make_resident(ds_model *m, const char *residency, ds_error *err) {
+    if (!residency || !strcmp(residency, "page-cache")) return 0;
+    if (strcmp(residency, "huge-pages"))
+        return ds_fail(err, "E_ARG", "engram residency: expected \"page-cache\" or \"huge-pages\", found \"%s\"", residency);
+    const ds_config *c = &m->cfg;
+    size_t bytes = 0;
+    for (int e = 0; e < c->n_engram; e++) bytes += (size_t)(m->engram[e].t_codes->nbytes + m->engram[e].t_scales->nbytes);
+    char mode[32];
+    uint64_t total = 0, avail = 0;
+    if (thp_mode(mode, sizeof mode, err) < 0 || ds_meminfo_read(NULL, &total, &avail, err) < 0) return -1;
+    if (avail < bytes)
+        return ds_fail(err, "E_ENGRAM_RESIDENCY", "engram residency huge-pages: the tables need %zu B of anonymous memory, "
+                       "MemAvailable is %llu B; use page-cache or free memory", bytes, (unsigned long long)avail);
+    const double t0 = ds_now();
+    size_t huge = 0;
+    for (int e = 0; e < c->n_engram; e++) {
+        ds_engram_weights *ew = &m->engram[e];
+        ew->codes = ew->copy_codes = copy_tensor(m, ew->t_codes);
+        ew->scales = ew->copy_scales = copy_tensor(m, ew->t_scales);
+        huge += block_huge_bytes(ew->copy_codes, (size_t)ew->t_codes->nbytes) +
+                block_huge_bytes(ew->copy_scales, (size_t)ew->t_scales->nbytes);
+    }
+    const double share = bytes ? (double)huge / (double)bytes : 1.0;
+    ds_log(share < 0.9 ? DS_LOG_WARN : DS_LOG_INFO,
+           "engram residency huge-pages: %d tables, %.1f MiB copied in %.2f s, %.0f%% on huge pages (transparent huge "
+           "pages: %s), their file pages given back", c->n_engram, (double)bytes / 1048576.0, ds_now() - t0,
+           100.0 * share, mode);
+    return 0;
+}
+
+void ds_engram_free_resident(ds_model *m) {
+    for (int e = 0; e < DS_MAX_LIST; e++) {
+        ds_huge_free(m->engram[e].copy_codes);
+        ds_huge_free(m->engram[e].copy_scales);
+        m->engram[e].copy_codes = m->engram[e].copy_scales = NULL;
+    }
+}

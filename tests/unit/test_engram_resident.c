@@ -1,0 +1,117 @@
+/* `--engram-residency huge-pages` (model/engram_resident.c): the Engram tables copied at load into
+ * anonymous memory must give the same logits, bit for bit, as the tables read through the file
+ * mapping (both tiers, several token rows per step so that every row's lookups differ); the model
+ * must read the copy, not the mapping; the memory plan must move exactly the tables' bytes from
+ * "mapped" to "repacked"; an unknown residency is refused naming the value.  Where the host's
+ * transparent huge pages are "never" the load must fail naming that setting instead (asserted too:
+ * the test never passes without checking one of the two behaviours). */
+#include "check.h"
+#include "dsflash.h"
+#include "engine/engine_setup.h"
+#include "model/model.h"
+#include <stdlib.h>
+#include <string.h>
+
+enum { ROWS = 24 };
+
+static ds_model *load(const char *numerics, const char *residency, char *eb, size_t n) {
+    const char *d = ds_test_tiny_fixture();
+    if (!d) {
+        snprintf(eb, n, "no tiny fixture");
+        return NULL;
+    }
+    ds_load_options o = {.kernels = "auto", .threads = 2, .numerics = numerics, .engram_residency = residency};
+    return ds_model_load(d, &o, eb, n);
+}
+
+/* Logits of the last row after a ROWS-token prompt in chunks of 5 (ROWS x vocab floats, malloc'd). */
+static float *run_prompt(ds_model *m) {
+    const int V = ds_model_vocab_size(m);
+    int32_t tok[ROWS];
+    uint32_t seed = 12345;
+    for (int i = 0; i < ROWS; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        tok[i] = 3 + (int32_t)((seed >> 8) % (uint32_t)(V - 3));
+    }
+    float *logits = calloc((size_t)ROWS * (size_t)V, sizeof(float));
+    ds_seq *s = ds_seq_new(m);
+    char eb[512];
+    for (int p = 0; p < ROWS; p += 5) {
+        const int n = ROWS - p < 5 ? ROWS - p : 5;
+        if (ds_seq_step(m, s, tok + p, n, logits + (size_t)p * (size_t)V, n, eb, sizeof eb) < 0) {
+            fprintf(stderr, "  step: %s\n", eb);
+            free(logits);
+            logits = NULL;
+            break;
+        }
+    }
+    ds_seq_free(s);
+    return logits;
+}
+
+static int thp_never(void) {
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    char line[256] = "";
+    if (f) {
+        if (!fgets(line, sizeof line, f)) line[0] = 0;
+        fclose(f);
+    }
+    return !f || strstr(line, "[never]") != NULL;
+}
+
+static void same_logits(const char *numerics) {
+    char eb[1024];
+    ds_model *a = load(numerics, "page-cache", eb, sizeof eb);
+    CHECK(a != NULL, "page-cache load: %s", eb);
+    if (!a) return;
+    float *la = run_prompt(a);
+    const uint64_t mapped_a = ds_model_weights_mapped(a), packed_a = ds_model_weights_packed(a);
+    const int V = ds_model_vocab_size(a);
+    ds_model_free(a);
+    ds_model *b = load(numerics, "huge-pages", eb, sizeof eb);
+    if (thp_never()) {
+        CHECK(b == NULL && strstr(eb, "E_ENGRAM_RESIDENCY") && strstr(eb, "transparent_hugepage") && strstr(eb, "never"),
+              "a host without transparent huge pages must refuse huge-pages: %s", b ? "(loaded)" : eb);
+        if (b) ds_model_free(b);
+        free(la);
+        return;
+    }
+    CHECK(b != NULL, "huge-pages load: %s", eb);
+    if (!b) {
+        free(la);
+        return;
+    }
+    uint64_t table_bytes = 0;
+    for (int e = 0; e < b->cfg.n_engram; e++) {
+        const ds_engram_weights *ew = &b->engram[e];
+        CHECK(ew->codes == ew->copy_codes && ew->codes != ew->t_codes->data && ew->scales == ew->copy_scales &&
+                  ew->scales != ew->t_scales->data, "table %d is read from its copy", e);
+        CHECK(!memcmp(ew->copy_codes, ew->t_codes->data, ew->t_codes->nbytes) &&
+                  !memcmp(ew->copy_scales, ew->t_scales->data, ew->t_scales->nbytes), "table %d: copy equals the file", e);
+        table_bytes += ew->t_codes->nbytes + ew->t_scales->nbytes;
+    }
+    CHECK(b->cfg.n_engram > 0 && table_bytes > 0, "the fixture has Engram tables");
+    CHECK(ds_model_weights_mapped(b) == mapped_a - table_bytes && ds_model_weights_packed(b) == packed_a + table_bytes,
+          "memory plan: mapped %llu -> %llu, repacked %llu -> %llu, tables %llu B", (unsigned long long)mapped_a,
+          (unsigned long long)ds_model_weights_mapped(b), (unsigned long long)packed_a,
+          (unsigned long long)ds_model_weights_packed(b), (unsigned long long)table_bytes);
+    float *lb = run_prompt(b);
+    CHECK(la && lb && !memcmp(la, lb, sizeof(float) * (size_t)ROWS * (size_t)V),
+          "%s tier: logits of %d rows equal bit for bit", numerics, ROWS);
+    free(la);
+    free(lb);
+    ds_model_free(b);
+}
+
+TEST(huge_page_tables_give_the_same_logits_exact) { same_logits("exact"); }
+TEST(huge_page_tables_give_the_same_logits_fast) { same_logits("fast"); }
+
+TEST(unknown_residency_is_refused) {
+    char eb[1024];
+    ds_model *m = load("fast", "locked", eb, sizeof eb);
+    CHECK(m == NULL && !strcmp(eb, "E_ARG: engram residency: expected \"page-cache\" or \"huge-pages\", found \"locked\""),
+          "%s", m ? "(loaded)" : eb);
+    if (m) ds_model_free(m);
+}
+
+RUN_ALL()

@@ -453,6 +453,29 @@ static int load_model(serve_run *s) {
 
 static int32_t tokenizer_lookup(const void *tok, const char *literal) { return ds_tokenizer_token_id(tok, literal); }
 
+/* §13 step 4: the tables' resident share.  Below 90% a lookup may wait for the disk (PITFALLS 14),
+ * which is a warning, not a failure: the page cache fills as requests run. */
+static void report_engram_residency(const ds_model *m) {
+    enum { SAMPLES = 4096 };
+    double share[DS_MAX_LIST];
+    const int n = ds_engram_resident_share(m, SAMPLES, share);
+    if (n < 0) {
+        fprintf(stderr, "[selfcheck] engram residency: WARN mincore failed (%s); the resident share is unknown\n", strerror(errno));
+        return;
+    }
+    char list[256] = "";
+    double low = 1.0;
+    for (int e = 0, k = 0; e < n; e++) {
+        k += snprintf(list + k, sizeof list - (size_t)k, "%s%.1f%%", e ? ", " : "", 100.0 * share[e]);
+        if (k >= (int)sizeof list) k = (int)sizeof list - 1;
+        low = share[e] < low ? share[e] : low;
+    }
+    fprintf(stderr, "[selfcheck] engram residency: %s %s, resident share %s of %d random pages per table (mincore)%s\n",
+            low < 0.9 ? "WARN" : "OK", fv("--engram-residency"), n ? list : "(no tables)", SAMPLES,
+            low < 0.9 ? "; below 90%, lookups will wait for the disk until the page cache holds the tables (read the "
+                        "table files once, or use --engram-residency huge-pages)" : "");
+}
+
 /* §4.4 budget and §9 mask (decided by the engine), then the engine and its KV self-test. */
 static int build_engine(serve_run *s) {
     s->be = ds_backend_model_new(s->model);
@@ -470,6 +493,7 @@ static int build_engine(serve_run *s) {
     }
     ds_mem_plan_line(&s->mem, fv("--engram-residency"), line, sizeof line);
     fprintf(stderr, "[selfcheck] memory: OK %s\n", line);
+    report_engram_residency(s->model);
     ds_engine_sampler_mask(s->be, s->sentinels, s->n_sentinels, tokenizer_lookup, s->tok, &s->mask, line, sizeof line);
     fprintf(stderr, "[serve] %s\n", line);
     ds_engine_config ec;

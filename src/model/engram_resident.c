@@ -136,6 +136,28 @@ int ds_engram_make_resident(ds_model *m, const char *residency, ds_error *err) {
     return 0;
 }
 
+/* SERVING.md §13 step 4: the resident share of each table, from mincore on `samples` random pages
+ * of its codes (the mapping, or the copy), drawn by a fixed generator so that a restart samples the
+ * same pages. */
+int ds_engram_resident_share(const ds_model *m, int samples, double *share) {
+    const long page = sysconf(_SC_PAGESIZE);
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    for (int e = 0; e < m->cfg.n_engram; e++) {
+        const ds_engram_weights *ew = &m->engram[e];
+        const uintptr_t lo = (uintptr_t)ew->codes & ~(uintptr_t)(page - 1);
+        const size_t pages = ((uintptr_t)ew->codes + (size_t)ew->t_codes->nbytes - lo + (size_t)page - 1) / (size_t)page;
+        int resident = 0;
+        for (int i = 0; i < samples; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            unsigned char v = 0;
+            if (mincore((void *)(lo + (seed >> 16) % pages * (size_t)page), (size_t)page, &v) < 0) return -1;
+            resident += v & 1;
+        }
+        share[e] = samples ? (double)resident / samples : 1.0;
+    }
+    return m->cfg.n_engram;
+}
+
 void ds_engram_free_resident(ds_model *m) {
     for (int e = 0; e < DS_MAX_LIST; e++) {
         ds_huge_free(m->engram[e].copy_codes);

@@ -188,6 +188,9 @@ int ds_model_init_engram(ds_model *m, ds_error *err);
  * file pages given back; engram_resident.c).  Fails naming the value or the missing support. */
 int ds_engram_make_resident(ds_model *m, const char *residency, ds_error *err);
 void ds_engram_free_resident(ds_model *m);
+/* Resident share of each Engram table (share[e], e < n_engram) from mincore on `samples` random
+ * pages of its codes; returns n_engram, or -1 when mincore fails (errno). */
+int ds_engram_resident_share(const ds_model *m, int samples, double *share);
 
 /* ------------------------------------------------------------------ sequences */
 

@@ -4,7 +4,10 @@
 # before any work with one line naming the flag, the value and what is expected; then a live server
 # started with a fake /proc/meminfo (DSFLASH_MEMINFO: 24 GiB total, 4 GiB available, as when another
 # process holds the memory) must size its KV budget from MemAvailable and say so in the capacity
-# line, the figure checked against the formula computed here from config.json.
+# line, the figure checked against the formula computed here from config.json.  Then
+# `--engram-residency huge-pages`: refused naming both figures when MemAvailable is below the tables
+# (or naming the setting where transparent huge pages are never), else the §13 residency sample says
+# 100%, /server_info echoes it and the tables' bytes leave the mapped count.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/server/serve_lib.sh
@@ -85,6 +88,35 @@ EOP
     then ok "KV budget = MemAvailable - mapped weights - reservations, stated in the capacity line; --numerics exact echoed"
     else bad "KV budget from MemAvailable" "$line"; fi
 else bad "server with a fake meminfo did not start"; fi
+stop_server
+mapped_page_cache=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["weights_mapped_bytes"])' "$OUT/info.json" 2>/dev/null)
+
+# --- --engram-residency huge-pages: the copy is refused without room, else served from and echoed ------
+printf 'MemTotal:       25165824 kB\nMemFree:             64 kB\nMemAvailable:         64 kB\n' > "$OUT/meminfo_low"
+DSFLASH_MEMINFO=$OUT/meminfo_low timeout 120 "$B" serve --model-cache "$MODEL_CACHE" --port 1 --engram-residency huge-pages \
+    > "$OUT/low.log" 2>&1; rc=$?
+if [ $rc != 0 ] && grep -q "E_ENGRAM_RESIDENCY: engram residency huge-pages: the tables need [0-9]* B of anonymous memory, MemAvailable is 65536 B" "$OUT/low.log"
+then ok "huge-pages with less MemAvailable than the tables: the load fails naming both (exit $rc)"
+else bad "huge-pages without room" "exit $rc: $(grep -m1 E_ "$OUT/low.log")"; fi
+if grep -q '\[never\]' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null; then
+    timeout 120 "$B" serve --model-cache "$MODEL_CACHE" --port 1 --engram-residency huge-pages > "$OUT/never.log" 2>&1; rc=$?
+    if [ $rc != 0 ] && grep -q "transparent_hugepage/enabled: expected always or madvise, found never" "$OUT/never.log"
+    then ok "huge-pages on a host whose transparent huge pages are never: refused (exit $rc)"
+    else bad "huge-pages refused where THP is never" "exit $rc"; fi
+elif DSFLASH_MEMINFO=$OUT/meminfo start_server "$OUT/serve_huge.log" --engram-residency huge-pages; then
+    curl -s "$BASE/server_info" > "$OUT/info_huge.json"
+    if grep -q '^\[selfcheck\] engram residency: OK huge-pages, resident share 100.0%, 100.0% of 4096 random pages per table (mincore)$' "$OUT/serve_huge.log" &&
+       /usr/bin/python3 - "$OUT/info_huge.json" "$mapped_page_cache" <<'EOP'
+import json, sys, glob, os
+info = json.load(open(sys.argv[1])); before = int(sys.argv[2])
+tables = sum(os.path.getsize(f) for f in glob.glob(info["model_dir"] + "/engram_int8/*.safetensors"))
+assert info["engram_residency"] == "huge-pages" and info["flags"]["engram-residency"] == "huge-pages"
+# the tables' data moved from mapped to repacked: mapped drops by the files less their headers
+assert 0 < before - info["weights_mapped_bytes"] < tables, (before, info["weights_mapped_bytes"], tables)
+EOP
+    then ok "huge-pages: tables 100% resident by the §13 sample, echoed in /server_info, their bytes no longer counted as mapped"
+    else bad "huge-pages server" "$(grep -m1 'engram residency' "$OUT/serve_huge.log")"; fi
+else bad "server with --engram-residency huge-pages did not start"; fi
 stop_server
 rm -rf "$OUT"
 echo "$pass passed, $fail failed"

@@ -32,7 +32,9 @@ typedef struct ds_load_options {
                                  (an unusable draft fails the load) */
     const char *engram_residency; /* "page-cache" (default when NULL): the Engram tables are read through the file
                                  mapping; "huge-pages": copied at load into anonymous memory on transparent huge
-                                 pages, their file pages given back (random lookups skip 4 KiB page walks) */
+                                 pages, their file pages given back (random lookups skip 4 KiB page walks);
+                                 "locked": the mapping's pages mlock'ed at load; "disk": the mapping, left out of
+                                 the memory plan (evictable) */
     int no_head_screen;       /* fast tier: 1 = greedy rows compute their full logits instead of screening
                                  the head through its int8 copy (same tokens, for A/B measurements);
                                  0 = screen (default) */

@@ -8,6 +8,7 @@ SUDO=""
 DEBS=(build-essential pkg-config libcjson-dev libssl-dev libutf8proc-dev libmicrohttpd-dev
       python3 python3-numpy curl ca-certificates
       time                   # /usr/bin/time: tests/run.sh reports each suite's CPU seconds
+      util-linux             # setpriv: tests/cli/run_flags.sh drops CAP_IPC_LOCK to check a refused mlock
       libcurl4-openssl-dev   # the tools' HTTP client (src/tools/http_client.c: bench, needle, gates)
       libxml2-utils          # xmllint: tests validate the SVG that bench-plot writes
       libsimde-dev   # portable AVX-512 intrinsics, so tests check the AVX-512 kernels on any CPU

@@ -51,8 +51,9 @@ static ds_flag k_decode_flags[] = {
      .help = "exact: bit-identical to the reference; fast: fp32 blocked reductions"},
     {.name = "--activations", .type = DS_FLAG_ENUM, .def = "int8", .choices = "int8|e4m3",
      .help = "official FP8/MXFP4 layout: e4m3 = the official runtime's E4M3-per-32 activations"},
-    {.name = "--engram-residency", .type = DS_FLAG_ENUM, .def = "page-cache", .choices = "page-cache|huge-pages",
-     .help = "page-cache: Engram tables read through the file mapping; huge-pages: copied at load onto transparent huge pages"},
+    {.name = "--engram-residency", .type = DS_FLAG_ENUM, .def = "page-cache", .choices = "page-cache|huge-pages|locked|disk",
+     .help = "Engram tables: page-cache (the file mapping), huge-pages (copied at load onto transparent huge pages), "
+             "locked (the mapping mlock'ed), disk (the mapping, not counted in memory)"},
     {.name = "--prompt-tokens", .type = DS_FLAG_INT, .def = "64", .lo = 1, .hi = 65536},
     {.name = "--tokens", .type = DS_FLAG_INT, .def = "32", .lo = 1, .hi = 100000},
     {.name = "--num-speculative-tokens", .type = DS_FLAG_INT, .def = "0", .lo = 0, .hi = 8,
@@ -63,7 +64,7 @@ static ds_flag k_decode_flags[] = {
 static void usage(FILE *f) {
     fprintf(f, "usage: dsflash perf kernels [--threads N] [--kernels auto|avx512-vnni|avx2|reference] [--quick]\n"
                "       dsflash perf decode --model DIR [--threads N] [--kernels PATH] [--numerics exact|fast]\n"
-               "                           [--activations int8|e4m3] [--engram-residency page-cache|huge-pages]\n"
+               "                           [--activations int8|e4m3] [--engram-residency page-cache|huge-pages|locked|disk]\n"
                "                           [--prompt-tokens N] [--tokens N] [--num-speculative-tokens K]\n"
                "                           [--tensor-parallel-size R --expert-parallel auto|on|off --reduce-mode ordered|fast\n"
                "                            --dist-timeout S]   (R > 1: under mpirun -np R)\n"

@@ -89,7 +89,8 @@ static ds_flag k_flags[] = {
      .help = "official FP8/MXFP4 layout: e4m3 = the official runtime's E4M3-per-32 activations"},
     {.name = "--engram-residency", .type = DS_FLAG_ENUM, .def = "page-cache", .choices = "page-cache|huge-pages|locked|disk",
      .help = "page-cache: the tables read through the file mapping; huge-pages: copied at load into anonymous memory "
-             "on transparent huge pages, file pages given back (faster random lookups); locked and disk: refused"},
+             "on transparent huge pages, file pages given back (faster random lookups); locked: the mapping mlock'ed; "
+             "disk: the mapping, left out of the memory budget (evictable, slow)"},
     {.name = "--limit-mm-per-prompt", .type = DS_FLAG_STRING, .def = "image=0", .refuse = "this build has no vision tower"},
     {.name = "--default-chat-template-kwargs", .type = DS_FLAG_STRING, .def = "{\"enable_thinking\":false}",
      .help = "JSON object"},
@@ -310,10 +311,6 @@ typedef struct serve_run {
 /* Rules that involve more than one flag, or a value's content beyond its type. */
 static int check_rules(serve_run *s) {
     int64_t bs = fi("--block-size");
-    const char *residency = fv("--engram-residency");
-    if (!strcmp(residency, "locked") || !strcmp(residency, "disk"))
-        return ds_flags_fail(&g_fs, "--engram-residency", "expected page-cache or huge-pages (locked and disk are not "
-                             "available in this build), got '%s'", residency);
     if (bs & (bs - 1)) return ds_flags_fail(&g_fs, "--block-size", "expected a power of two in [16, 256], got '%s'", fv("--block-size"));
     if (on("--enable-prefix-caching") && on("--no-enable-prefix-caching"))
         return ds_flags_fail(&g_fs, "--no-enable-prefix-caching", "conflicts with --enable-prefix-caching");

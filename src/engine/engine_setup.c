@@ -10,7 +10,7 @@
 uint64_t ds_model_weights_mapped(const ds_model *m) {
     uint64_t sum = 0;
     for (int i = 0; m && m->ckpt && i < m->ckpt->n_files; i++) sum += m->ckpt->files[i]->file_size;
-    return m && sum > m->released_bytes ? sum - m->released_bytes : sum;
+    return m && sum > m->uncounted_bytes ? sum - m->uncounted_bytes : sum;
 }
 
 uint64_t ds_model_weights_packed(const ds_model *m) { return m ? (uint64_t)m->packed_bytes : 0; }

@@ -1,6 +1,9 @@
-/* Engram tables in anonymous memory on huge pages (`--engram-residency huge-pages`).
+/* Where the Engram tables live (`--engram-residency`, SERVING.md §12): page-cache (the file mapping,
+ * default), huge-pages (a copy, below), locked (the mapping's pages mlock'ed: never evicted, read in
+ * at load), disk (the mapping, left out of the memory plan: evictable); and the resident share that
+ * `serve` samples at start-up (§13 step 4).
  *
- * Why: every token row of a step reads 24 random rows of each Engram table (two tables of about
+ * huge-pages, why: every token row of a step reads 24 random rows of each Engram table (two tables of about
  * 100 GiB in the release), so nearly every lookup misses the TLB.  Through the file mapping each
  * miss walks 4 KiB page tables far too large for any cache, and on a virtualised host that walk is
  * two-dimensional.  Measured on mini (2 threads, `perf serve --quick`, the gather timed inside the
@@ -26,7 +29,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #define COPY_CHUNK ((size_t)32 << 20)
@@ -61,7 +66,7 @@ static void *copy_tensor(ds_model *m, const ds_tensor *t) {
     copy_job j = {dst, t};
     ds_pool_run((int)((t->nbytes + COPY_CHUNK - 1) / COPY_CHUNK), copy_task, &j);
     m->packed_bytes += (size_t)t->nbytes;
-    m->released_bytes += (size_t)t->nbytes;
+    m->uncounted_bytes += (size_t)t->nbytes;
     return dst;
 }
 
@@ -106,13 +111,14 @@ static size_t huge_bytes_in(uintptr_t lo, uintptr_t hi) {
 
 static size_t block_huge_bytes(const void *p, size_t n) { return huge_bytes_in((uintptr_t)p, (uintptr_t)p + n); }
 
-int ds_engram_make_resident(ds_model *m, const char *residency, ds_error *err) {
-    if (!residency || !strcmp(residency, "page-cache")) return 0;
-    if (strcmp(residency, "huge-pages"))
-        return ds_fail(err, "E_ARG", "engram residency: expected \"page-cache\" or \"huge-pages\", found \"%s\"", residency);
-    const ds_config *c = &m->cfg;
+static size_t table_bytes(const ds_model *m) {
     size_t bytes = 0;
-    for (int e = 0; e < c->n_engram; e++) bytes += (size_t)(m->engram[e].t_codes->nbytes + m->engram[e].t_scales->nbytes);
+    for (int e = 0; e < m->cfg.n_engram; e++) bytes += (size_t)(m->engram[e].t_codes->nbytes + m->engram[e].t_scales->nbytes);
+    return bytes;
+}
+
+static int make_huge_pages(ds_model *m, ds_error *err) {
+    const size_t bytes = table_bytes(m);
     char mode[32];
     uint64_t total = 0, avail = 0;
     if (thp_mode(mode, sizeof mode, err) < 0 || ds_meminfo_read(NULL, &total, &avail, err) < 0) return -1;
@@ -121,7 +127,7 @@ int ds_engram_make_resident(ds_model *m, const char *residency, ds_error *err) {
                        "MemAvailable is %llu B; use page-cache or free memory", bytes, (unsigned long long)avail);
     const double t0 = ds_now();
     size_t huge = 0;
-    for (int e = 0; e < c->n_engram; e++) {
+    for (int e = 0; e < m->cfg.n_engram; e++) {
         ds_engram_weights *ew = &m->engram[e];
         ew->codes = ew->copy_codes = copy_tensor(m, ew->t_codes);
         ew->scales = ew->copy_scales = copy_tensor(m, ew->t_scales);
@@ -131,9 +137,48 @@ int ds_engram_make_resident(ds_model *m, const char *residency, ds_error *err) {
     const double share = bytes ? (double)huge / (double)bytes : 1.0;
     ds_log(share < 0.9 ? DS_LOG_WARN : DS_LOG_INFO,
            "engram residency huge-pages: %d tables, %.1f MiB copied in %.2f s, %.0f%% on huge pages (transparent huge "
-           "pages: %s), their file pages given back", c->n_engram, (double)bytes / 1048576.0, ds_now() - t0,
+           "pages: %s), their file pages given back", m->cfg.n_engram, (double)bytes / 1048576.0, ds_now() - t0,
            100.0 * share, mode);
     return 0;
+}
+
+/* mlock the whole pages of a tensor's bytes (reading them in from the file where needed). */
+static int lock_tensor(const ds_tensor *t, ds_error *err) {
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)t->data & ~(page - 1);
+    const size_t n = (uintptr_t)t->data + (size_t)t->nbytes - a;
+    if (!mlock((const void *)a, n)) return 0;
+    const int e = errno;
+    struct rlimit rl = {0};
+    getrlimit(RLIMIT_MEMLOCK, &rl);
+    char lim[32];
+    if (rl.rlim_cur == RLIM_INFINITY) snprintf(lim, sizeof lim, "unlimited");
+    else snprintf(lim, sizeof lim, "%llu B", (unsigned long long)rl.rlim_cur);
+    return ds_fail(err, "E_ENGRAM_RESIDENCY", "engram residency locked: %s: %s: mlock of %zu B failed: %s (RLIMIT_MEMLOCK "
+                   "%s; raise it with ulimit -l or LimitMEMLOCK, or use page-cache)", t->file ? t->file->path : "?", t->name,
+                   n, strerror(e), lim);
+}
+
+static int make_locked(ds_model *m, ds_error *err) {
+    const double t0 = ds_now();
+    for (int e = 0; e < m->cfg.n_engram; e++)
+        if (lock_tensor(m->engram[e].t_codes, err) < 0 || lock_tensor(m->engram[e].t_scales, err) < 0) return -1;
+    ds_log(DS_LOG_INFO, "engram residency locked: %d tables, %.1f MiB of page cache locked in %.2f s", m->cfg.n_engram,
+           (double)table_bytes(m) / 1048576.0, ds_now() - t0);
+    return 0;
+}
+
+int ds_engram_make_resident(ds_model *m, const char *residency, ds_error *err) {
+    if (!residency || !strcmp(residency, "page-cache")) return 0;
+    if (!strcmp(residency, "huge-pages")) return make_huge_pages(m, err);
+    if (!strcmp(residency, "locked")) return make_locked(m, err);
+    if (!strcmp(residency, "disk")) {
+        m->uncounted_bytes += table_bytes(m);
+        ds_log(DS_LOG_WARN, "engram residency disk: the %.1f MiB of Engram tables are left out of the memory plan; "
+               "lookups whose pages the kernel evicted wait for the disk", (double)table_bytes(m) / 1048576.0);
+        return 0;
+    }
+    return ds_fail(err, "E_ARG", "engram residency: expected \"page-cache\", \"huge-pages\", \"locked\" or \"disk\", "
+                   "found \"%s\"", residency);
 }
 
 /* SERVING.md §13 step 4: the resident share of each table, from mincore on `samples` random pages

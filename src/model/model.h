@@ -155,7 +155,8 @@ struct ds_model {
     ds_linear **lins;              /* every bound linear (kernel tiles released at free) */
     int n_lins, cap_lins;
     size_t packed_bytes;           /* kernel tiles (and Engram table copies) made at load */
-    size_t released_bytes;         /* mapped bytes whose file pages were given back after a copy */
+    size_t uncounted_bytes;        /* mapped bytes the memory plan leaves out: Engram tables copied (huge-pages)
+                                      or left to the disk (disk) */
     /* tensor/expert parallelism (dist/dist.h): this rank's share; size 1 = the whole model.  The
      * backbone's wq_b, wo_b and head_part hold only the owned rows; unowned wo_a groups and routed
      * experts are described but never prepared or read. */
@@ -183,9 +184,10 @@ int ds_model_bind_linear(ds_model *m, const char *base, int64_t out, int64_t in,
 int ds_model_bind_vec(ds_model *m, const char *name, int64_t n, const float **out, ds_error *err);
 /* Engram constants, token map and the checks 19, 23, 24 (engram.c). */
 int ds_model_init_engram(ds_model *m, ds_error *err);
-/* Engram residency of the load options: "page-cache" (NULL: the tables are read through the file
- * mapping) or "huge-pages" (copied into anonymous memory on transparent huge pages at load, the
- * file pages given back; engram_resident.c).  Fails naming the value or the missing support. */
+/* Engram residency of the load options (engram_resident.c): "page-cache" (NULL: the tables are read
+ * through the file mapping), "huge-pages" (copied into anonymous memory on transparent huge pages at
+ * load, the file pages given back), "locked" (the mapping mlock'ed) or "disk" (the mapping, left
+ * out of the memory plan).  Fails naming the value or the missing support. */
 int ds_engram_make_resident(ds_model *m, const char *residency, ds_error *err);
 void ds_engram_free_resident(ds_model *m);
 /* Resident share of each Engram table (share[e], e < n_engram) from mincore on `samples` random

@@ -7,7 +7,8 @@
 # line, the figure checked against the formula computed here from config.json.  Then
 # `--engram-residency huge-pages`: refused naming both figures when MemAvailable is below the tables
 # (or naming the setting where transparent huge pages are never), else the §13 residency sample says
-# 100%, /server_info echoes it and the tables' bytes leave the mapped count.
+# 100%, /server_info echoes it and the tables' bytes leave the mapped count; `locked` under a zero
+# memlock limit fails naming file, tensor and limit.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/server/serve_lib.sh
@@ -50,13 +51,11 @@ expect_usage "serve --gpu-memory-utilization 0 (alias)" "dsflash serve: --gpu-me
 expect_usage "serve --numerics fastest" "dsflash serve: --numerics: expected exact or fast, got 'fastest'" "$B" "${S[@]}" --numerics fastest
 expect_usage "serve --block-size 48" "dsflash serve: --block-size: expected a power of two in [16, 256], got '48'" "$B" "${S[@]}" --block-size 48
 expect_usage "serve --kernels amx" "dsflash serve: --kernels: expected auto, avx512-vnni, avx2 or reference, got 'amx'" "$B" "${S[@]}" --kernels amx
-expect_usage "serve --engram-residency locked" \
-    "dsflash serve: --engram-residency: expected page-cache or huge-pages (locked and disk are not available in this build), got 'locked'" "$B" "${S[@]}" --engram-residency locked
-expect_usage "serve --engram-residency disk" \
-    "dsflash serve: --engram-residency: expected page-cache or huge-pages (locked and disk are not available in this build), got 'disk'" "$B" "${S[@]}" --engram-residency disk
-expect_usage "generate --engram-residency locked" "dsflash generate: --engram-residency: expected page-cache or huge-pages, got 'locked'" \
-    "$B" generate --model /nonexistent --prompt-ids 1 --max-tokens 1 --engram-residency locked
-expect_usage "perf serve --engram-residency mlock" "dsflash perf serve: --engram-residency: expected page-cache or huge-pages, got 'mlock'" \
+expect_usage "serve --engram-residency mlock" \
+    "dsflash serve: --engram-residency: expected page-cache, huge-pages, locked or disk, got 'mlock'" "$B" "${S[@]}" --engram-residency mlock
+expect_usage "generate --engram-residency ram" "dsflash generate: --engram-residency: expected page-cache, huge-pages, locked or disk, got 'ram'" \
+    "$B" generate --model /nonexistent --prompt-ids 1 --max-tokens 1 --engram-residency ram
+expect_usage "perf serve --engram-residency mlock" "dsflash perf serve: --engram-residency: expected page-cache, huge-pages, locked or disk, got 'mlock'" \
     "$B" perf serve --model /nonexistent --engram-residency mlock
 expect_usage "serve --default-chat-template-kwargs []" "dsflash serve: --default-chat-template-kwargs: expected a JSON object, got '[]'" "$B" "${S[@]}" --default-chat-template-kwargs '[]'
 expect_usage "generate --max-tokens 0" "dsflash generate: --max-tokens: expected an integer in [1, 16777216], got '0'" \
@@ -118,6 +117,19 @@ EOP
     else bad "huge-pages server" "$(grep -m1 'engram residency' "$OUT/serve_huge.log")"; fi
 else bad "server with --engram-residency huge-pages did not start"; fi
 stop_server
+
+# --- --engram-residency locked: an mlock the limit refuses fails naming it (root: without CAP_IPC_LOCK) ---
+tiny=$(dirname "$(ls "$MODEL_CACHE"/*/config.json | head -1)")
+drop=(); [ "$(id -u)" = 0 ] && drop=(setpriv --bounding-set -ipc_lock)
+(ulimit -l 0; exec "${drop[@]}" "$B" generate --model "$tiny" --prompt-ids 5,6,7 --max-tokens 1 --threads 1 \
+    --engram-residency locked) > "$OUT/lock.log" 2>&1; rc=$?
+if [ $rc != 0 ] && grep -q "E_ENGRAM_RESIDENCY: engram residency locked: .*engram_embed.weight.safetensors: layers.1.engram.embed.weight: mlock of [0-9]* B failed: .*(RLIMIT_MEMLOCK 0 B; raise it" "$OUT/lock.log"
+then ok "locked under a zero memlock limit: the load fails naming file, tensor, bytes and the limit (exit $rc)"
+else bad "locked under a zero memlock limit" "exit $rc: $(tail -1 "$OUT/lock.log")"; fi
+timeout 120 "$B" generate --model "$tiny" --prompt-ids 5,6,7 --max-tokens 1 --threads 1 --engram-residency locked > "$OUT/lock2.log" 2>&1; rc=$?
+if [ $rc = 0 ] && grep -q "engram residency locked: 2 tables" "$OUT/lock2.log"; then ok "locked within the limit: loads and generates"
+elif [ $rc != 0 ] && grep -q "RLIMIT_MEMLOCK" "$OUT/lock2.log"; then ok "locked: this host's memlock limit refuses the tables, named (exit $rc)"
+else bad "locked within the limit" "exit $rc: $(tail -1 "$OUT/lock2.log")"; fi
 rm -rf "$OUT"
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

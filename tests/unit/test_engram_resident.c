@@ -1,9 +1,10 @@
-/* `--engram-residency huge-pages` (model/engram_resident.c): the Engram tables copied at load into
+/* `--engram-residency` (model/engram_resident.c).  huge-pages: the Engram tables copied at load into
  * anonymous memory must give the same logits, bit for bit, as the tables read through the file
  * mapping (both tiers, several token rows per step so that every row's lookups differ); the model
  * must read the copy, not the mapping; the memory plan must move exactly the tables' bytes from
  * "mapped" to "repacked"; an unknown residency is refused naming the value; the sampled resident
- * share of SERVING.md §13 (mincore) is 100% for tables just read through in full, in either form.  Where the host's
+ * share of SERVING.md §13 (mincore) is 100% for tables just read through in full, in either form.
+ * locked: resident before any read, same logits.  disk: left out of the memory plan.  Where the host's
  * transparent huge pages are "never" the load must fail naming that setting instead (asserted too:
  * the test never passes without checking one of the two behaviours). */
 #include "check.h"
@@ -121,11 +122,60 @@ static void same_logits(const char *numerics) {
 TEST(huge_page_tables_give_the_same_logits_exact) { same_logits("exact"); }
 TEST(huge_page_tables_give_the_same_logits_fast) { same_logits("fast"); }
 
+/* locked: the mapping's pages mlock'ed at load, so resident without being read; same logits.  Where
+ * the memlock limit is too small the load must fail naming it (asserted instead). */
+TEST(locked_tables_are_resident_and_give_the_same_logits) {
+    char eb[1024];
+    ds_model *a = load("fast", "page-cache", eb, sizeof eb);
+    CHECK(a != NULL, "page-cache load: %s", eb);
+    if (!a) return;
+    float *la = run_prompt(a);
+    const int V = ds_model_vocab_size(a);
+    ds_model_free(a);
+    ds_model *b = load("fast", "locked", eb, sizeof eb);
+    if (!b) {
+        CHECK(strstr(eb, "E_ENGRAM_RESIDENCY: engram residency locked: ") && strstr(eb, "RLIMIT_MEMLOCK"),
+              "a refused mlock names the limit: %s", eb);
+        free(la);
+        return;
+    }
+    double share[DS_MAX_LIST];
+    const int n = ds_engram_resident_share(b, 4096, share);
+    CHECK(n == b->cfg.n_engram && n > 0, "shares of %d tables", n);
+    for (int e = 0; e < n; e++) CHECK(share[e] == 1.0, "locked table %d resident share %.4f before any read", e, share[e]);
+    CHECK(b->engram[0].codes == b->engram[0].t_codes->data, "locked tables are read through the mapping");
+    float *lb = run_prompt(b);
+    CHECK(la && lb && !memcmp(la, lb, sizeof(float) * (size_t)ROWS * (size_t)V), "locked: logits equal bit for bit");
+    free(la);
+    free(lb);
+    ds_model_free(b);
+}
+
+/* disk: the mapping, its bytes left out of the memory plan (mapped drops by the tables, nothing repacked). */
+TEST(disk_tables_leave_the_memory_plan) {
+    char eb[1024];
+    ds_model *a = load("fast", "page-cache", eb, sizeof eb), *b = NULL;
+    CHECK(a != NULL, "page-cache load: %s", eb);
+    if (a) b = load("fast", "disk", eb, sizeof eb);
+    CHECK(!a || b != NULL, "disk load: %s", eb);
+    if (a && b) {
+        uint64_t tables = 0;
+        for (int e = 0; e < b->cfg.n_engram; e++) tables += b->engram[e].t_codes->nbytes + b->engram[e].t_scales->nbytes;
+        CHECK(tables > 0 && ds_model_weights_mapped(b) == ds_model_weights_mapped(a) - tables &&
+                  ds_model_weights_packed(b) == ds_model_weights_packed(a), "mapped %llu -> %llu, tables %llu B",
+              (unsigned long long)ds_model_weights_mapped(a), (unsigned long long)ds_model_weights_mapped(b),
+              (unsigned long long)tables);
+        CHECK(b->engram[0].codes == b->engram[0].t_codes->data, "disk tables are read through the mapping");
+    }
+    ds_model_free(a);
+    ds_model_free(b);
+}
+
 TEST(unknown_residency_is_refused) {
     char eb[1024];
-    ds_model *m = load("fast", "locked", eb, sizeof eb);
-    CHECK(m == NULL && !strcmp(eb, "E_ARG: engram residency: expected \"page-cache\" or \"huge-pages\", found \"locked\""),
-          "%s", m ? "(loaded)" : eb);
+    ds_model *m = load("fast", "mlock", eb, sizeof eb);
+    CHECK(m == NULL && !strcmp(eb, "E_ARG: engram residency: expected \"page-cache\", \"huge-pages\", \"locked\" or "
+                                   "\"disk\", found \"mlock\""), "%s", m ? "(loaded)" : eb);
     if (m) ds_model_free(m);
 }
 

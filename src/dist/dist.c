@@ -28,6 +28,7 @@ static int *g_counts, *g_displs;
 /* DSFLASH_DEBUG_HANG=R:N (tests only): rank R stops responding before its N-th collective */
 static int g_hang_rank = -1;
 static long g_hang_at, g_coll_count;
+static int g_host_size = 1;
 
 static void read_debug_hang(void) {
     const char *v = getenv("DSFLASH_DEBUG_HANG");
@@ -53,6 +54,11 @@ int ds_dist_init(int force, ds_error *err) {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    MPI_Comm host;   /* the ranks that share this host's memory */
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host) == MPI_SUCCESS) {
+        MPI_Comm_size(host, &g_host_size);
+        MPI_Comm_free(&host);
+    }
     read_debug_hang();
     g_counts = ds_xcalloc((size_t)g_size, sizeof(int));
     g_displs = ds_xcalloc((size_t)g_size, sizeof(int));
@@ -75,6 +81,7 @@ void ds_dist_plan(const ds_config *c, ds_shard *out) {
 }
 
 int ds_dist_active(void) { return g_init && g_size > 1; }
+int ds_dist_host_size(void) { return g_init ? g_host_size : 1; }
 int ds_dist_rank(void) { return g_rank; }
 int ds_dist_size(void) { return g_size; }
 double ds_dist_comm_seconds(void) { return g_comm_s; }

@@ -48,6 +48,7 @@ int ds_dist_init(int force, ds_error *err);
 int ds_dist_active(void);             /* MPI initialized and world size > 1 */
 int ds_dist_rank(void);
 int ds_dist_size(void);
+int ds_dist_host_size(void);          /* ranks on this host (MPI_COMM_TYPE_SHARED); 1 without MPI */
 void ds_dist_finalize(void);
 /* Abort the whole job (every rank exits non-zero); never returns. */
 void ds_dist_abort(int code);

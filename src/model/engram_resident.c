@@ -119,6 +119,11 @@ static size_t table_bytes(const ds_model *m) {
 
 static int make_huge_pages(ds_model *m, ds_error *err) {
     const size_t bytes = table_bytes(m);
+    /* page-cache tables are shared by the ranks of one host; copies would be one per rank */
+    if (ds_dist_host_size() > 1)
+        return ds_fail(err, "E_ENGRAM_RESIDENCY", "engram residency huge-pages: %d ranks share this host and each would hold "
+                       "its own copy of the tables (%zu B); use page-cache (one page cache for all) or one rank per host",
+                       ds_dist_host_size(), bytes);
     char mode[32];
     uint64_t total = 0, avail = 0;
     if (thp_mode(mode, sizeof mode, err) < 0 || ds_meminfo_read(NULL, &total, &avail, err) < 0) return -1;

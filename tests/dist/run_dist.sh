@@ -8,7 +8,8 @@
 # 2. fast reduce mode: greedy agreement and max |delta logprob| against one process (NumPy reader,
 #    tests/dist/compare_traces.py), printed and gated at >= 99% and <= 1e-2 (§14).
 # 3. Start-up refusals: world size != --tensor-parallel-size; a different checkpoint on one rank;
-#    different flags on one rank (the message names the rank and the field).
+#    different flags on one rank (the message names the rank and the field); Engram tables copied to
+#    huge pages by several ranks of one host.
 # 4. Failure: rank 1 killed mid-run: every rank exits, mpirun exits non-zero within seconds, no
 #    dsflash process of the job is left.  Rank 1 hung inside a step (DSFLASH_DEBUG_HANG): rank 0's
 #    collective watchdog stops the job within --dist-timeout (+ launcher teardown), naming the cause.
@@ -92,6 +93,9 @@ expect_fail "world size 2 with --tensor-parallel-size 4 is refused" "tensor-para
     $MPIRUN --mca orte_tmpdir_base "$(mpi_dir)" -np 2 "$BIN" generate --model "$M" $A --tensor-parallel-size 4
 expect_fail "--tensor-parallel-size 2 without mpirun is refused" "expected the MPI world size 1" \
     "$BIN" generate --model "$M" $A --tensor-parallel-size 2
+expect_fail "--engram-residency huge-pages with 2 ranks on one host is refused (each would copy the tables)" \
+    "E_ENGRAM_RESIDENCY: engram residency huge-pages: 2 ranks share this host and each would hold its own copy" \
+    $MPIRUN --mca orte_tmpdir_base "$(mpi_dir)" -np 2 "$BIN" generate --model "$M" $A --tensor-parallel-size 2 --engram-residency huge-pages
 expect_fail "--tensor-parallel-size 3 is refused" "expected 1, 2, 4 or 8, found 3" \
     "$BIN" generate --model "$M" $A --tensor-parallel-size 3
 expect_fail "a different checkpoint on rank 1 is refused, naming rank and field" \

@@ -21,6 +21,7 @@
  * sample taken while another process held a core cannot make the code look better than it is. */
 #include "cli/cmd_bench_serve.h"
 #include "cli/dist_cli.h"
+#include "cli/load_flags.h"
 #include "dist/dist.h"
 #include "kernels/kernels.h"
 #include "kernels/membench.h"
@@ -48,9 +49,7 @@ static ds_flag k_flags[] = {
     {.name = "--numerics", .type = DS_FLAG_ENUM, .def = "fast", .choices = "exact|fast|both",
      .help = "numerics tier(s) to measure"},
     {.name = "--kernels", .type = DS_FLAG_ENUM, .def = "auto", .choices = "auto|avx512-vnni|avx2|reference"},
-    {.name = "--engram-residency", .type = DS_FLAG_ENUM, .def = "page-cache", .choices = "page-cache|huge-pages|locked|disk",
-     .help = "Engram tables: page-cache (the file mapping), huge-pages (copied at load onto transparent huge pages), "
-             "locked (the mapping mlock'ed), disk (the mapping, not counted in memory)"},
+    DS_ENGRAM_RESIDENCY_FLAG_ROW,
     {.name = "--quick", .type = DS_FLAG_SWITCH, .help = "fewer steps, a 512-token prompt in 128-token chunks"},
     {.name = "--profile", .type = DS_FLAG_SWITCH,
      .help = "also time each phase of the decode steps (attention, MoE, mHC, head, ...) per level"},

@@ -27,6 +27,7 @@
 #include "base/flags.h"
 #include "base/fsutil.h"
 #include "cli/dist_cli.h"
+#include "cli/load_flags.h"
 #include "dist/dist.h"
 #include <errno.h>
 #include <stdio.h>
@@ -53,9 +54,7 @@ static ds_flag k_flags[] = {
      .help = "exact: bit-identical to the reference; fast: fp32 blocked reductions"},
     {.name = "--activations", .type = DS_FLAG_ENUM, .def = "int8", .choices = "int8|e4m3",
      .help = "official FP8/MXFP4 layout: e4m3 = the official runtime's E4M3-per-32 activations"},
-    {.name = "--engram-residency", .type = DS_FLAG_ENUM, .def = "page-cache", .choices = "page-cache|huge-pages|locked|disk",
-     .help = "Engram tables: page-cache (the file mapping), huge-pages (copied at load onto transparent huge pages), "
-             "locked (the mapping mlock'ed), disk (the mapping, not counted in memory)"},
+    DS_ENGRAM_RESIDENCY_FLAG_ROW,
     {.name = "--ignore-eos", .type = DS_FLAG_SWITCH, .help = "generate --max-tokens even after EOS"},
     DS_DIST_FLAG_ROWS,
 };

@@ -20,6 +20,7 @@
 #include "cli/cmd_bench_serve.h"
 #include "cli/cmd_bench_spec.h"
 #include "cli/dist_cli.h"
+#include "cli/load_flags.h"
 #include "dist/dist.h"
 #include "kernels/kernels.h"
 #include "kernels/membench.h"
@@ -51,9 +52,7 @@ static ds_flag k_decode_flags[] = {
      .help = "exact: bit-identical to the reference; fast: fp32 blocked reductions"},
     {.name = "--activations", .type = DS_FLAG_ENUM, .def = "int8", .choices = "int8|e4m3",
      .help = "official FP8/MXFP4 layout: e4m3 = the official runtime's E4M3-per-32 activations"},
-    {.name = "--engram-residency", .type = DS_FLAG_ENUM, .def = "page-cache", .choices = "page-cache|huge-pages|locked|disk",
-     .help = "Engram tables: page-cache (the file mapping), huge-pages (copied at load onto transparent huge pages), "
-             "locked (the mapping mlock'ed), disk (the mapping, not counted in memory)"},
+    DS_ENGRAM_RESIDENCY_FLAG_ROW,
     {.name = "--prompt-tokens", .type = DS_FLAG_INT, .def = "64", .lo = 1, .hi = 65536},
     {.name = "--tokens", .type = DS_FLAG_INT, .def = "32", .lo = 1, .hi = 100000},
     {.name = "--num-speculative-tokens", .type = DS_FLAG_INT, .def = "0", .lo = 0, .hi = 8,

@@ -13,6 +13,7 @@
  * --model-cache) so the README's first command works on a fresh machine. */
 #define _GNU_SOURCE
 #include "cli/dist_cli.h"
+#include "cli/load_flags.h"
 #include "dist/dist.h"
 #include "engine/backend_dist.h"
 #include "cli/commands.h"
@@ -87,10 +88,7 @@ static ds_flag k_flags[] = {
      .help = "exact: bit-identical to the reference; fast: fp32 blocked reductions"},
     {.name = "--activations", .type = DS_FLAG_ENUM, .def = "int8", .choices = "int8|e4m3",
      .help = "official FP8/MXFP4 layout: e4m3 = the official runtime's E4M3-per-32 activations"},
-    {.name = "--engram-residency", .type = DS_FLAG_ENUM, .def = "page-cache", .choices = "page-cache|huge-pages|locked|disk",
-     .help = "page-cache: the tables read through the file mapping; huge-pages: copied at load into anonymous memory "
-             "on transparent huge pages, file pages given back (faster random lookups); locked: the mapping mlock'ed; "
-             "disk: the mapping, left out of the memory budget (evictable, slow)"},
+    DS_ENGRAM_RESIDENCY_FLAG_ROW,
     {.name = "--limit-mm-per-prompt", .type = DS_FLAG_STRING, .def = "image=0", .refuse = "this build has no vision tower"},
     {.name = "--default-chat-template-kwargs", .type = DS_FLAG_STRING, .def = "{\"enable_thinking\":false}",
      .help = "JSON object"},

@@ -45,8 +45,8 @@ typedef struct ds_mem_plan {
     bool explicit_exceeds_available;   /* an explicit budget larger than from_available */
 } ds_mem_plan;
 
-/* Bytes of every safetensors file the model has mapped (less what it gave back after copying it),
- * and of the tiles repacked (and tables copied) at load. */
+/* Bytes of every safetensors file the model has mapped (less the Engram tables that `huge-pages`
+ * copied or `disk` residency leaves out), and of the tiles repacked (and tables copied) at load. */
 uint64_t ds_model_weights_mapped(const struct ds_model *m);
 uint64_t ds_model_weights_packed(const struct ds_model *m);
 

@@ -4,7 +4,7 @@
  * must read the copy, not the mapping; the memory plan must move exactly the tables' bytes from
  * "mapped" to "repacked"; an unknown residency is refused naming the value; the sampled resident
  * share of SERVING.md §13 (mincore) is 100% for tables just read through in full, in either form.
- * locked: resident before any read, same logits.  disk: left out of the memory plan.  Where the host's
+ * locked: VmLck covers the tables, resident before any read, same logits.  disk: left out of the memory plan.  Where the host's
  * transparent huge pages are "never" the load must fail naming that setting instead (asserted too:
  * the test never passes without checking one of the two behaviours). */
 #include "check.h"
@@ -122,6 +122,17 @@ static void same_logits(const char *numerics) {
 TEST(huge_page_tables_give_the_same_logits_exact) { same_logits("exact"); }
 TEST(huge_page_tables_give_the_same_logits_fast) { same_logits("fast"); }
 
+/* VmLck of this process in bytes (0 when unreadable). */
+static uint64_t locked_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmLck: %llu kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return (uint64_t)kb * 1024u;
+}
+
 /* locked: the mapping's pages mlock'ed at load, so resident without being read; same logits.  Where
  * the memlock limit is too small the load must fail naming it (asserted instead). */
 TEST(locked_tables_are_resident_and_give_the_same_logits) {
@@ -139,6 +150,10 @@ TEST(locked_tables_are_resident_and_give_the_same_logits) {
         free(la);
         return;
     }
+    uint64_t tables = 0;
+    for (int e = 0; e < b->cfg.n_engram; e++) tables += b->engram[e].t_codes->nbytes + b->engram[e].t_scales->nbytes;
+    CHECK(locked_bytes() >= tables, "VmLck %llu B covers the tables' %llu B", (unsigned long long)locked_bytes(),
+          (unsigned long long)tables);
     double share[DS_MAX_LIST];
     const int n = ds_engram_resident_share(b, 4096, share);
     CHECK(n == b->cfg.n_engram && n > 0, "shares of %d tables", n);

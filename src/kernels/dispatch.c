@@ -265,6 +265,10 @@ size_t ds_linear_prepare(ds_linear *L) {
 
 void ds_fp8_ensure_plain_map(ds_linear *L) { ensure_copy(L, make_fp8_plain, DS_PACK_KIND_FP8_PLAIN); }
 
+const void *ds_linear_float_rows(const ds_linear *L) {
+    return L->packed && L->packed_kind == DS_PACK_KIND_FF ? ((const ds_ffw *)L->packed)->w : L->w;
+}
+
 int ds_linear_streams_packed(const ds_linear *L) {
     return L->packed && L->packed_kind != DS_PACK_KIND_FP8_PLAIN;   /* that one is a map beside the codes */
 }

@@ -88,6 +88,12 @@ void ds_linear_forward_q(const ds_linear *L, const int8_t *xq, const float *xs, 
  * cost up front and to report it.  ds_linear_release frees the tiles. */
 size_t ds_linear_prepare(ds_linear *L);
 void ds_linear_release(ds_linear *L);
+/* The row-major matrix of a BF16/F32 linear as the fast tier's kernels read it: the prepared copy
+ * (2 MiB pages, already resident; BF16 values below the fast order's flush threshold stored as the
+ * zero that order reads them as) when there is one, else the published matrix in the mapping.  For
+ * code that reads single rows (the head screen's exact logits): a row of the mapping costs page
+ * faults and 4 KiB-page walks the copy does not (decision 189). */
+const void *ds_linear_float_rows(const ds_linear *L);
 /* Bytes of repacked tiles currently held by all linears (for the load-time memory report). */
 size_t ds_kernels_packed_bytes(void);
 /* Whether a forward of L streams its kernel-private copy (`packed`: repacked tiles or panels, a

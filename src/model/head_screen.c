@@ -188,10 +188,20 @@ SCREEN_CLONES static float exact_bf16(const ds_bf16 *w, const ds_bf16 *x, int D)
     return reduce16(a);
 }
 
+/* Ask for the head row of id v (into L2): a candidate's row is a random 4-8 KiB of a matrix far
+ * larger than the caches, so computed one after another each exact logit waited for its row from
+ * memory (decision 189). */
+static void prefetch_head_row(const ds_linear *head, int v) {
+    const size_t rowb = (size_t)head->in * (head->fmt == DS_LIN_F32 ? sizeof(float) : sizeof(ds_bf16));
+    const char *p = (const char *)ds_linear_float_rows(head) + (size_t)v * rowb;
+    for (size_t o = 0; o < rowb; o += 64) __builtin_prefetch(p + o, 0, 2);
+}
+
 float ds_head_logit(const ds_linear *head, const ds_bf16 *x, int v) {
     const size_t off = (size_t)v * (size_t)head->in;
-    return head->fmt == DS_LIN_F32 ? exact_f32((const float *)head->w + off, x, head->in)
-                                   : exact_bf16((const ds_bf16 *)head->w + off, x, head->in);
+    const void *w = ds_linear_float_rows(head);   /* the resident copy where there is one */
+    return head->fmt == DS_LIN_F32 ? exact_f32((const float *)w + off, x, head->in)
+                                   : exact_bf16((const ds_bf16 *)w + off, x, head->in);
 }
 
 /* ---- the screen of one row ---- */
@@ -287,7 +297,10 @@ static int32_t screen_row(const ds_linear *head, const ds_head_screen *hs, const
     *n_cand += (uint64_t)n;
     int32_t best = -1;
     float bv = 0.0f;
+    enum { AHEAD = 4 };   /* rows in flight while one is computed */
+    for (int k = 0; k < n && k < AHEAD; k++) prefetch_head_row(head, cand[k]);
     for (int k = 0; k < n; k++) {   /* ids ascending: ties keep the lower one */
+        if (k + AHEAD < n) prefetch_head_row(head, cand[k + AHEAD]);
         const float val = cand[k] == v0 ? T : value_of(head, x, cand[k], corr);
         if (!isfinite(val)) return -2;
         if (best < 0 || val > bv) best = cand[k], bv = val;

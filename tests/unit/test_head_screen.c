@@ -62,6 +62,9 @@ static void crafted_case(ds_lin_fmt fmt, int V, int D, int masked_winner, double
             same += memcmp(&a, &b, sizeof a) == 0 || (!isfinite(a) && !isfinite(b));
         }
     CHECK(same == 3 * V, "fmt %d: the exact recompute gives the kernel's bits (%d / %d)", (int)fmt, same, 3 * V);
+    /* and it read the prepared copy (2 MiB pages), not the published rows, wherever a SIMD path made one */
+    if (strcmp(ds_kernels_active(), "reference"))
+        CHECK(L.packed && ds_linear_float_rows(&L) != L.w, "fmt %d: the exact recompute reads the prepared copy", (int)fmt);
     uint8_t *mask = calloc((size_t)V, 1);
     for (int v = 0; v < V; v += 5) mask[v] = 1;
     if (masked_winner)

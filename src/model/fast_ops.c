@@ -277,6 +277,13 @@ static inline __attribute__((always_inline)) void mix_tile(const float *W0, cons
             xa[r] = ds_v16_ld_b(X + (size_t)r * xs + k);
             xb[r] = ds_v16_ld_b(X + (size_t)r * xs + k + 16);
         }
+        /* 2 KiB ahead in both weight rows (into L2): a site's rows are not in cache at a decode step
+         * (every other weight of the layer streamed through since), and two streams per task
+         * left the memory idle (decision 189) */
+        __builtin_prefetch(W0 + k + 512, 0, 2);
+        __builtin_prefetch(W0 + k + 528, 0, 2);
+        __builtin_prefetch(W1 + k + 512, 0, 2);
+        __builtin_prefetch(W1 + k + 528, 0, 2);
         const v16f wa0 = ds_v16_ld_f(W0 + k), wb0 = ds_v16_ld_f(W0 + k + 16);
         const v16f wa1 = ds_v16_ld_f(W1 + k), wb1 = ds_v16_ld_f(W1 + k + 16);
 #pragma GCC unroll 4

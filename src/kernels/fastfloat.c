@@ -10,6 +10,7 @@
 #include "kernels/kern_internal.h"
 #include "base/clones.h"
 #include "base/hugemem.h"
+#include "base/threadpool.h"
 #include <string.h>
 
 static ds_bf16 bf16_flushed(ds_bf16 v) { return ((v >> 7) & 0xff) < DS_FF_MIN_EXP_FIELD ? 0 : v; }
@@ -77,18 +78,39 @@ static void act_row_halves(int kind, const ds_bf16 *xr, int in, int kpad, float 
     }
 }
 
+static void prepare_rows(const ds_ffact *X, const ds_bf16 *x, int in, int r0, int r1) {
+    for (int r = r0; r < r1; r++) {
+        const ds_bf16 *xr = x + (size_t)r * in;
+        if (X->kind == DS_FF_BF16_DOT) act_row_dot(xr, in, X->kpad, (ds_bf16 *)X->x + (size_t)r * X->stride);
+        else if (X->halves) act_row_halves(X->kind, xr, in, X->kpad, (float *)X->x + (size_t)r * X->stride);
+        else if (X->kind == DS_FF_BF16_FMA) act_row_fma(xr, in, X->kpad, (float *)X->x + (size_t)r * X->stride);
+        else act_row_f32(xr, in, X->kpad, (float *)X->x + (size_t)r * X->stride);
+    }
+}
+
+typedef struct { const ds_ffact *X; const ds_bf16 *x; int in, per; } prepare_ctx;
+static void prepare_task(void *vctx, int t, int thread) {
+    (void)thread;
+    const prepare_ctx *c = vctx;
+    prepare_rows(c->X, c->x, c->in, t * c->per, DS_MIN(c->X->n, (t + 1) * c->per));
+}
+
+/* Rows are laid out by the pool from 32 on: a prefill chunk's conversion (512 rows x 4096 inputs
+ * for wo_a) ran on the calling thread alone while the others waited, 4-6% of the float linears'
+ * time (decision 189).  Each row's layout is its own: no bit depends on the split. */
 void ds_ff_prepare_act(int kind, int halves, const ds_bf16 *x, int n, int in, void *buf, ds_ffact *X) {
     const int kpad = kind == DS_FF_F32 ? (in + 15) & ~15 : (in + 31) & ~31;
     const int stride = kpad + (kind == DS_FF_BF16_DOT ? 32 : 16);
     halves = halves && kind != DS_FF_BF16_DOT;
     *X = (ds_ffact){.x = buf, .n = n, .kpad = kpad, .kind = kind, .stride = stride, .halves = halves};
-    for (int r = 0; r < n; r++) {
-        const ds_bf16 *xr = x + (size_t)r * in;
-        if (kind == DS_FF_BF16_DOT) act_row_dot(xr, in, kpad, (ds_bf16 *)buf + (size_t)r * stride);
-        else if (halves) act_row_halves(kind, xr, in, kpad, (float *)buf + (size_t)r * stride);
-        else if (kind == DS_FF_BF16_FMA) act_row_fma(xr, in, kpad, (float *)buf + (size_t)r * stride);
-        else act_row_f32(xr, in, kpad, (float *)buf + (size_t)r * stride);
+    const int threads = ds_pool_threads();
+    if (n < 32 || threads <= 1) {
+        prepare_rows(X, x, in, 0, n);
+        return;
     }
+    const int per = DS_MAX(8, (n + 4 * threads - 1) / (4 * threads));
+    prepare_ctx c = {X, x, in, per};
+    ds_pool_run((n + per - 1) / per, prepare_task, &c);
 }
 
 /* Load-time form of a fast-tier float linear: a header naming the matrix the kernels read and a

@@ -313,6 +313,13 @@ AI void ff_rows_kind(const ds_ffw *W, const ds_ffact *X, int o0, int o1, float *
         const int r1 = DS_MIN(X->n, c0 + chunk);
         for (int o = o0; o < o1;) {
             const int ro = few && o + FF_FEW_RO <= o1 ? FF_FEW_RO : o + 4 <= o1 ? 4 : 1;
+            if (!few && ro == 1 && o1 - o0 >= 4) {
+                /* 1-3 outputs left: one 4-row group ending at o1, its first outputs computed again
+                 * (the same bits rewritten by this task; a 1-output tile costs ~2x per product) */
+                ffm_rows(W, X, o1 - 4, o1, c0, r1, KB, part, y, ystride, 4, KIND);
+                o = o1;
+                continue;
+            }
             if (!few && ro == 4) {
                 if (KIND != DS_FF_BF16_FMA && o + FFM_RO <= o1) {
                     ffm_rows(W, X, o, o1, c0, r1, KB6, part, y, ystride, FFM_RO, KIND);

@@ -156,6 +156,22 @@ TEST(every_path_equals_reference_bit_for_bit) {
                     tk_free(&t);
                     runs++;
                 }
+        /* task ranges whose last 1-3 outputs follow a 6-output group (45 and 62 outputs over one
+         * or two threads: 6 + 3, 6 + 2, 60 + 2): the blocked path runs them as a 4-output group
+         * that ends at the range's end and computes its first outputs again */
+        for (int n = 7; n <= 33; n += 26)
+            for (int f = 0; f < 2; f++)
+                for (int oi = 0; oi < 2; oi++) {
+                    static const int outs[] = {45, 62};
+                    tk_lin t = fast_lin(f ? DS_LIN_F32 : DS_LIN_BF16, outs[oi], 517);
+                    ds_bf16 *x = malloc(sizeof(ds_bf16) * n * 517);
+                    tk_fill_bf16(x, (size_t)n * 517, 1.f);
+                    CHECK(forward_equals_reference(&t, x, n, oi & 1) == 0, "%s dot=%d fmt %d: out=%d n=%d (tail group)",
+                          k_var[v].path, k_var[v].dot, f, outs[oi], n);
+                    free(x);
+                    tk_free(&t);
+                    runs++;
+                }
         /* long rows (several input blocks per tile, partial lanes saved between them), more rows
          * than one activation chunk holds, and 97 outputs: 16 per task, so the 6-output groups of
          * the blocked path run beside a 4-output one; then 200 rows of 1000 inputs, split into

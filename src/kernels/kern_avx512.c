@@ -208,32 +208,32 @@ UNROLL12
 #define ROW_BLOCKS(FN, NP)                                                                       \
     do {                                                                                         \
         int r = r0;                                                                              \
-        if (r + DS_Q_NR <= r1) FN(P, X, p, 1, r, NP, DS_Q_NR, K, y, ystride, 1), r += DS_Q_NR;   \
-        for (; r + DS_Q_NR <= r1; r += DS_Q_NR) FN(P, X, p, 1, r, NP, DS_Q_NR, K, y, ystride, 0); \
+        if (r + DS_Q_NR <= r1) FN(P, X, p, dp, r, NP, DS_Q_NR, K, y, ystride, 1), r += DS_Q_NR;   \
+        for (; r + DS_Q_NR <= r1; r += DS_Q_NR) FN(P, X, p, dp, r, NP, DS_Q_NR, K, y, ystride, 0); \
         const int first = r == r0;                                                               \
         switch (r1 - r) {                                                                        \
-        case 11: FN(P, X, p, 1, r, NP, 11, K, y, ystride, first); break;                         \
-        case 10: FN(P, X, p, 1, r, NP, 10, K, y, ystride, first); break;                         \
-        case 9: FN(P, X, p, 1, r, NP, 9, K, y, ystride, first); break;                           \
-        case 8: FN(P, X, p, 1, r, NP, 8, K, y, ystride, first); break;                           \
-        case 7: FN(P, X, p, 1, r, NP, 7, K, y, ystride, first); break;                           \
-        case 6: FN(P, X, p, 1, r, NP, 6, K, y, ystride, first); break;                           \
-        case 5: FN(P, X, p, 1, r, NP, 5, K, y, ystride, first); break;                           \
-        case 4: FN(P, X, p, 1, r, NP, 4, K, y, ystride, first); break;                           \
-        case 3: FN(P, X, p, 1, r, NP, 3, K, y, ystride, first); break;                           \
-        case 2: FN(P, X, p, 1, r, NP, 2, K, y, ystride, first); break;                           \
-        case 1: FN(P, X, p, 1, r, NP, 1, K, y, ystride, first); break;                           \
+        case 11: FN(P, X, p, dp, r, NP, 11, K, y, ystride, first); break;                         \
+        case 10: FN(P, X, p, dp, r, NP, 10, K, y, ystride, first); break;                         \
+        case 9: FN(P, X, p, dp, r, NP, 9, K, y, ystride, first); break;                           \
+        case 8: FN(P, X, p, dp, r, NP, 8, K, y, ystride, first); break;                           \
+        case 7: FN(P, X, p, dp, r, NP, 7, K, y, ystride, first); break;                           \
+        case 6: FN(P, X, p, dp, r, NP, 6, K, y, ystride, first); break;                           \
+        case 5: FN(P, X, p, dp, r, NP, 5, K, y, ystride, first); break;                           \
+        case 4: FN(P, X, p, dp, r, NP, 4, K, y, ystride, first); break;                           \
+        case 3: FN(P, X, p, dp, r, NP, 3, K, y, ystride, first); break;                           \
+        case 2: FN(P, X, p, dp, r, NP, 2, K, y, ystride, first); break;                           \
+        case 1: FN(P, X, p, dp, r, NP, 1, K, y, ystride, first); break;                           \
         default: break;                                                                          \
         }                                                                                        \
     } while (0)
 
-static void w8_rows(const ds_packed *P, const ds_qact *X, int r0, int r1, int p, int np, const qrange *K,
+static void w8_rows(const ds_packed *P, const ds_qact *X, int r0, int r1, int p, int dp, int np, const qrange *K,
                     float *y, int ystride) {
     if (np == 2) ROW_BLOCKS(w8_block, 2);
     else ROW_BLOCKS(w8_block, 1);
 }
 
-static void w4_rows(const ds_packed *P, const ds_qact *X, int r0, int r1, int p, int np, const qrange *K,
+static void w4_rows(const ds_packed *P, const ds_qact *X, int r0, int r1, int p, int dp, int np, const qrange *K,
                     float *y, int ystride) {
     if (np == 2) ROW_BLOCKS(w4_block, 2);
     else ROW_BLOCKS(w4_block, 1);
@@ -327,14 +327,17 @@ static void q_panels(const ds_packed *P, const ds_qact *X, int r0, int r1, int p
         const int c1 = DS_MIN(r1, c0 + chunk);
         /* steps per input block (2 panels); one block when the chunk is a single tile: nothing to reuse */
         const int kb = c1 - c0 <= DS_Q_NR ? P->ksteps : DS_MAX(1, (int)(DS_Q_KBLOCK / (2 * DS_TILE_BYTES)));
-        for (int p = p0; p < p1;) {
-            const int np = p + 2 <= p1 ? 2 : 1;
+        /* panel pairs (a, a + q) from the two halves of the range: each stream runs on into its
+         * next panel, none starts cold at a pair (as q_small, decision 181); an odd last panel alone */
+        const int q = (p1 - p0) / 2;
+        for (int a = p0; a < p1;) {
+            const int paired = a < p0 + q, np = paired ? 2 : 1, dp = paired ? q : 1;
             for (int s0 = 0; s0 < P->ksteps; s0 += kb) {
                 const int s1 = DS_MIN(P->ksteps, s0 + kb);
                 qrange K = {s0, s1, s0 == 0, s1 == P->ksteps, c0, part};
-                (w8 ? w8_rows : w4_rows)(P, X, c0, c1, p, np, &K, y, ystride);
+                (w8 ? w8_rows : w4_rows)(P, X, c0, c1, a, dp, np, &K, y, ystride);
             }
-            p += np;
+            a = paired && a + 1 == p0 + q ? p0 + 2 * q : a + 1;
         }
     }
 }

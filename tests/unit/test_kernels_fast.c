@@ -118,6 +118,18 @@ static int forward_equals_reference(tk_lin *t, const ds_bf16 *x, int n, int prep
     return bad;
 }
 
+/* A BF16 (f = 0) or F32 linear of `out` x 517 inputs on n rows of values around 1 equals the
+ * reference bit for bit. */
+static int shape_equals_reference(int f, int out, int n, int prepare) {
+    tk_lin t = fast_lin(f ? DS_LIN_F32 : DS_LIN_BF16, out, 517);
+    ds_bf16 *x = malloc(sizeof(ds_bf16) * n * 517);
+    tk_fill_bf16(x, (size_t)n * 517, 1.f);
+    const int bad = forward_equals_reference(&t, x, n, prepare);
+    free(x);
+    tk_free(&t);
+    return bad == 0;
+}
+
 TEST(every_path_equals_reference_bit_for_bit) {
     static const int ins[] = {1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 255, 513, 1037};
     int ran = 0;
@@ -147,13 +159,8 @@ TEST(every_path_equals_reference_bit_for_bit) {
             for (int f = 0; f < 2; f++)
                 for (int oi = 0; oi < 3; oi++) {
                     static const int outs[] = {7, 29, 47};
-                    tk_lin t = fast_lin(f ? DS_LIN_F32 : DS_LIN_BF16, outs[oi], 517);
-                    ds_bf16 *x = malloc(sizeof(ds_bf16) * n * 517);
-                    tk_fill_bf16(x, (size_t)n * 517, 1.f);
-                    CHECK(forward_equals_reference(&t, x, n, oi & 1) == 0, "%s dot=%d fmt %d: few-row tile out=%d n=%d",
+                    CHECK(shape_equals_reference(f, outs[oi], n, oi & 1), "%s dot=%d fmt %d: few-row tile out=%d n=%d",
                           k_var[v].path, k_var[v].dot, f, outs[oi], n);
-                    free(x);
-                    tk_free(&t);
                     runs++;
                 }
         /* task ranges whose last 1-3 outputs follow a 6-output group (45 and 62 outputs over one
@@ -163,13 +170,8 @@ TEST(every_path_equals_reference_bit_for_bit) {
             for (int f = 0; f < 2; f++)
                 for (int oi = 0; oi < 2; oi++) {
                     static const int outs[] = {45, 62};
-                    tk_lin t = fast_lin(f ? DS_LIN_F32 : DS_LIN_BF16, outs[oi], 517);
-                    ds_bf16 *x = malloc(sizeof(ds_bf16) * n * 517);
-                    tk_fill_bf16(x, (size_t)n * 517, 1.f);
-                    CHECK(forward_equals_reference(&t, x, n, oi & 1) == 0, "%s dot=%d fmt %d: out=%d n=%d (tail group)",
+                    CHECK(shape_equals_reference(f, outs[oi], n, oi & 1), "%s dot=%d fmt %d: out=%d n=%d (tail group)",
                           k_var[v].path, k_var[v].dot, f, outs[oi], n);
-                    free(x);
-                    tk_free(&t);
                     runs++;
                 }
         /* long rows (several input blocks per tile, partial lanes saved between them), more rows

@@ -44,17 +44,26 @@ double ds_mx_row_avx512(const uint8_t *codes, const uint8_t *sc, const ds_mx_act
  * (unsigned, 0..24) and the signed activation, from -12·Σ(the block's activations): the block sum
  * of the contract, |.| <= DS_MX_BLOCK_MAX, exactly.  It is shifted by e_b − lo of its row and
  * added in int32 over at most `chunk` blocks (no overflow), the chunks in int64: the exact total.
- * Panels holding a row whose spread needs another route (chunk 0) run the row function. */
+ * Panels holding a row whose spread needs another route (chunk 0) run the row function.
+ * In memory a panel is one stream: groups of 4 blocks, each a 64-byte line of the 4 blocks' shifts
+ * (16 per block, lane order) followed by the 4 blocks' tiles, so a panel is read as one sequential
+ * stream (the shifts as a stream of their own beside each panel cost 6-10% of a decode GEMV,
+ * decision 191).  A last partial group keeps its 4 slots; the missing blocks are never read. */
 #define DS_PACK_KIND_MX 3
 #define DS_MX_BLOCK_MAX 48768   /* 32 · 12 · 127 */
+#define DS_MX_GROUP_BYTES 1088  /* 64 (shifts) + 4 · 256 (tiles) */
 typedef struct ds_mxpack {
     int out, in, nb, npanels;
     int row_panels;     /* panels of chunk 0: only they read the row functions' activation planes */
     int32_t *chunk;     /* [npanels] blocks per int32 stretch, 0 = the panel runs the row function */
     int32_t *lo;        /* [npanels·16] the row's smallest scale byte (padding rows: 127) */
-    uint8_t *shift;     /* [npanels][nb][16] e_b − lo of each row */
-    uint8_t *tiles;     /* [npanels][nb][4][64] */
+    size_t panel_bytes; /* ceil(nb / 4) · DS_MX_GROUP_BYTES */
+    uint8_t *panels;    /* [npanels][panel_bytes]: the groups above */
 } ds_mxpack;
+/* Offsets in a panel of block b's 4 tiles (256 bytes) and of its 16 shift bytes (e_b − lo of each row). */
+static inline size_t ds_mx_tiles_off(int b) { return (size_t)(b >> 2) * DS_MX_GROUP_BYTES + 64 + (size_t)(b & 3) * 256; }
+static inline size_t ds_mx_shifts_off(int b) { return (size_t)(b >> 2) * DS_MX_GROUP_BYTES + (size_t)(b & 3) * 16; }
+static inline const uint8_t *ds_mx_panel(const ds_mxpack *P, int p) { return P->panels + (size_t)p * P->panel_bytes; }
 /* Blocks an int32 stretch may hold when a panel's largest spread is `spread` (0: none). */
 static inline int ds_mx_panel_chunk(int nb, int spread) {
     if (spread > 31) return 0;

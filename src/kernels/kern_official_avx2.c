@@ -211,7 +211,7 @@ MXP2_AI void mxp2_stretch(const ds_mxpack *P, int p, int dp, const int NP, int h
     const uint8_t *tp[MXP2_NP];
     MXP2_UNROLL
     for (int j = 0; j < NP; j++) {
-        tp[j] = P->tiles + (size_t)(p + j * dp) * P->nb * 256 + 32 * (size_t)half0;
+        tp[j] = ds_mx_panel(P, p + j * dp);
         MXP2_UNROLL
         for (int h = 0; h < NH; h++)
             MXP2_UNROLL
@@ -228,7 +228,7 @@ MXP2_AI void mxp2_stretch(const ds_mxpack *P, int p, int dp, const int NP, int h
         }
         MXP2_UNROLL
         for (int t = 0; t < 4; t++) {
-            const size_t off = 256 * (size_t)b + 64 * (size_t)t, xo = 16 * (size_t)b + 4 * (size_t)t;
+            const size_t off = ds_mx_tiles_off(b) + 64 * (size_t)t + 32 * (size_t)half0, xo = 16 * (size_t)b + 4 * (size_t)t;
             MXP2_UNROLL
             for (int j = 0; j < NP; j++) {
                 if (NH == 2) _mm_prefetch((const char *)(tp[j] + off + MXP2_PREFETCH), _MM_HINT_T1);
@@ -254,7 +254,7 @@ MXP2_AI void mxp2_stretch(const ds_mxpack *P, int p, int dp, const int NP, int h
             MXP2_UNROLL
             for (int h = 0; h < NH; h++) {
                 long long s8;
-                memcpy(&s8, P->shift + ((size_t)(p + j * dp) * P->nb + b) * 16 + 8 * (size_t)(half0 + h), 8);
+                memcpy(&s8, tp[j] + ds_mx_shifts_off(b) + 8 * (size_t)(half0 + h), 8);
                 const __m256i sh = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(s8));
                 MXP2_UNROLL
                 for (int i = 0; i < NR; i++) a[j][h][i] = _mm256_add_epi32(a[j][h][i], _mm256_sllv_epi32(blk[j][h][i], sh));

@@ -207,7 +207,7 @@ static inline __attribute__((always_inline)) __m512i mx_dp(__m512i acc, __m512i 
 #endif
 
 /* ---- panels (layout and contract in kern_official.h) ---- */
-#define MXP_NP 4   /* most panels per tile */
+#define MXP_NP 6   /* most panels per tile (one row, mxp_parts) */
 #define MXP_NR 6   /* most activation rows per tile */
 
 /* Blocks [b0, b1) of NP panels from p against NR activation rows (xr[i]: row i's xe plane): the
@@ -215,8 +215,8 @@ static inline __attribute__((always_inline)) __m512i mx_dp(__m512i acc, __m512i 
 MX_AI void mxp_stretch(const ds_mxpack *P, int p, int dp, const int NP, const int NR, const uint8_t *const *xr, size_t part,
                        size_t init, int b0, int b1, __m512i a[MXP_NP][MXP_NR]) {
     const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(DS_MX_U12_LUT)), low4 = _mm512_set1_epi8(15);
-    const size_t pstride = (size_t)P->nb * 256;
-    const uint8_t *tp = P->tiles + (size_t)p * pstride;
+    const size_t pstride = P->panel_bytes;
+    const uint8_t *tp = ds_mx_panel(P, p);
 MX_UNROLL6
     for (int j = 0; j < NP; j++)
 MX_UNROLL6
@@ -227,7 +227,8 @@ MX_UNROLL6
          * continues in (the next panel group), not the next panel, which this tile streams already
          * (decision 174) */
         const size_t ahead = NR <= 2 ? MX_PREFETCH : MX_PREFETCH_MANY;
-        const size_t pf = dp > 1 || 256 * (size_t)b + ahead + 192 < pstride ? ahead : ahead + (size_t)(NP - 1) * pstride;
+        const size_t tb = ds_mx_tiles_off(b);
+        const size_t pf = dp > 1 || tb + ahead + 192 < pstride ? ahead : ahead + (size_t)(NP - 1) * pstride;
 MX_UNROLL6
         for (int i = 0; i < NR; i++) {
             int32_t v;
@@ -239,7 +240,7 @@ MX_UNROLL6
 MX_UNROLL4
         for (int t = 0; t < 4; t++) {
             __m512i wl[MXP_NP], wh[MXP_NP];
-            const size_t off = 256 * (size_t)b + 64 * (size_t)t, xo = 16 * (size_t)b + 4 * (size_t)t;
+            const size_t off = tb + 64 * (size_t)t, xo = 16 * (size_t)b + 4 * (size_t)t;
 MX_UNROLL6
             for (int j = 0; j < NP; j++) {
                 /* one or two rows (decode, an expert's share of a batched step) stream: into L2
@@ -264,7 +265,7 @@ MX_UNROLL6
         }
 MX_UNROLL6
         for (int j = 0; j < NP; j++) {
-            const __m512i sh = MX_CVTEPU8_EPI32(_mm_loadu_si128((const __m128i *)(P->shift + ((size_t)(p + j * dp) * P->nb + b) * 16)));
+            const __m512i sh = MX_CVTEPU8_EPI32(_mm_loadu_si128((const __m128i *)(tp + j * dp * pstride + ds_mx_shifts_off(b))));
 MX_UNROLL6
             for (int i = 0; i < NR; i++) a[j][i] = _mm512_add_epi32(a[j][i], _mm512_sllv_epi32(blk[j][i], sh));
         }
@@ -355,34 +356,37 @@ static void mxp_rows(const ds_mxpack *P, int p, int np, const uint8_t *act, size
     }
 }
 
-/* One or two rows against panels [p0, p1): the range cut in four quarters walked side by side,
- * panel p0 + i beside p0 + q + i, p0 + 2q + i and p0 + 3q + i, so each of the four weight streams
- * runs on into its next panel as one sequential read, which the hardware prefetchers follow (4
- * neighbouring panels, with the prefetch of decision 174 aimed at each stream's next panel, still
- * began three streams cold at every group: 1.1-1.2x on MoE experts, decision 181).  A group with a
- * panel of chunk 0 runs its other panels one by one.  Returns the first panel not done (the < 4
+/* One or two rows against panels [p0, p1): the range cut in NS equal parts walked side by side
+ * (6 for one row, 4 for two: the registers), panel p0 + i beside p0 + q + i, p0 + 2q + i, ..., so
+ * each weight stream runs on into its next panel as one sequential read, which the hardware
+ * prefetchers follow (neighbouring panels, with the prefetch of decision 174 aimed at each
+ * stream's next panel, still began the other streams cold at every group: 1.1-1.2x on MoE experts,
+ * decision 181); one row takes 6 streams as the W4A8 path does (decision 191).  A group with a
+ * panel of chunk 0 runs its other panels one by one.  Returns the first panel not done (the < NS
  * left over). */
-static int mxp_quarters(const ds_mxpack *P, int p0, int p1, const uint8_t *act, size_t rowstride, size_t part,
-                        size_t init, const float *xs, int r0, int r1, float *y, int ystride) {
-    const int q = (p1 - p0) / 4;
+static int mxp_parts(const ds_mxpack *P, int p0, int p1, const uint8_t *act, size_t rowstride, size_t part,
+                     size_t init, const float *xs, int r0, int r1, float *y, int ystride) {
+    const int ns = r1 - r0 == 1 ? 6 : 4, q = (p1 - p0) / ns;
     const uint8_t *xr[2];
     float *yr[2];
     for (int i = 0; i < r1 - r0; i++) xr[i] = act + (size_t)(r0 + i) * rowstride, yr[i] = y + (size_t)(r0 + i) * ystride;
     for (int a = p0; a < p0 + q; a++) {
-        if (P->chunk[a] && P->chunk[a + q] && P->chunk[a + 2 * q] && P->chunk[a + 3 * q]) {
-            if (r1 - r0 == 1) mxp_tile(P, a, q, 4, 1, xr, part, init, xs + r0, yr);
+        int all = 1;
+        for (int j = 0; j < ns; j++) all &= P->chunk[a + j * q] > 0;
+        if (all) {
+            if (ns == 6) mxp_tile(P, a, q, 6, 1, xr, part, init, xs + r0, yr);
             else mxp_tile(P, a, q, 4, 2, xr, part, init, xs + r0, yr);
             continue;
         }
-        for (int j = 0; j < 4; j++)
+        for (int j = 0; j < ns; j++)
             if (P->chunk[a + j * q]) mxp_rows(P, a + j * q, 1, act, rowstride, part, init, xs, r0, r1, y, ystride);
     }
-    return p0 + 4 * q;
+    return p0 + ns * q;
 }
 
 /* Panels [p0, p1) for rows [0, n): rows in chunks whose activations stay in L2 while every panel
- * group passes; 4 panels side by side for one or two rows, from the four quarters of the range
- * (mxp_quarters; decision 181) and the few left over as neighbours, 3 neighbours for three rows
+ * group passes; 6 or 4 panels side by side for one or two rows, from equal parts of the range
+ * (mxp_parts; decisions 181, 191) and the few left over as neighbours, 3 neighbours for three rows
  * (18 accumulators), 2 for more (accumulators for 6 rows).  Panels of chunk 0 are skipped. */
 enum { MXP_CHUNK_BYTES = 256 << 10 };
 void DS_MX_PANELS_AVX512(const ds_mxpack *P, const uint8_t *act, size_t rowstride, size_t part, size_t init,
@@ -392,7 +396,7 @@ void DS_MX_PANELS_AVX512(const ds_mxpack *P, const uint8_t *act, size_t rowstrid
     for (int c0 = 0; c0 < n; c0 += chunk) {
         const int c1 = DS_MIN(n, c0 + chunk);
         int p = p0;
-        if (c1 - c0 <= 2) p = mxp_quarters(P, p0, p1, act, rowstride, part, init, xs, c0, c1, y, ystride);
+        if (c1 - c0 <= 2) p = mxp_parts(P, p0, p1, act, rowstride, part, init, xs, c0, c1, y, ystride);
         while (p < p1) {
             if (!P->chunk[p]) {
                 p++;

@@ -4,7 +4,8 @@
  * across lanes for every row (one row at a time) or decodes a row once per group of activation
  * rows and still pays a horizontal sum per output.  Side by side, 16 output rows fill the 16 lanes
  * of one VPDPBUSD and a decoded tile serves every activation row of a tile, as the W4A8 panels do.
- * The copy has the published size (codes, one shift byte per block and row) plus 8 bytes per row;
+ * The copy has the published size (codes, one shift byte per block and row) plus 8 bytes per row
+ * (and the unused slots of a last group of fewer than 4 blocks);
  * the published tensors are only read, and the row functions still use them for panels that hold
  * a row of wide exponent spread.  Panels are written independently, split over the thread pool. */
 #include "kernels/kern_official.h"
@@ -24,16 +25,13 @@ static void pack_panel(void *vctx, int p, int thread) {
     ds_mxpack *P = c->P;
     const int nb = P->nb;
     const uint8_t *codes = L->w, *scales = L->w_e8m0;
-    uint8_t *tiles = P->tiles + (size_t)p * nb * 256, *shift = P->shift + (size_t)p * nb * 16;
+    uint8_t *panel = P->panels + (size_t)p * P->panel_bytes;
+    memset(panel, 0, P->panel_bytes);   /* the unused slots of a last partial group */
     int spread = 0;
     for (int r = 0; r < 16; r++) {
         const int o = 16 * p + r;
-        if (o >= L->out) {   /* padding rows: code 0 (weight 0), shift 0 */
+        if (o >= L->out) {   /* padding rows: code 0 (weight 0), shift 0 (the memset) */
             P->lo[o] = 127;
-            for (int b = 0; b < nb; b++) {
-                shift[16 * b + r] = 0;
-                for (int t = 0; t < 4; t++) memset(tiles + 256 * (size_t)b + 64 * t + 4 * r, 0, 4);
-            }
             continue;
         }
         const uint8_t *row = codes + (size_t)o * nb * 16, *sc = scales + (size_t)o * nb;
@@ -42,8 +40,9 @@ static void pack_panel(void *vctx, int p, int thread) {
         P->lo[o] = lo;
         spread = hi - lo > DS_MX_EXACT_SPREAD ? 99 : DS_MAX(spread, hi - lo);
         for (int b = 0; b < nb; b++) {
-            shift[16 * b + r] = (uint8_t)(sc[b] - lo);
-            for (int t = 0; t < 4; t++) memcpy(tiles + 256 * (size_t)b + 64 * t + 4 * r, row + 16 * b + 4 * t, 4);
+            uint8_t *tiles = panel + ds_mx_tiles_off(b);
+            panel[ds_mx_shifts_off(b) + r] = (uint8_t)(sc[b] - lo);
+            for (int t = 0; t < 4; t++) memcpy(tiles + 64 * t + 4 * r, row + 16 * b + 4 * t, 4);
         }
     }
     P->chunk[p] = ds_mx_panel_chunk(nb, spread);
@@ -52,16 +51,15 @@ static void pack_panel(void *vctx, int p, int thread) {
 ds_mxpack *ds_mx_pack(const ds_linear *L, size_t *bytes) {
     const int nb = L->in / 32, np = (L->out + 15) / 16;
     const size_t head = align64(sizeof(ds_mxpack)), chunk = align64(sizeof(int32_t) * (size_t)np),
-                 lo = align64(sizeof(int32_t) * 16 * (size_t)np), shift = align64((size_t)np * nb * 16);
-    const size_t total = head + chunk + lo + shift + (size_t)np * nb * 256;
+                 lo = align64(sizeof(int32_t) * 16 * (size_t)np), panel_bytes = (size_t)(nb + 3) / 4 * DS_MX_GROUP_BYTES;
+    const size_t total = head + chunk + lo + (size_t)np * panel_bytes;
     uint8_t *mem = ds_huge_alloc(total);
     if (!mem) return NULL;
     ds_mxpack *P = (ds_mxpack *)mem;
-    *P = (ds_mxpack){.out = L->out, .in = L->in, .nb = nb, .npanels = np};
+    *P = (ds_mxpack){.out = L->out, .in = L->in, .nb = nb, .npanels = np, .panel_bytes = panel_bytes};
     P->chunk = (int32_t *)(mem + head);
     P->lo = (int32_t *)(mem + head + chunk);
-    P->shift = mem + head + chunk + lo;
-    P->tiles = mem + head + chunk + lo + shift;
+    P->panels = mem + head + chunk + lo;
     mxpack_ctx c = {L, P};
     if (np > 1 && ds_pool_threads() > 1) ds_pool_run(np, pack_panel, &c);
     else
@@ -90,10 +88,10 @@ void ds_mx_panels_ref(const ds_mxpack *P, const uint8_t *act, size_t rowstride, 
                         int32_t blk = ini[b];
                         for (int t = 0; t < 4; t++)
                             for (int j = 0; j < 4; j++) {
-                                const uint8_t code = P->tiles[((size_t)p * P->nb + b) * 256 + 64 * t + 4 * lane + j];
+                                const uint8_t code = ds_mx_panel(P, p)[ds_mx_tiles_off(b) + 64 * t + 4 * lane + j];
                                 blk += u12[code & 15] * xe[16 * b + 4 * t + j] + u12[code >> 4] * xo[16 * b + 4 * t + j];
                             }
-                        stretch += blk * ((int32_t)1 << P->shift[((size_t)p * P->nb + b) * 16 + lane]);   /* exact: no overflow by `chunk` */
+                        stretch += blk * ((int32_t)1 << ds_mx_panel(P, p)[ds_mx_shifts_off(b) + lane]);   /* exact: no overflow by `chunk` */
                     }
                     total += stretch;
                 }

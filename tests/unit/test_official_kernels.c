@@ -245,7 +245,8 @@ TEST(mxfp4_exponent_spread_boundary) {
 }
 
 /* One or two activation rows walk several panels side by side, from equal parts of the range
- * (AVX2: panel i beside h + i for one row; AVX-512: i, q + i, 2q + i, 3q + i for one or two), so
+ * (AVX2: panel i beside h + i for one row; AVX-512: i, q + i, ..., 5q + i for one row, i, q + i, 2q + i,
+ * 3q + i for two), so
  * each weight stream runs on into its next panel.  A group's int32 stretches must be the shortest
  * of its panels' (a panel of spread 15 at its overflow limit beside panels of spread 0, at every
  * place in the group), a panel of wide spread goes to the row function wherever it sits, half
@@ -259,7 +260,9 @@ TEST(mxfp4_few_row_panel_groups_keep_each_panels_stretch) {
         {112, {0, 0, 0, 15, 0, 0, 0}},                /* odd: panel 6 left over */
         {128, {0, 0, 15, 0, 0, 0, 0, 0}},             /* AVX-512 groups (0,2,4,6) (1,3,5,7) */
         {152, {0, 0, 0, 15, 39, 0, 0, 0, 0, 0}},      /* a row-function panel inside a group; 8, 9 left */
-        {256, {0, 0, 0, 0, 0, 0, 0, 0, 0, 15}},       /* the limit third in group (1,5,9,13) */
+        {256, {0, 0, 0, 0, 0, 0, 0, 0, 0, 15}},       /* the limit third in group (1,5,9,13); one row: last in (1,3,..,11) */
+        {96, {0, 0, 0, 0, 0, 15}},                    /* one row, 6 parts: the limit last in the group */
+        {200, {0, 0, 0, 0, 39, 0, 0, 0, 0, 15, 0, 0, 0}}, /* 6 parts of 2: row function fifth in (0,..,10), limit in (1,..,11) */
     };
     for (size_t k = 0; k < DS_ARRAY_LEN(cases); k++) {
         const int out = cases[k].out;

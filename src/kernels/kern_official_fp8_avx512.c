@@ -104,13 +104,13 @@ AI float fp8_reduce(__m512 a) {   /* the lane tree of kernels.h */
     return _mm_cvtss_f32(_mm_add_ss(d, _mm_movehdup_ps(d)));
 }
 
-/* The RO rows' words of block b: in registers when the scale is in the safe range and the block
- * is whole, else through ds_fp8_bf16_one on a zero-padded stack copy (same words).  Each row j
- * prefetches into L2 at row0 + j * in + pfd: the caller's choice of what it reads next; with
+/* The RO rows' words of block b (row j at row0 + j·rs): in registers when the scale is in the safe
+ * range and the block is whole, else through ds_fp8_bf16_one on a zero-padded stack copy (same
+ * words).  Each row j prefetches into L2 at row0 + j·rs + pfd: the caller's choice of what it reads next; with
  * LINE_PF only in every other block, one prefetch per 64-byte line (the in-register tiles: their
  * loop holds 8 rows' loads, prefetches and decodes; decision 186: 0.93-1.14x at one row, 1.12-1.17x
  * at two and eight; the blocked decode ran 0.91-0.99x with it and prefetches every block). */
-AI void fp8_block_words(const uint8_t *row0, size_t in, int b, size_t pfd, uint8_t s, int full, int plain, __m512i t0, const int RO,
+AI void fp8_block_words(const uint8_t *row0, size_t in, size_t rs, int b, size_t pfd, uint8_t s, int full, int plain, __m512i t0, const int RO,
                         const int LINE_PF, __m512i w[8]) {
     if (full && s >= DS_FP8_SAFE_SMIN && s <= DS_FP8_SAFE_SMAX) {
         fp8_sreg sr = fp8_scale_regs(s, t0);
@@ -118,16 +118,16 @@ AI void fp8_block_words(const uint8_t *row0, size_t in, int b, size_t pfd, uint8
         if (plain) {   /* no zero or subnormal code in this scale tile: the normal form alone (decision 176) */
             UNROLL8
             for (int j = 0; j < RO; j++) {
-                if (pf_now) _mm_prefetch((const char *)(row0 + (size_t)j * in + pfd), _MM_HINT_T1);
-                const __m512i c = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(row0 + (size_t)j * in + b)));
+                if (pf_now) _mm_prefetch((const char *)(row0 + (size_t)j * rs + pfd), _MM_HINT_T1);
+                const __m512i c = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(row0 + (size_t)j * rs + b)));
                 w[j] = _mm512_add_epi16(_mm512_and_si512(_mm512_slli_epi16(c, 4), _mm512_set1_epi16((short)0x87f0)), sr.k);
             }
             return;
         }
         UNROLL8
         for (int j = 0; j < RO; j++) {
-            if (pf_now) _mm_prefetch((const char *)(row0 + (size_t)j * in + pfd), _MM_HINT_T1);
-            w[j] = fp8_decode32(row0 + (size_t)j * in + b, sr);
+            if (pf_now) _mm_prefetch((const char *)(row0 + (size_t)j * rs + pfd), _MM_HINT_T1);
+            w[j] = fp8_decode32(row0 + (size_t)j * rs + b, sr);
         }
         return;
     }
@@ -136,7 +136,7 @@ AI void fp8_block_words(const uint8_t *row0, size_t in, int b, size_t pfd, uint8
     UNROLL8
     for (int j = 0; j < RO; j++) {
         ds_bf16 tmp[32] = {0};
-        for (int i = 0; i < cnt; i++) tmp[i] = ds_fp8_bf16_one(row0[(size_t)j * in + b + i], f);
+        for (int i = 0; i < cnt; i++) tmp[i] = ds_fp8_bf16_one(row0[(size_t)j * rs + b + i], f);
         w[j] = _mm512_loadu_si512(tmp);
     }
 }
@@ -173,8 +173,9 @@ AI void fp8_step(const __m512i *w, const ds_ffact *X, int r, int b, const int RO
     }
 }
 
-/* RO output rows (one 32-row scale tile) x RR activation rows over every input block. */
-AI void fp8_tile(const ds_linear *L, const ds_ffact *X, int o, int r, const int RO, const int RR, const int DOT, __m512i t0,
+/* RO output rows o + j·dr (all of one 32-row scale tile) x RR activation rows over every input
+ * block; each row prefetches the same block pf_rows rows further on: the row its stream reads next. */
+AI void fp8_tile(const ds_linear *L, const ds_ffact *X, int o, int dr, int pf_rows, int r, const int RO, const int RR, const int DOT, __m512i t0,
                  float *y, int ystride) {
     __m512 acc[8][8];
     UNROLL8
@@ -187,18 +188,18 @@ AI void fp8_tile(const ds_linear *L, const ds_ffact *X, int o, int r, const int 
     const uint8_t *prow = fp8_plain_row(L, o);
     for (int b = 0; b < X->kpad; b += 32) {
         __m512i w[8];
-        /* the next row group, same block (decision 145) */
-        fp8_block_words(row0, in, b, (size_t)FP8_PF_ROWS * in + (size_t)b, srow[b / 32], b < whole, prow && prow[b / 32], t0,
+        /* the row this stream reads next, same block (decision 145) */
+        fp8_block_words(row0, in, (size_t)dr * in, b, (size_t)pf_rows * in + (size_t)b, srow[b / 32], b < whole, prow && prow[b / 32], t0,
                         RO, 1, w);
         fp8_step(w, X, r, b, RO, RR, DOT, acc);
     }
     UNROLL8
     for (int i = 0; i < RR; i++)
         UNROLL8
-        for (int j = 0; j < RO; j++) y[(size_t)(r + i) * ystride + o + j] = fp8_reduce(acc[j][i]);
+        for (int j = 0; j < RO; j++) y[(size_t)(r + i) * ystride + o + j * dr] = fp8_reduce(acc[j][i]);
 }
 
-#define FP8_TILE(RO, RR) fp8_tile(L, X, o, r, RO, RR, DOT, t0, y, ystride)
+#define FP8_TILE(RO, RR) fp8_tile(L, X, o, 1, FP8_PF_ROWS, r, RO, RR, DOT, t0, y, ystride)
 #define FP8_ROWS(RO)                                    \
     for (int r = 0; r < X->n; r += 4) switch (DS_MIN(4, X->n - r)) { \
         case 4: FP8_TILE(RO, 4); break;                 \
@@ -228,10 +229,24 @@ AI void fp8_rows_kind(const ds_linear *L, const ds_ffact *X, int o0, int o1, flo
     for (int m = 1; m < 8; m++) tab[m] = ds_fp8_bf16_one((uint32_t)m, 1.0f);   /* m·2^-9 */
     const __m512i t0 = _mm512_loadu_si512(tab);
     int o = o0;
-    /* one or two rows: 8 weight rows per tile (of one 32-row scale tile), 8 streams in flight
-     * (decision 172: 1.1-1.3x over 4 at one row, 1.14-1.2x at two; 8 x 2 accumulators + 8 words) */
+    /* one or two rows: 8 weight rows per tile, 8 streams in flight (decision 172: 1.1-1.3x over 4
+     * at one row, 1.14-1.2x at two; 8 x 2 accumulators + 8 words).  A whole scale tile runs as 4
+     * passes over rows 4 apart (o + i + 4j), so each stream reads 4 neighbouring rows on end and
+     * starts cold once per scale tile, not once per pass; the last pass prefetches the next scale
+     * tile's first (decision 192).  The words and sums are those of 8 neighbouring rows. */
     if (X->n <= 2)
-        for (; o + 8 <= o1 && o / 32 == (o + 7) / 32; o += 8) FP8_ROWS(8)
+        for (; o + 8 <= o1 && o / 32 == (o + 7) / 32; o += 8) {
+            if (o % 32 || o + 32 > o1) {
+                FP8_ROWS(8)
+                continue;
+            }
+            for (int i = 0; i < 4; i++) {
+                const int next = i < 3 ? 1 : 32 - 3;   /* rows from this pass's row to the stream's next */
+                if (X->n == 1) fp8_tile(L, X, o + i, 4, next, 0, 8, 1, DOT, t0, y, ystride);
+                else fp8_tile(L, X, o + i, 4, next, 0, 8, 2, DOT, t0, y, ystride);
+            }
+            o += 24;
+        }
     if (X->n > 4)
         for (; o + 2 <= o1 && o / 32 == (o + 1) / 32; o += 2) FP8_ROWS_WIDE
     for (; o + 4 <= o1 && o / 32 == (o + 3) / 32; o += 4) FP8_ROWS(4)
@@ -275,9 +290,9 @@ AI void fb_decode(const ds_linear *L, int o, const int RO, int k0, int k1, int k
         for (int b = k0; b < k1; b += 32) {
             __m512i w[8];
             const int plain = prow && prow[b / 32];
-            if (run == 4) fp8_block_words(row, in, b, (size_t)b + pfn, srow[b / 32], b < whole, plain, t0, 4, 0, w);
-            else if (run == 2) fp8_block_words(row, in, b, (size_t)b + pfn, srow[b / 32], b < whole, plain, t0, 2, 0, w);
-            else fp8_block_words(row, in, b, (size_t)b + pfn, srow[b / 32], b < whole, plain, t0, 1, 0, w);
+            if (run == 4) fp8_block_words(row, in, in, b, (size_t)b + pfn, srow[b / 32], b < whole, plain, t0, 4, 0, w);
+            else if (run == 2) fp8_block_words(row, in, in, b, (size_t)b + pfn, srow[b / 32], b < whole, plain, t0, 2, 0, w);
+            else fp8_block_words(row, in, in, b, (size_t)b + pfn, srow[b / 32], b < whole, plain, t0, 1, 0, w);
             for (int i = 0; i < (run == 4 || run == 2 ? run : 1); i++)
                 _mm512_storeu_si512(dst + (size_t)(j + i) * FB_WS + (b - k0), w[i]);
         }

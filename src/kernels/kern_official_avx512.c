@@ -337,9 +337,9 @@ MX_UNROLL6
 #endif
 }
 
-#define MXP_CASE(NP, NR) case (NP) * 8 + (NR): mxp_tile(P, p, 1, NP, NR, xr, part, init, xs + r, yr); break
-/* Rows [r0, r1) against panels [p, p + np) (np <= MXP_NP, every chunk > 0): tiles of up to 6 rows. */
-static void mxp_rows(const ds_mxpack *P, int p, int np, const uint8_t *act, size_t rowstride, size_t part, size_t init,
+#define MXP_CASE(NP, NR) case (NP) * 8 + (NR): mxp_tile(P, p, dp, NP, NR, xr, part, init, xs + r, yr); break
+/* Rows [r0, r1) against panels p + j·dp, j < np (np <= MXP_NP, every chunk > 0): tiles of up to 6 rows. */
+static void mxp_rows(const ds_mxpack *P, int p, int dp, int np, const uint8_t *act, size_t rowstride, size_t part, size_t init,
                      const float *xs, int r0, int r1, float *y, int ystride) {
     for (int r = r0; r < r1;) {
         const int nr = DS_MIN(MXP_NR, r1 - r);
@@ -347,7 +347,7 @@ static void mxp_rows(const ds_mxpack *P, int p, int np, const uint8_t *act, size
         float *yr[MXP_NR];
         for (int i = 0; i < nr; i++) xr[i] = act + (size_t)(r + i) * rowstride, yr[i] = y + (size_t)(r + i) * ystride;
         switch (np * 8 + nr) {
-            MXP_CASE(4, 1); MXP_CASE(4, 2); MXP_CASE(3, 1); MXP_CASE(3, 2); MXP_CASE(3, 3);
+            MXP_CASE(6, 1); MXP_CASE(4, 1); MXP_CASE(4, 2); MXP_CASE(3, 1); MXP_CASE(3, 2); MXP_CASE(3, 3);
             MXP_CASE(2, 1); MXP_CASE(2, 2); MXP_CASE(2, 3); MXP_CASE(2, 4); MXP_CASE(2, 5); MXP_CASE(2, 6);
             MXP_CASE(1, 1); MXP_CASE(1, 2); MXP_CASE(1, 3); MXP_CASE(1, 4); MXP_CASE(1, 5); MXP_CASE(1, 6);
         default: break;   /* np > 2 only with nr <= 2, or 3 x 3 (below) */
@@ -356,38 +356,34 @@ static void mxp_rows(const ds_mxpack *P, int p, int np, const uint8_t *act, size
     }
 }
 
-/* One or two rows against panels [p0, p1): the range cut in NS equal parts walked side by side
- * (6 for one row, 4 for two: the registers), panel p0 + i beside p0 + q + i, p0 + 2q + i, ..., so
- * each weight stream runs on into its next panel as one sequential read, which the hardware
- * prefetchers follow (neighbouring panels, with the prefetch of decision 174 aimed at each
- * stream's next panel, still began the other streams cold at every group: 1.1-1.2x on MoE experts,
- * decision 181); one row takes 6 streams as the W4A8 path does (decision 191).  A group with a
- * panel of chunk 0 runs its other panels one by one.  Returns the first panel not done (the < NS
- * left over). */
+/* Rows [r0, r1) against panels [p0, p1): the range cut in NS equal parts walked side by side (6
+ * for one row, 4 for two, 3 for three, 2 from four: the registers), panel p0 + i beside p0 + q + i,
+ * p0 + 2q + i, ..., so each weight stream runs on into its next panel as one sequential read, which
+ * the hardware prefetchers follow (neighbouring panels, with the prefetch of decision 174 aimed at
+ * each stream's next panel, still began the other streams cold at every group: 1.1-1.2x on MoE
+ * experts at 1-2 rows, decision 181; 1.14-1.34x at 3-6 rows, decision 193); one row takes 6
+ * streams as the W4A8 path does (decision 191).  A group with a panel of chunk 0 runs its other
+ * panels one by one.  Returns the first panel not done (the < NS left over). */
 static int mxp_parts(const ds_mxpack *P, int p0, int p1, const uint8_t *act, size_t rowstride, size_t part,
                      size_t init, const float *xs, int r0, int r1, float *y, int ystride) {
-    const int ns = r1 - r0 == 1 ? 6 : 4, q = (p1 - p0) / ns;
-    const uint8_t *xr[2];
-    float *yr[2];
-    for (int i = 0; i < r1 - r0; i++) xr[i] = act + (size_t)(r0 + i) * rowstride, yr[i] = y + (size_t)(r0 + i) * ystride;
+    const int n = r1 - r0, ns = n == 1 ? 6 : n == 2 ? 4 : n == 3 ? 3 : 2, q = (p1 - p0) / ns;
     for (int a = p0; a < p0 + q; a++) {
         int all = 1;
         for (int j = 0; j < ns; j++) all &= P->chunk[a + j * q] > 0;
         if (all) {
-            if (ns == 6) mxp_tile(P, a, q, 6, 1, xr, part, init, xs + r0, yr);
-            else mxp_tile(P, a, q, 4, 2, xr, part, init, xs + r0, yr);
+            mxp_rows(P, a, q, ns, act, rowstride, part, init, xs, r0, r1, y, ystride);
             continue;
         }
         for (int j = 0; j < ns; j++)
-            if (P->chunk[a + j * q]) mxp_rows(P, a + j * q, 1, act, rowstride, part, init, xs, r0, r1, y, ystride);
+            if (P->chunk[a + j * q]) mxp_rows(P, a + j * q, 1, 1, act, rowstride, part, init, xs, r0, r1, y, ystride);
     }
     return p0 + ns * q;
 }
 
 /* Panels [p0, p1) for rows [0, n): rows in chunks whose activations stay in L2 while every panel
- * group passes; 6 or 4 panels side by side for one or two rows, from equal parts of the range
- * (mxp_parts; decisions 181, 191) and the few left over as neighbours, 3 neighbours for three rows
- * (18 accumulators), 2 for more (accumulators for 6 rows).  Panels of chunk 0 are skipped. */
+ * group passes; the panels of a group from equal parts of the range (mxp_parts; decisions 181,
+ * 191, 193), the few left over as neighbours: 4 for one or two rows, 3 for three (18
+ * accumulators), 2 for more (accumulators for 6 rows).  Panels of chunk 0 are skipped. */
 enum { MXP_CHUNK_BYTES = 256 << 10 };
 void DS_MX_PANELS_AVX512(const ds_mxpack *P, const uint8_t *act, size_t rowstride, size_t part, size_t init,
                          const float *xs, int n, int p0, int p1, float *y, int ystride) {
@@ -396,7 +392,7 @@ void DS_MX_PANELS_AVX512(const ds_mxpack *P, const uint8_t *act, size_t rowstrid
     for (int c0 = 0; c0 < n; c0 += chunk) {
         const int c1 = DS_MIN(n, c0 + chunk);
         int p = p0;
-        if (c1 - c0 <= 2) p = mxp_parts(P, p0, p1, act, rowstride, part, init, xs, c0, c1, y, ystride);
+        p = mxp_parts(P, p0, p1, act, rowstride, part, init, xs, c0, c1, y, ystride);
         while (p < p1) {
             if (!P->chunk[p]) {
                 p++;
@@ -404,7 +400,7 @@ void DS_MX_PANELS_AVX512(const ds_mxpack *P, const uint8_t *act, size_t rowstrid
             }
             int np = 1;
             while (np < npmax && p + np < p1 && P->chunk[p + np]) np++;
-            mxp_rows(P, p, np, act, rowstride, part, init, xs, c0, c1, y, ystride);
+            mxp_rows(P, p, 1, np, act, rowstride, part, init, xs, c0, c1, y, ystride);
             p += np;
         }
     }

@@ -244,10 +244,9 @@ TEST(mxfp4_exponent_spread_boundary) {
     }
 }
 
-/* One or two activation rows walk several panels side by side, from equal parts of the range
- * (AVX2: panel i beside h + i for one row; AVX-512: i, q + i, ..., 5q + i for one row, i, q + i, 2q + i,
- * 3q + i for two), so
- * each weight stream runs on into its next panel.  A group's int32 stretches must be the shortest
+/* Activation rows walk several panels side by side, from equal parts of the range (AVX2: panel i
+ * beside h + i for one row; AVX-512: i, q + i, ..., 5q + i for one row, 4 parts for two, 3 for three,
+ * halves i, q + i from four rows on), so each weight stream runs on into its next panel.  A group's int32 stretches must be the shortest
  * of its panels' (a panel of spread 15 at its overflow limit beside panels of spread 0, at every
  * place in the group), a panel of wide spread goes to the row function wherever it sits, half
  * panels and the panels left over run alone.  Every route equals the scalar row function bit for bit. */
@@ -273,10 +272,10 @@ TEST(mxfp4_few_row_panel_groups_keep_each_panels_stretch) {
             for (int b = 0; b < 8; b++)
                 m.sc[o * 8 + b] = (uint8_t)(90 + (spread == 39 ? (b == 3 ? 39 : 0) : b == o % 8 ? 0 : spread));
         }
-        int8_t q[2 * 256];
-        float s[2] = {0.37f, 0.11f}, y0[2 * 256], y1[2 * 256];
-        for (int i = 0; i < 2 * 256; i++) q[i] = 127;
-        for (int n = 1; n <= 2; n++) {
+        int8_t q[8 * 256];
+        float s[8] = {0.37f, 0.11f, 0.23f, 0.5f, 0.07f, 0.91f, 0.13f, 0.29f}, y0[8 * 256], y1[8 * 256];
+        for (int i = 0; i < 8 * 256; i++) q[i] = 127;
+        for (int n = 1; n <= 8; n++) {   /* 3 rows: thirds; 4-8: halves, in row tiles of up to 6 */
             ds_mx_forward_q_with(&m.L, q, s, n, y0, ds_mx_row_ref, NULL);
             CHECK(mx_panels_agree(&m, q, s, n, y0, y1) >= 2, "case %zu, %d rows: panel routes", k, n);
         }

@@ -68,10 +68,12 @@ static inline simde__m512d emu_cvtps_pd(simde__m256 a) {
 #define AI static inline
 #define UNROLL8
 #define UNROLL12
+#define UNROLL16
 #else
 #define AI static inline __attribute__((always_inline))
 #define UNROLL8 _Pragma("GCC unroll 8")
 #define UNROLL12 _Pragma("GCC unroll 12")
+#define UNROLL16 _Pragma("GCC unroll 16")
 #endif
 
 /* vdpbf16ps: real instruction, or its per-lane emulation (avx512_emu.h) */

@@ -96,6 +96,8 @@ DS_CLONES static void value_chunk(const ds_bf16 *const *keys, const float *w, co
     for (int r = 0; r < QB; r++) store_channels(acc + (size_t)r * dh + d0, ao[r], ae[r]);
 }
 
+enum { KPD = 8 };   /* keys ahead the value tiles prefetch */
+
 /* A dense block's value tile: every row takes every key, row r's weight of key u is wr[r][u]. */
 DS_CLONES static void value_chunk_dense(const ds_bf16 *const *keys, const float *const *wr, int nu, int d0, int dh,
                                         float *acc) {
@@ -104,6 +106,10 @@ DS_CLONES static void value_chunk_dense(const ds_bf16 *const *keys, const float 
     for (int r = 0; r < QB; r++) ao[r] = ae[r] = (v16f){0};
     for (int u = 0; u < nu; u++) {
         v16f ko, ke;
+        /* the key KPD on (past the last key, the next channels of the first keys): the keys are
+         * rows apart, so no hardware stream runs ahead of this walk */
+        const int un = u + KPD, uw = un - nu;
+        __builtin_prefetch(un < nu ? keys[un] + d0 : uw < nu && d0 + 32 < dh ? keys[uw] + d0 + 32 : keys[u] + d0);
         ld_channels(keys[u] + d0, &ko, &ke);
 #pragma GCC unroll 8
         for (int r = 0; r < QB; r++) {

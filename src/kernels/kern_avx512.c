@@ -39,7 +39,7 @@ AI void store16(__m512i acc, float sx, const float *scale, int o0, int out, floa
  * distance would land in the next panel, which the same tile streams already; there it goes to
  * the same offset of the panel NP further on instead, the one this panel's stream continues in
  * the next panel group, so every stream of that group starts warm (decision 174, as the AVX2
- * path's decision 155). */
+ * path's decision 155).  The hint is non-temporal (DS_Q_HINT, kern_internal.h). */
 
 /* VPDPBUSD through a tied asm operand: GCC 12 keeps an array of intrinsic accumulators poorly (a
  * register copy per instruction plus stack spills inside the k loop); "+v" keeps each accumulator
@@ -110,8 +110,8 @@ UNROLL12
             for (int j = 0; j < NP; j++) {
                 const uint8_t *t = wp + (size_t)j * dp * P->panel_bytes + (size_t)s * DS_TILE_BYTES;
                 if (PF) {
-                    _mm_prefetch((const char *)(t + pf), _MM_HINT_T1);
-                    _mm_prefetch((const char *)(t + DS_TILE_BYTES + pf), _MM_HINT_T1);
+                    _mm_prefetch((const char *)(t + pf), DS_Q_HINT);
+                    _mm_prefetch((const char *)(t + DS_TILE_BYTES + pf), DS_Q_HINT);
                 }
                 w0[j] = _mm512_load_si512((const void *)t);
                 w1[j] = _mm512_load_si512((const void *)(t + DS_TILE_BYTES));
@@ -132,7 +132,7 @@ UNROLL12
 UNROLL12
             for (int j = 0; j < NP; j++) {
                 const uint8_t *t = wp + (size_t)j * dp * P->panel_bytes + (size_t)s * DS_TILE_BYTES;
-                if (PF) _mm_prefetch((const char *)(t + pf), _MM_HINT_T1);
+                if (PF) _mm_prefetch((const char *)(t + pf), DS_Q_HINT);
                 w[j] = _mm512_load_si512((const void *)t);
             }
 UNROLL12
@@ -172,7 +172,7 @@ AI void w4_block(const ds_packed *P, const ds_qact *X, int p, int dp, int r, con
 UNROLL12
             for (int j = 0; j < NP; j++) {
                 const uint8_t *t = wp + (size_t)j * dp * P->panel_bytes + (size_t)s * DS_TILE_BYTES;
-                if (PF) _mm_prefetch((const char *)(t + pf), _MM_HINT_T1);
+                if (PF) _mm_prefetch((const char *)(t + pf), DS_Q_HINT);
                 __m512i w = _mm512_load_si512((const void *)t);
                 lo[j] = _mm512_and_si512(w, m0f);
                 hi[j] = _mm512_and_si512(_mm512_srli_epi16(w, 4), m0f);

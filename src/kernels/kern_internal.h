@@ -23,11 +23,16 @@
  * DeepSeek-sized expert's 18-40 KiB) and a batched-decode step walks a hundred of them, so the
  * hardware prefetchers ramp up again on every panel and 4 KiB page.  `perf kernels`' MoE row
  * (48 experts' w1+w3 of [768,2048], 1-4 rows each): +15-25% at 2 KiB, less at 1 or 4 KiB.
- * AVX-512 prefetches into L2 (_MM_HINT_T1), AVX2 into L1 (T0): alternated runs on the AVX-512
- * host (decision 145) gave the L2 hint +6-10% on that MoE row and 1.3-1.4x on mini's 1- and 4-row
- * decode steps, and the AVX2 path -25-45% on the MoE rows, so each path keeps its own (the
- * MXFP4 panels of kern_official_avx512.c: L2 for tiles of one or two rows, L1 for more). */
+ * AVX-512 prefetches non-temporally (DS_Q_HINT), AVX2 into L1 (T0).  On the AVX-512 host the L2
+ * hint (T1) beat L1 (decision 145: +6-10% on that MoE row, 1.3-1.4x on mini's 1- and 4-row
+ * decode steps; the AVX2 path lost 25-45% with it, so it keeps T0), and the non-temporal hint
+ * beat L2 (decision 195: in-process alternation, whole decode steps 1.05-1.06x, MoE expert sets
+ * of 2 rows 1.06-1.08x): a weight line is read once per step, and marked so it leaves first it
+ * stops evicting the activations, KV rows and partial sums the step does reuse.  The fast float
+ * few-row GEMV and, in the official release, the MXFP4 panels and FP8 in-register tiles of one or
+ * two activation rows take the same hint. */
 #define DS_Q_PREFETCH 2048
+#define DS_Q_HINT _MM_HINT_NTA
 #define DS_PACK_KIND_TILES16 1
 
 typedef struct ds_packed {

@@ -243,9 +243,10 @@ MX_UNROLL4
             const size_t off = tb + 64 * (size_t)t, xo = 16 * (size_t)b + 4 * (size_t)t;
 MX_UNROLL6
             for (int j = 0; j < NP; j++) {
-                /* one or two rows (decode, an expert's share of a batched step) stream: into L2
-                 * as the int8 kernels (decision 145); more rows reuse each tile longer: into L1 */
-                if (NR <= 2) _mm_prefetch((const char *)(tp + j * dp * pstride + off + pf), _MM_HINT_T1);
+                /* one or two rows (decode, an expert's share of a batched step) stream: non-temporal
+                 * as the int8 kernels (DS_Q_HINT; decisions 145, 195); more rows reuse each tile
+                 * longer: into L1 */
+                if (NR <= 2) _mm_prefetch((const char *)(tp + j * dp * pstride + off + pf), DS_Q_HINT);
                 else _mm_prefetch((const char *)(tp + j * dp * pstride + off + pf), _MM_HINT_T0);
                 const __m512i w = _mm512_loadu_si512(tp + j * dp * pstride + off);
                 wl[j] = _mm512_shuffle_epi8(lut, _mm512_and_si512(w, low4));

@@ -109,7 +109,15 @@ AI float fp8_reduce(__m512 a) {   /* the lane tree of kernels.h */
  * words).  Each row j prefetches into L2 at row0 + j·rs + pfd: the caller's choice of what it reads next; with
  * LINE_PF only in every other block, one prefetch per 64-byte line (the in-register tiles: their
  * loop holds 8 rows' loads, prefetches and decodes; decision 186: 0.93-1.14x at one row, 1.12-1.17x
- * at two and eight; the blocked decode ran 0.91-0.99x with it and prefetches every block). */
+ * at two and eight; the blocked decode ran 0.91-0.99x with it and prefetches every block).  The
+ * in-register tiles of one or two activation rows (RO = 8) stream with the non-temporal hint of
+ * the int8 kernels instead (DS_Q_HINT; decision 195: one row 1.14-1.15x, two 1.02-1.06x; four
+ * rows, RO = 4, ran 0.98x with it and keep L2). */
+#define FP8_PREFETCH(p)                                                                          \
+    do {                                                                                         \
+        if (LINE_PF && RO == 8) _mm_prefetch((const char *)(p), DS_Q_HINT);                      \
+        else _mm_prefetch((const char *)(p), _MM_HINT_T1);                                       \
+    } while (0)
 AI void fp8_block_words(const uint8_t *row0, size_t in, size_t rs, int b, size_t pfd, uint8_t s, int full, int plain, __m512i t0, const int RO,
                         const int LINE_PF, __m512i w[8]) {
     if (full && s >= DS_FP8_SAFE_SMIN && s <= DS_FP8_SAFE_SMAX) {
@@ -118,7 +126,7 @@ AI void fp8_block_words(const uint8_t *row0, size_t in, size_t rs, int b, size_t
         if (plain) {   /* no zero or subnormal code in this scale tile: the normal form alone (decision 176) */
             UNROLL8
             for (int j = 0; j < RO; j++) {
-                if (pf_now) _mm_prefetch((const char *)(row0 + (size_t)j * rs + pfd), _MM_HINT_T1);
+                if (pf_now) FP8_PREFETCH(row0 + (size_t)j * rs + pfd);
                 const __m512i c = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(row0 + (size_t)j * rs + b)));
                 w[j] = _mm512_add_epi16(_mm512_and_si512(_mm512_slli_epi16(c, 4), _mm512_set1_epi16((short)0x87f0)), sr.k);
             }
@@ -126,7 +134,7 @@ AI void fp8_block_words(const uint8_t *row0, size_t in, size_t rs, int b, size_t
         }
         UNROLL8
         for (int j = 0; j < RO; j++) {
-            if (pf_now) _mm_prefetch((const char *)(row0 + (size_t)j * rs + pfd), _MM_HINT_T1);
+            if (pf_now) FP8_PREFETCH(row0 + (size_t)j * rs + pfd);
             w[j] = fp8_decode32(row0 + (size_t)j * rs + b, sr);
         }
         return;

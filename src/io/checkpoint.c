@@ -592,6 +592,17 @@ out:
     return rc;
 }
 
+size_t ds_ckpt_release(const ds_checkpoint *c, const void *p, size_t n) {
+    const uint8_t *a = p, *b = a + n;
+    size_t released = 0;
+    for (int i = 0; i < c->n_files; i++) {   /* mappings may lie back to back: each its own part */
+        const ds_stfile *f = c->files[i];
+        const uint8_t *lo = a > f->map ? a : f->map, *hi = b < f->map + f->file_size ? b : f->map + f->file_size;
+        if (lo < hi) released += ds_st_release(f, lo, (size_t)(hi - lo));
+    }
+    return released;
+}
+
 void ds_ckpt_close(ds_checkpoint *c) {
     if (!c) return;
     for (int i = 0; i < c->n_files; i++) ds_st_close(c->files[i]);

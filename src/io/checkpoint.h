@@ -69,6 +69,8 @@ typedef struct ds_checkpoint {
 void ds_ckpt_opts_default(ds_ckpt_opts *o);
 int ds_ckpt_open(const char *dir, const ds_ckpt_opts *opts, ds_checkpoint **out, ds_error *err);
 void ds_ckpt_close(ds_checkpoint *c);
+/* ds_st_release on the part of [p, p + n) in each file's mapping; 0 where none holds it (an aligned copy). */
+size_t ds_ckpt_release(const ds_checkpoint *c, const void *p, size_t n);
 
 /* Tensor by full name (a leading "model." is tolerated); NULL when absent.  The Markov-head aliases
  * (markov_w1 / markov_w2) resolve to whichever spelling the checkpoint has. */

@@ -57,6 +57,17 @@ int ds_dtype_parse(const char *name, ds_dtype *out) {
     return -1;
 }
 
+size_t ds_st_release(const ds_stfile *f, const void *p, size_t n) {
+    const uintptr_t a = (uintptr_t)p, m0 = (uintptr_t)f->map, m1 = m0 + (uintptr_t)f->file_size;
+    if (!f->map || a < m0 || a + n > m1 || !n) return 0;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t lo = (a + page - 1) & ~(page - 1), hi = (a + n) & ~(page - 1);
+    if (hi <= lo) return 0;
+    (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    (void)posix_fadvise(f->fd, (off_t)(lo - m0), (off_t)(hi - lo), POSIX_FADV_DONTNEED);
+    return hi - lo;
+}
+
 int64_t ds_tensor_numel(const ds_tensor *t) {
     int64_t n = 1;
     for (int i = 0; i < t->ndim; i++) n *= t->shape[i];

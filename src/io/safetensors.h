@@ -60,6 +60,12 @@ int ds_st_open(const char *path, ds_stfile **out, ds_error *err);
 void ds_st_close(ds_stfile *f);
 const ds_tensor *ds_st_find(const ds_stfile *f, const char *name);
 int64_t ds_tensor_numel(const ds_tensor *t);
+/* Give back the memory of bytes [p, p + n) of f's mapping that this process will not read again:
+ * the whole pages of the range leave our mapping (MADV_DONTNEED; the mapping is read-only and
+ * shared, so a later read faults the same bytes back in from the file) and the page cache drops
+ * them (POSIX_FADV_DONTNEED; only advice: pages another process maps stay).  Returns the bytes of
+ * whole pages given back: 0 when the range holds none or is not in the mapping (an aligned copy). */
+size_t ds_st_release(const ds_stfile *f, const void *p, size_t n);
 
 /* Writer: collects tensors then writes header + data atomically (temp file, fsync, rename).
  * Data is copied at add time unless `borrow` is set (caller keeps it alive until finish). */

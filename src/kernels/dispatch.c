@@ -273,6 +273,27 @@ int ds_linear_streams_packed(const ds_linear *L) {
     return L->packed && L->packed_kind != DS_PACK_KIND_FP8_PLAIN;   /* that one is a map beside the codes */
 }
 
+size_t ds_linear_code_bytes(const ds_linear *L) {
+    const size_t out = (size_t)L->out, in = (size_t)L->in;
+    switch (L->fmt) {
+    case DS_LIN_W8A8: case DS_LIN_FP8: return out * in;
+    case DS_LIN_W4A8: return (out + 1) / 2 * in;
+    case DS_LIN_BF16: return 2 * out * in;
+    case DS_LIN_F32: return 4 * out * in;
+    case DS_LIN_MXFP4: return out * (in / 2);
+    }
+    return 0;
+}
+
+int ds_linear_published_idle(const ds_linear *L) {
+    if (!ops() || !L->packed) return 0;
+    switch (L->packed_kind) {
+    case DS_PACK_KIND_TILES16: case DS_PACK_KIND_FF: return 1;
+    case DS_PACK_KIND_MX: return ((const ds_mxpack *)L->packed)->row_panels == 0;
+    default: return 0;   /* the FP8 map of plain tiles sits beside the codes the kernels read */
+    }
+}
+
 void ds_linear_release(ds_linear *L) {
     if (L->packed) {
         atomic_fetch_sub(&g_packed_bytes, L->packed_bytes);

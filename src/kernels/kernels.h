@@ -99,6 +99,12 @@ size_t ds_kernels_packed_bytes(void);
 /* Whether a forward of L streams its kernel-private copy (`packed`: repacked tiles or panels, a
  * flushed float copy) rather than the published weights (benchmarks judge that stream). */
 int ds_linear_streams_packed(const ds_linear *L);
+/* The published weight codes of L at L->w (its scales apart): what a prepared copy replaces. */
+size_t ds_linear_code_bytes(const ds_linear *L);
+/* 1 when every forward of L on the active path reads its prepared copy and never L->w: int8
+ * tiles, MXFP4 panels without a panel left to the row functions, fast-tier float copies.  The
+ * loader then gives the published pages back (model.c). */
+int ds_linear_published_idle(const ds_linear *L);
 /* Weight bytes streamed by linear forwards since start (each call adds its matrix and scales
  * once, whatever n is): the "bytes read per token" of bench decode.  Relaxed atomic counter. */
 uint64_t ds_kernels_weight_bytes_read(void);

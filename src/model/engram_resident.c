@@ -42,16 +42,9 @@ typedef struct copy_job {
     const ds_tensor *t;           /* source: t->data, t->nbytes */
 } copy_job;
 
-/* Give back the file pages of [off, off + n) of t: our mapping's whole pages in the range, then
- * the page cache (pages another process maps stay; only advice, so nothing to check). */
+/* Give back the file pages of [off, off + n) of t (nothing when t is an aligned heap copy). */
 static void release_range(const ds_tensor *t, size_t off, size_t n) {
-    const ds_stfile *f = t->file;
-    const uint8_t *mapped = f ? f->map + f->data_start + t->begin : NULL;
-    if (!f || (const uint8_t *)t->data != mapped) return;   /* an aligned heap copy, not the mapping */
-    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)mapped + off;
-    const uintptr_t lo = (a + page - 1) & ~(page - 1), hi = (a + n) & ~(page - 1);
-    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
-    (void)posix_fadvise(f->fd, (off_t)(f->data_start + t->begin + off), (off_t)n, POSIX_FADV_DONTNEED);
+    if (t->file) (void)ds_st_release(t->file, (const uint8_t *)t->data + off, n);
 }
 
 static void copy_task(void *vctx, int i, int thread) {

@@ -144,8 +144,11 @@ ds_model *ds_model_load(const char *dir, const ds_load_options *opts, char *errb
         }
     }
     ds_model_init_step_scratch(m, DS_STEP_ROWS_AT_LOAD);
-    ds_log(DS_LOG_INFO, "kernels: %d linears prepared at load, %.1f MiB (%s tiles and fast-tier float copies)", m->n_lins,
-           (double)m->packed_bytes / 1048576.0, ds_kernels_active());
+    /* last: the head screens and the draft's Markov copy were built from the published rows */
+    ds_model_release_published(m);
+    ds_log(DS_LOG_INFO, "kernels: %d linears prepared at load, %.1f MiB (%s tiles and fast-tier float copies); the "
+           "mapped pages of %.1f MiB of published weights they replace given back", m->n_lins,
+           (double)m->packed_bytes / 1048576.0, ds_kernels_active(), (double)m->released_bytes / 1048576.0);
     return m;
 fail:
     if (errbuf) ds_format_error(&err, errbuf, errlen);

@@ -156,7 +156,8 @@ struct ds_model {
     int n_lins, cap_lins;
     size_t packed_bytes;           /* kernel tiles (and Engram table copies) made at load */
     size_t uncounted_bytes;        /* mapped bytes the memory plan leaves out: Engram tables copied (huge-pages)
-                                      or left to the disk (disk) */
+                                      or left to the disk (disk), pages of linears read from their copies */
+    size_t released_bytes;         /* of those, the published pages of prepared linears given back at load */
     /* tensor/expert parallelism (dist/dist.h): this rank's share; size 1 = the whole model.  The
      * backbone's wq_b, wo_b and head_part hold only the owned rows; unowned wo_a groups and routed
      * experts are described but never prepared or read. */
@@ -181,6 +182,9 @@ int ds_model_bind_block(ds_model *m, const char *prefix, int ratio_role_layer, i
 /* One linear `base` (+ ".weight", format detected from its tensors) of shape [out, in], and one
  * float vector widened to fp32, bound and owned by the model. */
 int ds_model_bind_linear(ds_model *m, const char *base, int64_t out, int64_t in, ds_linear *L, ds_error *err);
+/* After load: give back the mapped pages of every linear whose forwards read only its prepared
+ * copy (ds_linear_published_idle), counted out of the memory plan; returns the bytes. */
+size_t ds_model_release_published(ds_model *m);
 int ds_model_bind_vec(ds_model *m, const char *name, int64_t n, const float **out, ds_error *err);
 /* Engram constants, token map and the checks 19, 23, 24 (engram.c). */
 int ds_model_init_engram(ds_model *m, ds_error *err);

@@ -397,3 +397,41 @@ int ds_model_bind_weights(ds_model *m, ds_error *err) {
     }
     return 0;
 }
+
+/* ---- giving back the published pages of prepared linears ---- */
+
+typedef struct { uintptr_t lo, hi; } byte_range;
+
+static int cmp_range(const void *a, const void *b) {
+    const byte_range *x = a, *y = b;
+    return (x->lo > y->lo) - (x->lo < y->lo);
+}
+
+/* Why: the kernels stream a prepared copy of nearly every linear (int8 tiles, MXFP4 panels, the
+ * fast tier's float copies, all on 2 MiB pages), so after load the published bytes behind them
+ * are never read again; held beside their copies they doubled the memory the backbone takes
+ * (the W4A8 release: its ~270 GiB twice, more than a 768 GiB host holds with any KV cache).
+ * Ranges are merged first, so bytes two linears share are counted once. */
+size_t ds_model_release_published(ds_model *m) {
+    byte_range *r = ds_xmalloc(sizeof *r * (size_t)(m->n_lins + 1));
+    int n = 0;
+    for (int i = 0; i < m->n_lins; i++) {
+        const ds_linear *L = m->lins[i];
+        if (!L->w || !ds_linear_published_idle(L)) continue;
+        r[n].lo = (uintptr_t)L->w;
+        r[n].hi = r[n].lo + ds_linear_code_bytes(L);
+        n++;
+    }
+    qsort(r, (size_t)n, sizeof *r, cmp_range);
+    size_t released = 0;
+    for (int i = 0; i < n;) {
+        byte_range u = r[i++];
+        for (; i < n && r[i].lo <= u.hi; i++)
+            if (r[i].hi > u.hi) u.hi = r[i].hi;
+        released += ds_ckpt_release(m->ckpt, (const void *)u.lo, (size_t)(u.hi - u.lo));
+    }
+    free(r);
+    m->uncounted_bytes += released;
+    m->released_bytes = released;
+    return released;
+}

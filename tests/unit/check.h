@@ -55,6 +55,10 @@ const char *ds_test_bin(void);
 /* A tiny checkpoint made once per test program by `dsflash mkmodel --config tiny` (split Engram
  * tables re-verified with `dsflash reassemble`); NULL (with the reason on stderr) if that failed. */
 const char *ds_test_tiny_fixture(void);
+/* A checkpoint made once per test program by `dsflash mkmodel ARGS --out <tmp>/NAME` (in the W4A8
+ * layout its split Engram tables re-verified with `dsflash reassemble`); NULL (with the reason on
+ * stderr) if that failed. */
+const char *ds_test_model_fixture(const char *name, const char *mkmodel_args);
 /* The trained fixture (tests/data/trained-tiny, float release with its DSpark draft) quantized once per
  * test program by `dsflash quantize` into the W4A8 release; its held-out ids are left beside the
  * float copy (tt_float/heldout.u32).  NULL (with the reason on stderr) if that failed. */

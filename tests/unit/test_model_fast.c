@@ -30,17 +30,7 @@
 #define DECISIVE_MARGIN 0.05f
 
 static const char *smooth_fixture(void) {
-    static char dir[1100];
-    static int state = 0;
-    if (state == 0) {
-        snprintf(dir, sizeof dir, "%s/tiny_smooth", ds_test_tmpdir());
-        char out[4096];
-        int rc = ds_test_sh(out, sizeof out, "%s mkmodel --config tiny --smooth --seed 7 --out %s --quiet --no-verify 2>&1",
-                            ds_test_bin(), dir);
-        state = rc == 0 ? 1 : -1;
-        if (rc) fprintf(stderr, "  fixture: mkmodel --smooth failed (%d): %s\n", rc, out);
-    }
-    return state == 1 ? dir : NULL;
+    return ds_test_model_fixture("tiny_smooth", "--config tiny --smooth --seed 7 --no-verify");
 }
 
 static ds_model *load_tier(const char *tier) {

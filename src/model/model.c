@@ -146,9 +146,13 @@ ds_model *ds_model_load(const char *dir, const ds_load_options *opts, char *errb
     ds_model_init_step_scratch(m, DS_STEP_ROWS_AT_LOAD);
     /* last: the head screens and the draft's Markov copy were built from the published rows */
     ds_model_release_published(m);
+    if (m->shard.size > 1 && !(m->draft && !m->draft->own_vocab))   /* a draft without its own head reads it all */
+        m->unread_bytes += ds_linear_code_bytes(&m->head) - ds_linear_code_bytes(&m->head_part);
+    m->uncounted_bytes += m->unread_bytes;
     ds_log(DS_LOG_INFO, "kernels: %d linears prepared at load, %.1f MiB (%s tiles and fast-tier float copies); the "
-           "mapped pages of %.1f MiB of published weights they replace given back", m->n_lins,
-           (double)m->packed_bytes / 1048576.0, ds_kernels_active(), (double)m->released_bytes / 1048576.0);
+           "mapped pages of %.1f MiB of published weights they replace given back; %.1f MiB other ranks serve left out "
+           "of the memory plan", m->n_lins, (double)m->packed_bytes / 1048576.0, ds_kernels_active(),
+           (double)m->released_bytes / 1048576.0, (double)m->unread_bytes / 1048576.0);
     return m;
 fail:
     if (errbuf) ds_format_error(&err, errbuf, errlen);

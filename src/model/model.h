@@ -158,6 +158,7 @@ struct ds_model {
     size_t uncounted_bytes;        /* mapped bytes the memory plan leaves out: Engram tables copied (huge-pages)
                                       or left to the disk (disk), pages of linears read from their copies */
     size_t released_bytes;         /* of those, the published pages of prepared linears given back at load */
+    size_t unread_bytes;           /* and the codes of rows, groups and experts other ranks serve (never read) */
     /* tensor/expert parallelism (dist/dist.h): this rank's share; size 1 = the whole model.  The
      * backbone's wq_b, wo_b and head_part hold only the owned rows; unowned wo_a groups and routed
      * experts are described but never prepared or read. */

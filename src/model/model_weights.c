@@ -182,10 +182,12 @@ static void row_view(ds_linear *L, int r0, int r1) {
 }
 
 /* Bind only rows [r0, r1) of `base` (the whole tensor when they cover it); an empty range is
- * described (validated) but not registered, so its pages are never touched. */
+ * described (validated) but not registered, so its pages are never touched.  rest_unread: the
+ * other rows belong to other ranks, so their codes leave this rank's memory plan. */
 static int bind_linear_rows(ds_model *m, const char *base, int64_t out, int64_t in, int r0, int r1, ds_linear *L,
-                            ds_error *err) {
+                            int rest_unread, ds_error *err) {
     if (describe_linear(m, base, out, in, L, err) < 0) return -1;
+    const size_t whole = ds_linear_code_bytes(L);
     if (r0 == 0 && r1 == out) {
         register_linear(m, L);
         return 0;
@@ -195,6 +197,7 @@ static int bind_linear_rows(ds_model *m, const char *base, int64_t out, int64_t 
     if (L->fmt == DS_LIN_FP8 && r0 % 32)
         return ds_io_fail(err, "E_SHAPE_MISMATCH", m->dir, base, "an FP8 shard must start on a 32-row scale tile, found row %d", r0);
     row_view(L, r0, r1);
+    if (rest_unread) m->unread_bytes += whole - ds_linear_code_bytes(L);
     if (L->out > 0) register_linear(m, L);
     return 0;
 }
@@ -242,6 +245,7 @@ static int bind_wo_a(ds_model *m, const char *base, ds_layer_weights *lw, int sh
         }
         if (full.w_scale) L->w_scale = full.w_scale + row0;
         if (!sharded || (g >= m->shard.g0 && g < m->shard.g1)) register_linear(m, L);
+        else m->unread_bytes += ds_linear_code_bytes(L);   /* another rank's group */
     }
     return 0;
 }
@@ -284,12 +288,12 @@ int ds_model_bind_block(ds_model *m, const char *p, int l, int n_experts, ds_lay
     const ds_shard *sh = &m->shard;
     const int shard = sh->size > 1 && l < c->n_layers;
     const int q0 = shard ? sh->h0 * (int)dh : 0, q1 = shard ? sh->h1 * (int)dh : c->n_heads * (int)dh;
-    if (bind_linear_rows(m, LIN("attn.wq_b"), (int64_t)c->n_heads * dh, ql, q0, q1, &lw->wq_b, err) < 0) return -1;
+    if (bind_linear_rows(m, LIN("attn.wq_b"), (int64_t)c->n_heads * dh, ql, q0, q1, &lw->wq_b, 1, err) < 0) return -1;
     if (bind_linear(m, LIN("attn.wkv"), dh, D, &lw->wkv, err) < 0) return -1;
     if (bind_vec(m, NM("attn.kv_norm.weight"), dh, &lw->kv_norm, err) < 0) return -1;
     if (bind_wo_a(m, LIN("attn.wo_a"), lw, shard, err) < 0) return -1;
     if (bind_linear_rows(m, LIN("attn.wo_b"), D, (int64_t)c->o_groups * c->o_lora_rank, shard ? sh->d0 : 0,
-                         shard ? sh->d1 : (int)D, &lw->wo_b, err) < 0) return -1;
+                         shard ? sh->d1 : (int)D, &lw->wo_b, 1, err) < 0) return -1;
     if (bind_vec(m, NM("attn.attn_sink"), c->n_heads, &lw->attn_sink, err) < 0) return -1;
     if (role->role == DS_ROLE_FULL) {
         if (bind_linear(m, LIN("attn.compressor.wkv"), dh, D, &lw->cmp_wkv, err) < 0) return -1;
@@ -317,11 +321,11 @@ int ds_model_bind_block(ds_model *m, const char *p, int l, int n_experts, ds_lay
         /* an expert of another rank is validated but never prepared: its pages stay untouched */
         const int own = !shard || (e >= sh->e0 && e < sh->e1);
         snprintf(eb, sizeof eb, "ffn.experts.%d.w1", e);
-        if (bind_linear_rows(m, LIN(eb), I, D, 0, own ? (int)I : 0, &lw->w1[e], err) < 0) return -1;
+        if (bind_linear_rows(m, LIN(eb), I, D, 0, own ? (int)I : 0, &lw->w1[e], 1, err) < 0) return -1;
         snprintf(eb, sizeof eb, "ffn.experts.%d.w2", e);
-        if (bind_linear_rows(m, LIN(eb), D, I, 0, own ? (int)D : 0, &lw->w2[e], err) < 0) return -1;
+        if (bind_linear_rows(m, LIN(eb), D, I, 0, own ? (int)D : 0, &lw->w2[e], 1, err) < 0) return -1;
         snprintf(eb, sizeof eb, "ffn.experts.%d.w3", e);
-        if (bind_linear_rows(m, LIN(eb), I, D, 0, own ? (int)I : 0, &lw->w3[e], err) < 0) return -1;
+        if (bind_linear_rows(m, LIN(eb), I, D, 0, own ? (int)I : 0, &lw->w3[e], 1, err) < 0) return -1;
     }
     if (bind_linear(m, LIN("ffn.shared_experts.w1"), I, D, &lw->sw1, err) < 0) return -1;
     if (bind_linear(m, LIN("ffn.shared_experts.w2"), D, I, &lw->sw2, err) < 0) return -1;
@@ -379,7 +383,8 @@ int ds_model_bind_weights(ds_model *m, ds_error *err) {
         /* the whole head is only described (a draft without its own head reads it, preparing it on
          * first use); this rank's logits come from its vocabulary rows */
         if (describe_linear(m, "head", c->vocab_size, c->dim, &m->head, err) < 0) return -1;
-        if (bind_linear_rows(m, "head", c->vocab_size, c->dim, m->shard.v0, m->shard.v1, &m->head_part, err) < 0) return -1;
+        if (bind_linear_rows(m, "head", c->vocab_size, c->dim, m->shard.v0, m->shard.v1, &m->head_part, 0, err) < 0)
+            return -1;   /* its other rows: model.c counts them once it knows whether a draft reads them */
     }
     m->layers = ds_model_own(m, ds_xcalloc((size_t)(c->n_layers + c->n_mtp_layers), sizeof(ds_layer_weights)));
     for (int l = 0; l < c->n_layers; l++)

@@ -199,6 +199,21 @@ sys.exit(0 if a['text']==b['text'] and a['logprobs']==b['logprobs'] and len(a['l
             && ok "serve R=$R: prefix caching on across ranks ($hits cached prompt tokens) gives the outputs of R=1 with it off" \
             || ko "serve R=$R: prefix cache hit tokens ${hits:-none} (expected >= 128), R=1 ${hits0:-none} (expected 0)"
     done
+    # memory plan of a rank: the rows, groups and head rows other ranks serve are never read here, and
+    # the pages of what it prepared are given back, so a rank's mapped bytes are those one process
+    # still reads (embeddings, Engram, norms), not the whole checkpoint (R=4: 3/4 of wq_b, wo_a, wo_b
+    # and the head belong to the others)
+    curl -s localhost:$PORT0/server_info > "$TMP/info1.json"; curl -s localhost:$PORT4/server_info > "$TMP/info4.json"
+    if "$PY" - "$TMP/info1.json" "$TMP/info4.json" "$TMP/s4.log" <<'EOP'
+import json, re, sys
+one, four = (json.load(open(f))["weights_mapped_bytes"] for f in sys.argv[1:3])
+other = [float(x) for x in re.findall(r"([0-9.]+) MiB other ranks serve left out", open(sys.argv[3]).read())]
+assert other and min(other) > 0, other
+assert abs(four - one) <= 0.02 * one, (one, four)
+print(f"  mapped bytes in the memory plan: R=1 {one}, R=4 rank 0 {four}; other ranks' share left out: {other[0]} MiB")
+EOP
+    then ok "serve R=4: a rank's memory plan counts the mapped bytes one process reads, not the other ranks' shares"
+    else ko "serve R=4: memory plan of a rank ($(grep -m1 'other ranks serve' "$TMP/s4.log"))"; fi
     # a rank dies mid-stream: the client sees the stream end without [DONE], every rank exits
     curl -sN --max-time 60 localhost:$PORT2/v1/completions -H 'content-type: application/json' \
         -d '{"model":"deepseek-v41","prompt":[1,2,3],"max_tokens":3000,"temperature":0,"ignore_eos":true,"stream":true}' > "$TMP/stream.txt" 2>&1 &

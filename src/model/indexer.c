@@ -39,11 +39,6 @@ typedef struct idx_ctx {
 
 #define SCAN_CHUNK 2048           /* entries per task when one row's scan is split */
 
-static int cmp_i32(const void *a, const void *b) {
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
-
 static int64_t visible(const idx_ctx *x, int row) { return (x->st->pos[row] + 1) / x->ratio; }
 
 /* Fast tier: the query widened once, then 16 entries per tile (index_tile.c: the same bits as
@@ -108,11 +103,11 @@ static void select_row(const idx_ctx *x, int row, float *I, int thread) {
             bsc[b] = mx;
         }
         bsc[(Np - 1) / B] = INFINITY;
-        float next;
+        float next, kth = INFINITY;
         int32_t *kept = st->cand + (size_t)row * c->cand_topk_blocks;
-        int nk = ds_topk_next(bsc, nb, c->cand_topk_blocks, kept, heap, &next);
+        int nk = ds_topk_set(bsc, nb, c->cand_topk_blocks, kept, heap, &kth, &next);
         st->n_cand[row] = nk;
-        if (nk > 1 && isfinite(bsc[kept[nk - 1]])) ds_probe_gap(st->m, 2, bsc[kept[nk - 1]], next);
+        if (nk > 1 && isfinite(kth)) ds_probe_gap(st->m, 2, kth, next);
     }
     if (role->uses_candidates && st->n_cand[row] >= 0) {
         uint8_t *keep = memset(x->scr_keep + (size_t)thread * x->max_nb, 0, (size_t)nb);
@@ -120,10 +115,9 @@ static void select_row(const idx_ctx *x, int row, float *I, int thread) {
         for (int i = 0; i < st->n_cand[row]; i++) keep[kept[i]] = 1;
         for (int64_t s = 0; s < Np; s++) if (!keep[s / B]) I[s] = -INFINITY;
     }
-    float next;
-    int n = ds_topk_next(I, Np, K, sel, heap, &next);
-    if (n == K) ds_probe_gap(st->m, 1, I[sel[n - 1]], next);
-    qsort(sel, (size_t)n, sizeof(int32_t), cmp_i32);
+    float next, kth = -INFINITY;
+    int n = ds_topk_set(I, Np, K, sel, heap, &kth, &next);   /* in index order */
+    if (n == K) ds_probe_gap(st->m, 1, kth, next);
     st->n_sel[row] = n;
 }
 

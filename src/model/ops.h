@@ -57,4 +57,10 @@ int ds_topk(const float *score, int64_t n, int k, int32_t *out, int32_t *heap_tm
  * *next (-INFINITY if none), for margin statistics. */
 int ds_topk_next(const float *score, int64_t n, int k, int32_t *out, int32_t *heap_tmp, float *next);
 
+/* The same k entries as ds_topk_next, written in ascending index order (where the indexer wants
+ * them), with the k-th best score in *kth (when any is selected) and the (k+1)-th in *next.  A
+ * radix selection on the scores' order keys (a pass per byte and one to write) in place of the
+ * heap and its sort up to 16,384 scores; more scores, or a NaN, go to the heap. */
+int ds_topk_set(const float *score, int64_t n, int k, int32_t *out, int32_t *heap_tmp, float *kth, float *next);
+
 #endif

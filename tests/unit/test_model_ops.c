@@ -272,4 +272,65 @@ TEST(bf16_rounding_matches_exact_oracle) {
     free(y);
 }
 
+
+/* ds_topk_set against a selection written here: rank every finite entry by (score desc, index
+ * asc) with repeated scans, keep the first k, list them by index; the k-th and (k+1)-th scores. */
+static void topk_set_case(const float *s, int n, int k) {
+    int32_t *want = malloc(sizeof(int32_t) * (size_t)(k + 1)), *got = malloc(sizeof(int32_t) * (size_t)(k + 1));
+    int32_t *heap = malloc(sizeof(int32_t) * (size_t)(k + 1));
+    char *used = calloc((size_t)n, 1);
+    int m = 0;
+    float kth_want = 0, next_want = -INFINITY;
+    for (int r = 0; r <= k; r++) {
+        int best = -1;
+        for (int i = 0; i < n; i++)
+            if (!used[i] && s[i] != -INFINITY && (best < 0 || s[i] > s[best])) best = i;
+        if (best < 0) break;
+        used[best] = 1;
+        if (r == k) { next_want = s[best]; break; }
+        want[m++] = best;
+        kth_want = s[best];
+    }
+    for (int i = 1; i < m; i++)   /* by index */
+        for (int j = i; j > 0 && want[j - 1] > want[j]; j--) { int32_t t = want[j]; want[j] = want[j - 1]; want[j - 1] = t; }
+    float kth = 12345, next = 12345;
+    const int got_n = ds_topk_set(s, n, k, got, heap, &kth, &next);
+    CHECK(got_n == m, "n %d k %d: %d selected, want %d", n, k, got_n, m);
+    for (int i = 0; i < m && i < got_n; i++) CHECK(got[i] == want[i], "n %d k %d: entry %d is %d, want %d", n, k, i, got[i], want[i]);
+    if (m > 0) CHECK(kth == kth_want, "n %d k %d: k-th %g, want %g", n, k, kth, kth_want);
+    CHECK(next == next_want, "n %d k %d: next %g, want %g", n, k, next, next_want);
+    free(want); free(got); free(heap); free(used);
+}
+
+TEST(topk_set_matches_ranking) {
+    float s[10] = {1, 5, 5, -INFINITY, 3, 5, 2, -INFINITY, 4, 0};
+    for (int k = 1; k <= 10; k++) topk_set_case(s, 10, k);
+    float z[6] = {-0.0f, 0.0f, -1, 0.0f, -0.0f, 1};   /* -0 and +0 are one score: the lower index wins */
+    for (int k = 1; k <= 6; k++) topk_set_case(z, 6, k);
+    int n = 20000;
+    float *big = malloc(sizeof(float) * (size_t)n);
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < n; i++)
+            big[i] = round == 0 ? (float)(int)(urand() * 300) - 150          /* many ties, both signs */
+                   : round == 1 ? (float)((urand() - 0.5) * 1e-3)            /* one exponent range */
+                   : (urand() < 0.3 ? -INFINITY : (float)(urand() * 8));     /* masked entries */
+        for (int k = 1; k <= 600; k += 199) topk_set_case(big, n, k);   /* the heap's side of the cut */
+        for (int k = 1; k <= 600; k += 199) topk_set_case(big, 16384, k);   /* the radix side */
+        topk_set_case(big, 700, 512);
+    }
+    free(big);
+    /* a NaN hands the call to the heap: the same set in index order */
+    float q[6] = {3, NAN, 1, 2, 5, 4};
+    int32_t out[6], heap[6], ref[6];
+    float kth, next;
+    const int m = ds_topk_set(q, 6, 3, out, heap, &kth, &next), mr = ds_topk_next(q, 6, 3, ref, heap, NULL);
+    CHECK(m == mr, "%d vs %d", m, mr);
+    for (int i = 1; i < m; i++) CHECK(out[i - 1] < out[i], "index order");
+    for (int i = 0; i < m; i++) {
+        int found = 0;
+        for (int j = 0; j < mr; j++) found |= out[i] == ref[j];
+        CHECK(found, "entry %d of the NaN case is the heap's", out[i]);
+    }
+}
+
 RUN_ALL()

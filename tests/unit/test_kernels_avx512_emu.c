@@ -147,7 +147,7 @@ TEST(emulated_avx512_fast_float_kernels_equal_reference) {
     for (int trial = 0; trial < 45; trial++) {
         int kind = trial % 3; /* DS_FF_F32, DS_FF_BF16_FMA, DS_FF_BF16_DOT */
         ds_lin_fmt fmt = kind == DS_FF_F32 ? DS_LIN_F32 : DS_LIN_BF16;
-        int out = tk_range(1, 29), in = ins[tk_range(0, DS_ARRAY_LEN(ins) - 1)], n = 1 + trial % 9; /* halves of 6+ outputs: the 6-output groups */
+        int out = tk_range(1, 29), in = ins[tk_range(0, DS_ARRAY_LEN(ins) - 1)], n = 1 + trial / 3 % 9; /* every kind at 1-9 rows; halves of 6+ outputs: the 6-output groups */
         if (trial % 5 == 4) in = 2085; /* every kind meets long rows */
         tk_lin t = tk_make(fmt, out, in);
         t.L.numerics = DS_NUMERICS_FAST;

@@ -6,7 +6,8 @@
 #define DS_ENGRAM_RESIDENCY_FLAG_ROW                                                                          \
     {.name = "--engram-residency", .type = DS_FLAG_ENUM, .def = "page-cache",                                 \
      .choices = "page-cache|huge-pages|locked|disk",                                                          \
-     .help = "Engram tables: page-cache (read through the file mapping), huge-pages (copied at load into "    \
+     .help = "Engram tables: page-cache (read through the file mapping, every page read in and mapped at "   \
+             "load), huge-pages (copied at load into "    \
              "anonymous memory on transparent huge pages, file pages given back: faster random lookups), "    \
              "locked (the mapping mlock'ed at load), disk (the mapping, left out of the memory budget)"}
 

@@ -4,7 +4,8 @@
  * must read the copy, not the mapping; the memory plan must move exactly the tables' bytes from
  * "mapped" to "repacked"; an unknown residency is refused naming the value; the sampled resident
  * share of SERVING.md §13 (mincore) is 100% for tables just read through in full, in either form.
- * locked: VmLck covers the tables, resident before any read, same logits.  disk: left out of the memory plan.  Where the host's
+ * locked: VmLck covers the tables, resident before any read, same logits.  page-cache: every page of
+ * the tables mapped at load (no fault when read).  disk: left out of the memory plan.  Where the host's
  * transparent huge pages are "never" the load must fail naming that setting instead (asserted too:
  * the test never passes without checking one of the two behaviours). */
 #include "check.h"
@@ -13,6 +14,9 @@
 #include "model/model.h"
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 enum { ROWS = 24 };
 
@@ -164,6 +168,42 @@ TEST(locked_tables_are_resident_and_give_the_same_logits) {
     free(la);
     free(lb);
     ds_model_free(b);
+}
+
+/* Minor faults of one read of a byte in every page of [p, p + n). */
+static long faults_reading(const uint8_t *p, size_t n) {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    struct rusage a, b;
+    volatile unsigned sum = 0;
+    getrusage(RUSAGE_SELF, &a);
+    for (size_t i = 0; i < n; i += page) sum += p[i];
+    getrusage(RUSAGE_SELF, &b);
+    (void)sum;
+    return b.ru_minflt - a.ru_minflt;
+}
+
+/* page-cache: the load maps every page of the tables (MADV_POPULATE_READ), so a lookup never takes
+ * a fault; a read of every page after the load takes none.  Control: with our page-table entries
+ * dropped (MADV_DONTNEED on the read-only file mapping; the bytes stay in the page cache) the same
+ * read faults, so the count can see what it asserts the absence of. */
+TEST(page_cache_tables_are_mapped_at_load) {
+    char eb[1024];
+    ds_model *m = load("fast", "page-cache", eb, sizeof eb);
+    CHECK(m != NULL, "page-cache load: %s", eb);
+    if (!m) return;
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    for (int e = 0; e < m->cfg.n_engram; e++) {
+        const ds_tensor *t = m->engram[e].t_codes;
+        CHECK(t->file != NULL && m->engram[e].codes == t->data, "table %d is read through its file mapping", e);
+        const uintptr_t a = (uintptr_t)t->data & ~(uintptr_t)(page - 1);
+        const size_t n = (uintptr_t)t->data + (size_t)t->nbytes - a, pages = (n + page - 1) / page;
+        const long mapped = faults_reading((const uint8_t *)a, n);
+        CHECK(pages >= 16 && mapped == 0, "table %d: %zu pages read after the load, %ld faults", e, pages, mapped);
+        CHECK(madvise((void *)a, n, MADV_DONTNEED) == 0, "table %d: dropping the mapping's entries", e);
+        const long dropped = faults_reading((const uint8_t *)a, n);
+        CHECK(dropped > 0, "control: table %d read again with its entries dropped: %ld faults", e, dropped);
+    }
+    ds_model_free(m);
 }
 
 /* disk: the mapping, its bytes left out of the memory plan (mapped drops by the tables, nothing repacked). */

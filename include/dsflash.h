@@ -17,7 +17,11 @@ typedef struct ds_seq ds_seq;
 
 typedef struct ds_load_options {
     const char *kernels;      /* "auto" (default), "avx512-vnni", "avx2", "reference" */
-    int threads;              /* 0 = all cores */
+    int threads;              /* 0 = one per physical core of the NUMA nodes used (and of the CPUs the process
+                                 may run on) */
+    const char *numa_nodes;   /* "all" (default when NULL): the kernel places threads and pages; or a comma list
+                                 of node ids ("0", "0,1"): the process runs on their CPUs with one pinned worker
+                                 per core, its memory bound to them (one node) or interleaved over them */
     int full_validation;      /* loader checklist level full */
     int64_t max_model_len;    /* 0 = config's max_position_embeddings */
     const char *numerics;     /* "exact" (default when NULL): bit-identical to the NumPy oracle, float64

@@ -13,11 +13,14 @@
 #define _GNU_SOURCE
 #include "base/threadpool.h"
 #include "base/common.h"
+#include "base/numa.h"
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #define GEN_BITS 24
@@ -51,6 +54,8 @@ static struct {
     pthread_cond_t cv;
     pthread_mutex_t run_mu;       /* one region at a time from non-pool threads */
     uint32_t start_gen;
+    int pin[1024];                /* worker i runs on CPU pin[i % n_pin] (ds_pool_place); n_pin 0: not pinned */
+    int n_pin;
 } P = {.n = 1, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER,
        .run_mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -77,6 +82,13 @@ static int run_tasks(uint32_t g, int thread) {
 static void *worker_main(void *arg) {
     int id = (int)(intptr_t)arg;
     tl_in_pool = 1;
+    if (P.n_pin) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(P.pin[id % P.n_pin], &set);
+        if (pthread_setaffinity_np(pthread_self(), sizeof set, &set))
+            ds_log(DS_LOG_WARN, "thread pool: could not pin thread %d to CPU %d", id, P.pin[id % P.n_pin]);
+    }
     /* The generation current when the pool was (re)started, not when this thread got going: a
      * region posted in between must still be seen as new. */
     uint32_t seen = P.start_gen;
@@ -121,28 +133,51 @@ void ds_pool_shutdown(void) {
     atomic_store(&P.stop, 0);
 }
 
+/* (Re)start the workers for n threads; run_mu held. */
+static void start_workers(int n_threads) {
+    ds_pool_shutdown();
+    if (n_threads <= 1) return;
+    P.th = ds_xcalloc((size_t)n_threads, sizeof(pthread_t));
+    P.start_gen = tk_gen(atomic_load(&P.ticket));
+    P.n = n_threads;
+    for (int i = 1; i < n_threads; i++) {
+        if (pthread_create(&P.th[i], NULL, worker_main, (void *)(intptr_t)i) != 0) {
+            ds_log(DS_LOG_ERROR, "thread pool: could not start thread %d of %d", i, n_threads);
+            P.n = i; /* keep the threads that did start */
+            break;
+        }
+    }
+}
+
+static int clamp_threads(int n_threads) {
+    if (n_threads <= 0) {   /* one per physical core the process may run on */
+        ds_numa_plan plan;
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = !ds_numa_plan_make("all", NULL, NULL, &plan, NULL) ? plan.n_cores : c > 0 ? (int)c : 1;
+    }
+    return n_threads > 1024 ? 1024 : n_threads;
+}
+
 void ds_pool_init(int n_threads) {
     if (tl_in_pool) return; /* resizing from inside a task would deadlock; ignore */
     pthread_mutex_lock(&P.run_mu);
-    if (n_threads <= 0) {
-        long c = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = c > 0 ? (int)c : 1;
-    }
-    if (n_threads > 1024) n_threads = 1024;
-    if (n_threads != P.n || (n_threads > 1 && !P.th)) {
-        ds_pool_shutdown();
-        if (n_threads > 1) {
-            P.th = ds_xcalloc((size_t)n_threads, sizeof(pthread_t));
-            P.start_gen = tk_gen(atomic_load(&P.ticket));
-            P.n = n_threads;
-            for (int i = 1; i < n_threads; i++) {
-                if (pthread_create(&P.th[i], NULL, worker_main, (void *)(intptr_t)i) != 0) {
-                    ds_log(DS_LOG_ERROR, "thread pool: could not start thread %d of %d", i, n_threads);
-                    P.n = i; /* keep the threads that did start */
-                    break;
-                }
-            }
-        }
+    n_threads = clamp_threads(n_threads);
+    if (n_threads != P.n || (n_threads > 1 && !P.th)) start_workers(n_threads);
+    pthread_mutex_unlock(&P.run_mu);
+}
+
+void ds_pool_place(int n_threads, const int *cpus, int n_cpus) {
+    if (tl_in_pool) return;
+    pthread_mutex_lock(&P.run_mu);
+    n_threads = clamp_threads(n_threads);
+    if (n_cpus > (int)DS_ARRAY_LEN(P.pin)) n_cpus = (int)DS_ARRAY_LEN(P.pin);
+    bool same = n_threads == P.n && (n_threads <= 1 || P.th) && n_cpus == P.n_pin &&
+                (!n_cpus || !memcmp(cpus, P.pin, (size_t)n_cpus * sizeof *cpus));
+    if (!same) {
+        ds_pool_shutdown();   /* workers read the pins as they start */
+        P.n_pin = cpus ? n_cpus : 0;
+        if (P.n_pin) memcpy(P.pin, cpus, (size_t)P.n_pin * sizeof *cpus);
+        start_workers(n_threads);
     }
     pthread_mutex_unlock(&P.run_mu);
 }

@@ -25,6 +25,7 @@
 #include "dist/dist.h"
 #include "kernels/kernels.h"
 #include "kernels/membench.h"
+#include "base/numa.h"
 #include "base/threadpool.h"
 #include "base/flags.h"
 #include "base/phase_prof.h"
@@ -45,11 +46,12 @@
 
 static ds_flag k_flags[] = {
     {.name = "--model", .type = DS_FLAG_STRING, .help = "checkpoint directory (required)"},
-    {.name = "--threads", .type = DS_FLAG_INT, .lo = 1, .hi = 1024, .help = "pool threads (default: every core)"},
+    {.name = "--threads", .type = DS_FLAG_INT, .lo = 1, .hi = 1024, .help = "pool threads (default: one per physical core of the --numa-nodes the process may run on)"},
     {.name = "--numerics", .type = DS_FLAG_ENUM, .def = "fast", .choices = "exact|fast|both",
      .help = "numerics tier(s) to measure"},
     {.name = "--kernels", .type = DS_FLAG_ENUM, .def = "auto", .choices = "auto|avx512-vnni|avx2|reference"},
     DS_ENGRAM_RESIDENCY_FLAG_ROW,
+    DS_NUMA_NODES_FLAG_ROW,
     {.name = "--quick", .type = DS_FLAG_SWITCH, .help = "fewer steps, a 512-token prompt in 128-token chunks"},
     {.name = "--profile", .type = DS_FLAG_SWITCH,
      .help = "also time each phase of the decode steps (attention, MoE, mHC, head, ...) per level"},
@@ -71,6 +73,7 @@ static int parse(int argc, char **argv, bs_opts *o, int *dist_rc) {
     o->model = ds_flag_str(&fs, "--model");
     o->json = ds_flag_str(&fs, "--json");
     o->engram_residency = ds_flag_str(&fs, "--engram-residency");
+    o->numa_nodes = ds_flag_str(&fs, "--numa-nodes");
     o->threads = ds_flag_given(&fs, "--threads") ? (int)ds_flag_int(&fs, "--threads") : 0;
     o->quick = ds_flag_on(&fs, "--quick");
     o->profile = ds_flag_on(&fs, "--profile");
@@ -274,7 +277,7 @@ static int warm_up(bs_run *r) {
 static int run_tier(const bs_opts *o, const char *numerics, bs_limits *lim, bs_tier *t) {
     bs_run r;
     ds_load_options lo = {.kernels = o->kernels, .threads = o->threads, .numerics = numerics,
-                          .engram_residency = o->engram_residency};
+                          .engram_residency = o->engram_residency, .numa_nodes = o->numa_nodes};
     memset(t, 0, sizeof *t);
     t->numerics = numerics;
     t->rows = o->logits_rows ? "logits" : "greedy";
@@ -315,7 +318,10 @@ static void free_tallies(bs_tier *t) {
 static int run_all(bs_opts *o) {
     ds_error err;
     if (ds_kernels_select(o->kernels, &err)) { fprintf(stderr, "dsflash perf serve: %s\n", err.msg); return 2; }
-    ds_pool_init(o->threads);
+    ds_numa_plan *plan = ds_xcalloc(1, sizeof *plan);   /* the limits are measured where the model will run */
+    int placed = ds_numa_place(o->numa_nodes, o->threads, plan, &err);
+    free(plan);
+    if (placed) { fprintf(stderr, "dsflash perf serve: %s\n", err.msg); return 2; }
     ds_prof_enable(o->profile);
     if (ds_dist_rank() > 0) o->json = NULL;   /* rank 0 reports */
     if (o->json && !json_writable(o->json)) return 3;

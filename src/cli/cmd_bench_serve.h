@@ -47,7 +47,7 @@ typedef struct {
 } bs_tier;
 
 typedef struct {
-    const char *model, *kernels, *json, *engram_residency;
+    const char *model, *kernels, *json, *engram_residency, *numa_nodes;
     int threads, quick, profile, n_tiers;
     int logits_rows;          /* --rows logits: decode rows ask for full logits (sampled requests) */
     const char *tiers[BS_MAX_TIERS];

@@ -260,6 +260,7 @@ static int write_json(const char *path, const bs_opts *o, const bs_limits *lim, 
     cJSON_AddNumberToObject(root, "threads", ds_pool_threads());
     cJSON_AddStringToObject(root, "kernel_path", kernel_path);
     cJSON_AddStringToObject(root, "engram_residency", o->engram_residency);
+    cJSON_AddStringToObject(root, "numa_nodes", o->numa_nodes ? o->numa_nodes : "all");
     cJSON_AddBoolToObject(root, "quick", o->quick);
     cJSON *l = cJSON_AddObjectToObject(root, "limits");
     cJSON_AddNumberToObject(l, "read_bw_gbs", lim->read_bw);
@@ -293,8 +294,8 @@ static int write_json(const char *path, const bs_opts *o, const bs_limits *lim, 
 
 int bs_report(const bs_opts *o, const bs_limits *lim, const bs_tier *t, int n_tiers, const char *kernel_path) {
     int over = 0;
-    printf("dsflash perf serve: model %s, %d threads, kernel path %s, Engram residency %s%s\n", o->model, ds_pool_threads(),
-           kernel_path, o->engram_residency, o->quick ? " (--quick)" : "");
+    printf("dsflash perf serve: model %s, %d threads, NUMA nodes %s, kernel path %s, Engram residency %s%s\n", o->model,
+           ds_pool_threads(), o->numa_nodes ? o->numa_nodes : "all", kernel_path, o->engram_residency, o->quick ? " (--quick)" : "");
     printf("limits (best of %d samples through this run): read-only %.1f GB/s (spread of its %d passes: median %.1f of"
            " the best sample, worst %.1f) | int8 peak %.0f GOP/s (%s) | fp32 peak %.0f GOP/s (%s) | bf16-path peak %.0f"
            " GOP/s (%s)\n", lim->samples, lim->read_bw, lim->read_passes, lim->read_median, lim->read_worst, lim->peak,

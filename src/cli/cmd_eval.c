@@ -55,7 +55,7 @@ static ds_flag k_flags[] = {
     {.name = "--numerics", .type = DS_FLAG_ENUM, .def = "exact", .choices = "exact|fast", .help = "numerics tier"},
     {.name = "--activations", .type = DS_FLAG_ENUM, .def = "int8", .choices = "int8|e4m3",
      .help = "official FP8/MXFP4 layout: e4m3 = the official runtime's E4M3-per-32 activations"},
-    {.name = "--threads", .type = DS_FLAG_INT, .def = "0", .lo = 0, .hi = 4096, .help = "0: every core"},
+    {.name = "--threads", .type = DS_FLAG_INT, .def = "0", .lo = 0, .hi = 4096, .help = "0: one per physical core the process may run on"},
     {.name = "--kernels", .type = DS_FLAG_ENUM, .def = "auto", .choices = "auto|avx512-vnni|avx2|reference", .help = "kernel family"},
     {.name = "--window", .type = DS_FLAG_INT, .def = "256", .lo = 2, .hi = 1 << 20, .help = "perplexity: ids per window"},
     {.name = "--max-windows", .type = DS_FLAG_INT, .lo = 1, .hi = 1 << 30, .help = "perplexity: at most this many windows (default all)"},

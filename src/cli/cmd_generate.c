@@ -38,7 +38,7 @@
 #define GENERATE_USAGE                                                                                        \
     "usage: dsflash generate --model DIR (--prompt-ids 1,2,3 | --prompt-file F) --max-tokens N\n"                    \
     "                        [--chunk K] [--trace FILE] [--threads N] [--kernels NAME] [--numerics exact|fast]\n"                                   \
-    "                        [--activations int8|e4m3] [--ignore-eos]"
+    "                        [--activations int8|e4m3] [--numa-nodes all|LIST] [--ignore-eos]"
 
 /* One row per flag (base/flags.h). */
 static ds_flag k_flags[] = {
@@ -48,13 +48,14 @@ static ds_flag k_flags[] = {
     {.name = "--max-tokens", .type = DS_FLAG_INT, .lo = 1, .hi = 1 << 24, .help = "tokens to generate (required)"},
     {.name = "--chunk", .type = DS_FLAG_INT, .lo = 1, .hi = 1 << 24, .help = "prefill chunk rows (default: the whole prompt)"},
     {.name = "--trace", .type = DS_FLAG_STRING, .help = "safetensors trace for the oracle"},
-    {.name = "--threads", .type = DS_FLAG_INT, .def = "0", .lo = 0, .hi = 4096, .help = "0: every core"},
+    {.name = "--threads", .type = DS_FLAG_INT, .def = "0", .lo = 0, .hi = 4096, .help = DS_THREADS_HELP},
     {.name = "--kernels", .type = DS_FLAG_ENUM, .def = "auto", .choices = "auto|avx512-vnni|avx2|reference"},
     {.name = "--numerics", .type = DS_FLAG_ENUM, .def = "fast", .choices = "exact|fast",
      .help = "exact: bit-identical to the reference; fast: fp32 blocked reductions"},
     {.name = "--activations", .type = DS_FLAG_ENUM, .def = "int8", .choices = "int8|e4m3",
      .help = "official FP8/MXFP4 layout: e4m3 = the official runtime's E4M3-per-32 activations"},
     DS_ENGRAM_RESIDENCY_FLAG_ROW,
+    DS_NUMA_NODES_FLAG_ROW,
     {.name = "--ignore-eos", .type = DS_FLAG_SWITCH, .help = "generate --max-tokens even after EOS"},
     DS_DIST_FLAG_ROWS,
 };
@@ -190,7 +191,7 @@ int cmd_generate(int argc, char **argv) {
     }
     ds_load_options lo = {.kernels = ds_flag_str(&fs, "--kernels"), .threads = (int)threads,
                           .numerics = ds_flag_str(&fs, "--numerics"), .activations = ds_flag_str(&fs, "--activations"),
-                          .engram_residency = ds_flag_str(&fs, "--engram-residency")};
+                          .engram_residency = ds_flag_str(&fs, "--engram-residency"), .numa_nodes = ds_flag_str(&fs, "--numa-nodes")};
     double t0 = ds_now();
     m = ds_model_load(model_dir, &lo, eb, sizeof eb);
     if (!m) {

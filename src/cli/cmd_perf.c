@@ -21,6 +21,7 @@
 #include "cli/cmd_bench_spec.h"
 #include "cli/dist_cli.h"
 #include "cli/load_flags.h"
+#include "base/numa.h"
 #include "dist/dist.h"
 #include "kernels/kernels.h"
 #include "kernels/membench.h"
@@ -33,26 +34,27 @@
 #include <string.h>
 
 typedef struct {
-    const char *model, *kernels, *numerics, *activations, *engram_residency;
+    const char *model, *kernels, *numerics, *activations, *engram_residency, *numa_nodes;
     int threads, prompt_tokens, tokens, quick, spec;
     int dist_rc;   /* exit status of a refused multi-process start (parse returned 3) */
 } bench_opts;
 
 /* One table per mode (base/flags.h); a new flag is a new row. */
 static ds_flag k_kernel_flags[] = {
-    {.name = "--threads", .type = DS_FLAG_INT, .def = "0", .lo = 0, .hi = 1024, .help = "0: every core"},
+    {.name = "--threads", .type = DS_FLAG_INT, .def = "0", .lo = 0, .hi = 1024, .help = "0: one per physical core the process may run on"},
     {.name = "--kernels", .type = DS_FLAG_ENUM, .def = "auto", .choices = "auto|avx512-vnni|avx2|reference"},
     {.name = "--quick", .type = DS_FLAG_SWITCH, .help = "shorter timings"},
 };
 static ds_flag k_decode_flags[] = {
     {.name = "--model", .type = DS_FLAG_STRING, .help = "checkpoint directory (required)"},
-    {.name = "--threads", .type = DS_FLAG_INT, .def = "0", .lo = 0, .hi = 1024, .help = "0: every core"},
+    {.name = "--threads", .type = DS_FLAG_INT, .def = "0", .lo = 0, .hi = 1024, .help = DS_THREADS_HELP},
     {.name = "--kernels", .type = DS_FLAG_ENUM, .def = "auto", .choices = "auto|avx512-vnni|avx2|reference"},
     {.name = "--numerics", .type = DS_FLAG_ENUM, .def = "fast", .choices = "exact|fast",
      .help = "exact: bit-identical to the reference; fast: fp32 blocked reductions"},
     {.name = "--activations", .type = DS_FLAG_ENUM, .def = "int8", .choices = "int8|e4m3",
      .help = "official FP8/MXFP4 layout: e4m3 = the official runtime's E4M3-per-32 activations"},
     DS_ENGRAM_RESIDENCY_FLAG_ROW,
+    DS_NUMA_NODES_FLAG_ROW,
     {.name = "--prompt-tokens", .type = DS_FLAG_INT, .def = "64", .lo = 1, .hi = 65536},
     {.name = "--tokens", .type = DS_FLAG_INT, .def = "32", .lo = 1, .hi = 100000},
     {.name = "--num-speculative-tokens", .type = DS_FLAG_INT, .def = "0", .lo = 0, .hi = 8,
@@ -64,10 +66,12 @@ static void usage(FILE *f) {
     fprintf(f, "usage: dsflash perf kernels [--threads N] [--kernels auto|avx512-vnni|avx2|reference] [--quick]\n"
                "       dsflash perf decode --model DIR [--threads N] [--kernels PATH] [--numerics exact|fast]\n"
                "                           [--activations int8|e4m3] [--engram-residency page-cache|huge-pages|locked|disk]\n"
+               "                           [--numa-nodes all|LIST]\n"
                "                           [--prompt-tokens N] [--tokens N] [--num-speculative-tokens K]\n"
                "                           [--tensor-parallel-size R --expert-parallel auto|on|off --reduce-mode ordered|fast\n"
                "                            --dist-timeout S]   (R > 1: under mpirun -np R)\n"
                "       dsflash perf serve --model DIR [--threads N] [--numerics exact|fast|both] [--engram-residency R] [--quick]\n"
+               "                          [--numa-nodes all|LIST]\n"
                "                          [--json FILE]\n"
                "`dsflash perf MODE --help` lists a mode's flags.\n");
 }
@@ -90,6 +94,7 @@ static int parse(int argc, char **argv, int decode, bench_opts *o) {
     o->numerics = ds_flag_str(&fs, "--numerics");
     o->activations = ds_flag_str(&fs, "--activations");
     o->engram_residency = ds_flag_str(&fs, "--engram-residency");
+    o->numa_nodes = ds_flag_str(&fs, "--numa-nodes");
     o->prompt_tokens = (int)ds_flag_int(&fs, "--prompt-tokens");
     o->tokens = (int)ds_flag_int(&fs, "--tokens");
     o->spec = (int)ds_flag_int(&fs, "--num-speculative-tokens");
@@ -445,7 +450,7 @@ static int bench_decode(const bench_opts *o) {
     limits lim;
     ds_load_options lo = {.kernels = o->kernels, .threads = o->threads, .numerics = o->numerics,
                           .activations = o->activations, .draft = o->spec ? 2 : 0,
-                          .engram_residency = o->engram_residency};
+                          .engram_residency = o->engram_residency, .numa_nodes = o->numa_nodes};
     char errbuf[1024];
     double t0 = ds_now();
     ds_model *m = ds_model_load(o->model, &lo, errbuf, sizeof errbuf);
@@ -543,7 +548,14 @@ static int run_mode(int argc, char **argv, int decode) {
         fprintf(stderr, "dsflash perf: %s\n", err.msg);
         return decode ? ds_cli_dist_end(2) : 2;
     }
-    ds_pool_init(o.threads);
+    /* perf decode measures its limits where the model will run (its --numa-nodes) */
+    ds_numa_plan *plan = ds_xcalloc(1, sizeof *plan);
+    int placed = ds_numa_place(decode ? o.numa_nodes : "all", o.threads, plan, &err);
+    free(plan);
+    if (placed) {
+        fprintf(stderr, "dsflash perf: %s\n", err.msg);
+        return decode ? ds_cli_dist_end(2) : 2;
+    }
     return decode ? ds_cli_dist_end(bench_decode(&o)) : bench_kernels(&o);
 }
 static int mode_kernels(int argc, char **argv) { return run_mode(argc, argv, 0); }

@@ -20,6 +20,7 @@
 #include "dsflash.h"
 #include "base/flags.h"
 #include "base/fsutil.h"
+#include "base/threadpool.h"
 #include "engine/backend_model.h"
 #include "engine/engine.h"
 #include "engine/engine_setup.h"
@@ -75,8 +76,8 @@ static ds_flag k_flags[] = {
     {.name = "--no-admission-gate", .type = DS_FLAG_SWITCH},
     {.name = "--max-prefill-seqs", .type = DS_FLAG_INT, .def = "1", .lo = 1, .hi = 4096},
     {.name = "--gate-decode-steps-per-chunk", .type = DS_FLAG_INT, .def = "1", .lo = 1, .hi = 1024},
-    {.name = "--threads", .type = DS_FLAG_INT, .def = "0", .lo = 0, .hi = 4096, .help = "0: every core"},
-    {.name = "--numa-nodes", .type = DS_FLAG_STRING, .def = "all", .refuse = "NUMA binding is not available in this build"},
+    {.name = "--threads", .type = DS_FLAG_INT, .def = "0", .lo = 0, .hi = 4096, .help = DS_THREADS_HELP},
+    DS_NUMA_NODES_FLAG_ROW,
     {.name = "--http-threads", .type = DS_FLAG_INT, .def = "1088", .lo = 1, .hi = 65536,
      .help = "most simultaneous connections (one thread each)"},
     {.name = "--http-timeout", .type = DS_FLAG_INT, .def = "30", .lo = 1, .hi = 3600,
@@ -415,7 +416,7 @@ static int load_model(serve_run *s) {
     ds_load_options lo = {.kernels = fv("--kernels"), .threads = (int)fi("--threads"), .full_validation = 0,
                           .max_model_len = fv("--max-model-len") ? fi("--max-model-len") : 0, .numerics = fv("--numerics"),
                           .activations = fv("--activations"), .draft = serve_spec_draft_option(&s->spec),
-                          .engram_residency = fv("--engram-residency")};
+                          .engram_residency = fv("--engram-residency"), .numa_nodes = fv("--numa-nodes")};
     char eb[1024] = "";
     double t0 = ds_now();
     s->model = ds_model_load(s->model_dir, &lo, eb, sizeof eb);
@@ -479,7 +480,9 @@ static int build_engine(serve_run *s) {
                         .utilization = ds_flag_double(&g_fs, "--memory-utilization"),
                         .weights_mapped = ds_model_weights_mapped(s->model), .weights_packed = ds_model_weights_packed(s->model),
                         .max_num_batched_tokens = fi("--max-num-batched-tokens"), .max_num_seqs = fi("--max-num-seqs"),
-                        .vocab = s->be->vocab, .dim = s->model->cfg.dim};
+                        .vocab = s->be->vocab, .dim = s->model->cfg.dim,
+                        .nodes = s->model->numa.all ? NULL : s->model->numa.text,
+                        .node_mem_total = s->model->numa.mem_total, .node_mem_free = s->model->numa.mem_free};
     ds_error e = {0};
     char line[1024];
     if (ds_mem_plan_compute(&mi, &s->mem, &e)) {
@@ -552,7 +555,9 @@ static int echo_config(serve_run *s) {
     cJSON_AddStringToObject(echo, "numerics", ds_model_numerics(s->model));
     cJSON_AddStringToObject(echo, "activations", ds_model_activations(s->model));
     cJSON_AddStringToObject(echo, "engram_residency", fv("--engram-residency"));
-    cJSON_AddNumberToObject(echo, "threads", (double)fi("--threads"));
+    cJSON_AddNumberToObject(echo, "threads", (double)ds_pool_threads());   /* --threads 0 resolved */
+    cJSON_AddStringToObject(echo, "numa_nodes", s->model->numa.text);
+    cJSON_AddBoolToObject(echo, "threads_pinned", !s->model->numa.all);
     cJSON_AddStringToObject(echo, "reduce_mode", fv("--reduce-mode"));
     cJSON_AddNumberToObject(echo, "kv_budget_bytes", (double)s->mem.kv_bytes);
     cJSON_AddStringToObject(echo, "kv_budget_source", s->mem.kv_explicit ? "--kv-cache-memory" : "min(share of MemTotal, MemAvailable)");
@@ -640,7 +645,8 @@ static int serve_worker(const char *model_dir) {
     signal(SIGINT, SIG_IGN);
     ds_load_options lo = {.kernels = fv("--kernels"), .threads = (int)fi("--threads"), .full_validation = 0,
                           .max_model_len = fv("--max-model-len") ? fi("--max-model-len") : 0, .numerics = fv("--numerics"),
-                          .activations = fv("--activations"), .engram_residency = fv("--engram-residency")};
+                          .activations = fv("--activations"), .engram_residency = fv("--engram-residency"),
+                          .numa_nodes = fv("--numa-nodes")};
     char eb[1024] = "";
     ds_model *m = ds_model_load(model_dir, &lo, eb, sizeof eb);
     if (!m) {

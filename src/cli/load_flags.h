@@ -11,4 +11,11 @@
              "anonymous memory on transparent huge pages, file pages given back: faster random lookups), "    \
              "locked (the mapping mlock'ed at load), disk (the mapping, left out of the memory budget)"}
 
+#define DS_NUMA_NODES_FLAG_ROW                                                                                \
+    {.name = "--numa-nodes", .type = DS_FLAG_STRING, .def = "all",                                            \
+     .help = "all: the kernel places threads and memory; or node ids such as 0 or 0,1: the process runs on "  \
+             "those nodes' CPUs, one worker pinned per physical core, its memory bound to the node (one) or " \
+             "interleaved over them (several), and the memory plan counts their memory only"}
+#define DS_THREADS_HELP "0: one per physical core of the --numa-nodes the process may run on"
+
 #endif

@@ -22,6 +22,12 @@ int ds_mem_plan_compute(const ds_mem_inputs *in, ds_mem_plan *p, ds_error *err) 
     const char *path = getenv("DSFLASH_MEMINFO");
     snprintf(p->meminfo, sizeof p->meminfo, "%s", path && *path ? path : "/proc/meminfo");
     if (ds_meminfo_read(p->meminfo, &p->mem_total, &p->mem_available, err)) return -1;
+    if (in->nodes && in->node_mem_total) {
+        p->mem_total = in->node_mem_total;
+        p->mem_available = DS_MIN(p->mem_available, in->node_mem_free);
+        size_t k = strlen(p->meminfo);
+        snprintf(p->meminfo + k, sizeof p->meminfo - k, " and NUMA nodes %s", in->nodes);
+    }
     p->weights_mapped = in->weights_mapped;
     p->weights_packed = in->weights_packed;
     double rows = (double)DS_MAX(in->max_num_batched_tokens, in->max_num_seqs);

@@ -13,7 +13,9 @@
  * MemAvailable is read after the model is loaded, so the repacked kernel tiles (anonymous memory)
  * are already out of it, while the mapped safetensors files are file-backed pages the kernel counts
  * as available although serving needs them resident, hence subtracted.  Another process's memory
- * is out of MemAvailable, so it shrinks the budget instead of being promised to the KV cache. */
+ * is out of MemAvailable, so it shrinks the budget instead of being promised to the KV cache.
+ * With --numa-nodes naming nodes, memory comes from those nodes only: MemTotal is theirs, and
+ * MemAvailable is capped at their MemFree + FilePages (sysfs has no per-node MemAvailable). */
 #ifndef DS_ENGINE_ENGINE_SETUP_H
 #define DS_ENGINE_ENGINE_SETUP_H
 #include "base/common.h"
@@ -30,10 +32,13 @@ typedef struct ds_mem_inputs {
     uint64_t weights_packed;    /* anonymous copies made at load (kernel tiles) */
     int64_t max_num_batched_tokens, max_num_seqs;
     int vocab, dim;
+    const char *nodes;          /* --numa-nodes named: "0,1" (NULL: all) */
+    uint64_t node_mem_total;    /* with nodes: their MemTotal and MemFree + FilePages, bytes */
+    uint64_t node_mem_free;
 } ds_mem_inputs;
 
 typedef struct ds_mem_plan {
-    char meminfo[256];          /* file read */
+    char meminfo[320];          /* file read (and the NUMA nodes whose memory bounds the plan) */
     uint64_t mem_total, mem_available;
     uint64_t weights_mapped, weights_packed;
     uint64_t activations;       /* 1.5 x rows x (vocab + 64 dim) x 4 B, rows = max(batched tokens, seqs) */

@@ -90,7 +90,8 @@ ds_model *ds_model_load(const char *dir, const ds_load_options *opts, char *errb
     pthread_mutex_init(&m->step_mu, NULL);
     m->dir = ds_xstrdup(dir ? dir : "");
     if (ds_kernels_select(o.kernels ? o.kernels : "auto", &err) < 0) goto fail;
-    ds_pool_init(o.threads);
+    /* before the pool starts and anything is mapped: workers and pages inherit the placement */
+    if (ds_numa_place(o.numa_nodes, o.threads, &m->numa, &err)) goto fail;
     int tier = ds_numerics_parse(o.numerics ? o.numerics : "exact");
     if (tier < 0) {
         ds_fail(&err, "E_ARG", "numerics: expected \"exact\" or \"fast\", found \"%s\"", o.numerics);

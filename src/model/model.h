@@ -25,6 +25,7 @@
 #include "model/kvcache.h"
 #include "model/rope.h"
 #include "dist/dist.h"
+#include "base/numa.h"
 #include "model/hc.h"
 #include "model/engram_hash.h"
 
@@ -152,6 +153,7 @@ struct ds_model {
     /* owned allocations (widened norms, dequantized weights, views) */
     void **owned;
     int n_owned, cap_owned;
+    ds_numa_plan numa;             /* --numa-nodes: CPUs, cores and memory of the nodes used */
     ds_linear **lins;              /* every bound linear (kernel tiles released at free) */
     int n_lins, cap_lins;
     size_t packed_bytes;           /* kernel tiles (and Engram table copies) made at load */

@@ -8,7 +8,9 @@
 # `--engram-residency huge-pages`: refused naming both figures when MemAvailable is below the tables
 # (or naming the setting where transparent huge pages are never), else the §13 residency sample says
 # 100%, /server_info echoes it and the tables' bytes leave the mapped count; `locked` under a zero
-# memlock limit fails naming file, tensor and limit.
+# memlock limit fails naming file, tensor and limit.  Last, `--numa-nodes`: a node the host lacks and
+# a malformed list are refused; node 0 (where sysfs has it) generates with one pinned thread per core,
+# and a server on it echoes the nodes and threads and plans memory from node 0's MemTotal.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/server/serve_lib.sh
@@ -132,6 +134,44 @@ timeout 120 "$B" generate --model "$tiny" --prompt-ids 5,6,7 --max-tokens 1 --th
 if [ $rc = 0 ] && grep -q "engram residency locked: 2 tables" "$OUT/lock2.log"; then ok "locked within the limit: loads and generates"
 elif [ $rc != 0 ] && grep -q "RLIMIT_MEMLOCK" "$OUT/lock2.log"; then ok "locked: this host's memlock limit refuses the tables, named (exit $rc)"
 else bad "locked within the limit" "exit $rc: $(tail -1 "$OUT/lock2.log")"; fi
+
+# --- --numa-nodes: a node the host lacks and a malformed list fail naming the flag; node 0 runs pinned ---
+"$B" generate --model "$tiny" --prompt-ids 5,6,7 --max-tokens 1 --numa-nodes 4095 > "$OUT/numa1.log" 2>&1; rc=$?
+if [ $rc != 0 ] && grep -q "E_ARG: --numa-nodes: node 4095 is not online on this host (online nodes: " "$OUT/numa1.log"
+then ok "--numa-nodes 4095: refused, naming the nodes online (exit $rc)"
+else bad "--numa-nodes 4095" "exit $rc: $(tail -1 "$OUT/numa1.log")"; fi
+"$B" generate --model "$tiny" --prompt-ids 5,6,7 --max-tokens 1 --numa-nodes 0-1 > "$OUT/numa2.log" 2>&1; rc=$?
+if [ $rc != 0 ] && grep -q "E_ARG: --numa-nodes: .*expected all or a comma list of node ids .*got '0-1'" "$OUT/numa2.log"
+then ok "--numa-nodes 0-1: refused, saying what is expected (exit $rc)"
+else bad "--numa-nodes 0-1" "exit $rc: $(tail -1 "$OUT/numa2.log")"; fi
+"$B" generate --model "$tiny" --prompt-ids 5,6,7 --max-tokens 2 --numa-nodes 0 > "$OUT/numa3.log" 2>&1; rc=$?
+cores=$(for c in $(taskset -cp $$ | sed 's/.*: //' | tr ',' '\n' | while IFS=- read a b; do seq "$a" "${b:-$a}"; done); do
+          cat /sys/devices/system/cpu/cpu$c/topology/thread_siblings_list 2>/dev/null || echo "lone$c"; done | sort -u | wc -l)
+if [ -e /sys/devices/system/node/node0/cpulist ]; then
+    if [ $rc = 0 ] && grep -q "numa: nodes 0: $cores threads on CPUs .*($cores physical cores, one worker pinned per core), memory bound to the node" "$OUT/numa3.log"
+    then ok "--numa-nodes 0: generates with $cores pinned threads, memory bound to node 0"
+    else bad "--numa-nodes 0" "exit $rc: $(grep -m1 numa "$OUT/numa3.log")"; fi
+elif [ $rc != 0 ] && grep -q "this host shows no NUMA topology" "$OUT/numa3.log"; then ok "--numa-nodes 0 on a host without sysfs nodes: refused, named"
+else bad "--numa-nodes 0 without sysfs nodes" "exit $rc: $(tail -1 "$OUT/numa3.log")"; fi
+# --- serve --numa-nodes 0: /server_info echoes the nodes, the resolved thread count and the pinning;
+# the memory plan takes node 0's MemTotal (sysfs), and the capacity line names the nodes ---
+if [ -e /sys/devices/system/node/node0/meminfo ]; then
+    if start_server "$OUT/serve_numa.log" --numa-nodes 0; then
+        curl -s "$BASE/server_info" > "$OUT/info_numa.json"
+        node_kb=$(awk '/MemTotal:/ {print $4}' /sys/devices/system/node/node0/meminfo)
+        if grep -q "KV budget .*(/proc/meminfo and NUMA nodes 0)" "$OUT/serve_numa.log" &&
+           /usr/bin/python3 - "$OUT/info_numa.json" "$node_kb" "$cores" <<'EOP'
+import json, sys
+info = json.load(open(sys.argv[1])); kb = int(sys.argv[2]); cores = int(sys.argv[3])
+assert info["numa_nodes"] == "0" and info["threads_pinned"] is True and info["flags"]["numa-nodes"] == "0", info
+assert info["threads"] == cores, (info["threads"], cores)
+assert info["mem_total_bytes"] == kb * 1024, (info["mem_total_bytes"], kb)
+EOP
+        then ok "serve --numa-nodes 0: /server_info echoes node 0 and $cores pinned threads; the memory plan counts node 0's MemTotal"
+        else bad "serve --numa-nodes 0" "$(grep -m1 'KV budget' "$OUT/serve_numa.log")"; fi
+    else bad "server with --numa-nodes 0 did not start"; fi
+    stop_server
+fi
 rm -rf "$OUT"
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -97,11 +97,28 @@ static int hash_files(const char *dir, const char *suffix, int sample, uint8_t o
 }
 
 /* Flags as given, minus the checkpoint path (each host may keep its copy elsewhere). */
+/* Flags a rank may set for itself: its checkpoint path, and where it runs (threads, NUMA nodes: the
+ * results do not depend on either, and hosts or sockets may differ; decision 200). */
+static bool rank_local_flag(const char *arg, bool *takes_value) {
+    static const char *const names[] = {"--model", "--threads", "--numa-nodes"};
+    for (size_t k = 0; k < DS_ARRAY_LEN(names); k++) {
+        size_t n = strlen(names[k]);
+        if (!strncmp(arg, names[k], n) && (arg[n] == 0 || arg[n] == '=')) {
+            *takes_value = arg[n] == 0;
+            return true;
+        }
+    }
+    return false;
+}
+
 static void hash_flags(int argc, char **argv, uint8_t out[DS_SHA256_LEN]) {
     ds_sha256 *h = ds_sha256_new();
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--model")) { i++; continue; }
-        if (!strncmp(argv[i], "--model=", 8)) continue;
+        bool takes_value;
+        if (rank_local_flag(argv[i], &takes_value)) {
+            i += takes_value;
+            continue;
+        }
         ds_sha256_update(h, argv[i], strlen(argv[i]) + 1);
     }
     ds_sha256_final(h, out);

@@ -103,6 +103,14 @@ expect_fail "a different checkpoint on rank 1 is refused, naming rank and field"
     $MPIRUN --mca orte_tmpdir_base "$(mpi_dir)" -np 1 "$BIN" generate --model "$M" $A --tensor-parallel-size 2 : -np 1 "$BIN" generate --model "$TMP/tiny_seed2" $A --tensor-parallel-size 2
 expect_fail "different flags on rank 1 are refused, naming rank and field" "E_DIST_MISMATCH: rank 1: flags differs from rank 0" \
     $MPIRUN --mca orte_tmpdir_base "$(mpi_dir)" -np 1 "$BIN" generate --model "$M" $A --tensor-parallel-size 2 : -np 1 "$BIN" generate --model "$M" $A --tensor-parallel-size 2 --chunk 2
+# placement flags are each rank's own (decision 200): rank 0 on node 0 with one thread, rank 1
+# unplaced with two, and the trace is still the one process's
+node=all; [ -e /sys/devices/system/node/node0/cpulist ] && node=0
+G2="--prompt-ids $PROMPT --max-tokens 10 --ignore-eos --numerics fast --chunk 7 --tensor-parallel-size 2 --trace $TMP/placed.st"
+if $MPIRUN --mca orte_tmpdir_base "$(mpi_dir)" -np 1 "$BIN" generate --model "$M" $G2 --threads 1 --numa-nodes $node \
+     : -np 1 "$BIN" generate --model "$M" $G2 --threads=2 --numa-nodes all > "$TMP/placed.log" 2>&1 && cmp -s "$TMP/ref_fast_7.st" "$TMP/placed.st"; then
+    ok "ranks with their own --threads and --numa-nodes ($node / all) start, trace byte-identical to one process"
+else ko "ranks with their own --threads and --numa-nodes: $(grep -E 'E_|differ' "$TMP/placed.log" | head -2)"; fi
 
 lap "3 refusals"
 # ---- 4. a rank dies mid-run

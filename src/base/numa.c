@@ -213,7 +213,7 @@ int ds_numa_apply(const ds_numa_plan *p, ds_error *err) {
     return 0;
 }
 
-int ds_numa_place(const char *spec, int threads, ds_numa_plan *p, ds_error *err) {
+static int place(const char *spec, int threads, ds_numa_plan *p, ds_error *err) {
     if (ds_numa_plan_make(spec, NULL, NULL, p, err) || ds_numa_apply(p, err)) return -1;
     ds_pool_place(threads > 0 ? threads : p->n_cores, p->all ? NULL : p->core_cpu, p->all ? 0 : p->n_cores);
     if (!p->all) {
@@ -224,4 +224,11 @@ int ds_numa_place(const char *spec, int threads, ds_numa_plan *p, ds_error *err)
                p->n_nodes == 1 ? "bound to the node" : "interleaved over the nodes", (double)p->mem_total / (1u << 30));
     }
     return 0;
+}
+
+int ds_numa_place(const char *spec, int threads, ds_numa_plan *out, ds_error *err) {
+    ds_numa_plan *p = out ? out : ds_xcalloc(1, sizeof *p);
+    int rc = place(spec, threads, p, err);
+    if (!out) free(p);
+    return rc;
 }

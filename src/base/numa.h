@@ -52,7 +52,8 @@ int ds_numa_plan_make(const char *spec, const char *sysfs, const ds_cpumask *all
 int ds_numa_apply(const ds_numa_plan *p, ds_error *err);
 
 /* Plan `spec` on this host, apply it, and (re)start the compute pool on it: `threads` workers (0:
- * one per core of the plan), pinned one per core for named nodes. */
+ * one per core of the plan), pinned one per core for named nodes.  The plan goes to `p` (NULL: not
+ * kept). */
 int ds_numa_place(const char *spec, int threads, ds_numa_plan *p, ds_error *err);
 
 #endif

@@ -170,12 +170,13 @@ void ds_pool_place(int n_threads, const int *cpus, int n_cpus) {
     if (tl_in_pool) return;
     pthread_mutex_lock(&P.run_mu);
     n_threads = clamp_threads(n_threads);
+    if (!cpus) n_cpus = 0;
     if (n_cpus > (int)DS_ARRAY_LEN(P.pin)) n_cpus = (int)DS_ARRAY_LEN(P.pin);
     bool same = n_threads == P.n && (n_threads <= 1 || P.th) && n_cpus == P.n_pin &&
                 (!n_cpus || !memcmp(cpus, P.pin, (size_t)n_cpus * sizeof *cpus));
     if (!same) {
         ds_pool_shutdown();   /* workers read the pins as they start */
-        P.n_pin = cpus ? n_cpus : 0;
+        P.n_pin = n_cpus;
         if (P.n_pin) memcpy(P.pin, cpus, (size_t)P.n_pin * sizeof *cpus);
         start_workers(n_threads);
     }

@@ -318,10 +318,7 @@ static void free_tallies(bs_tier *t) {
 static int run_all(bs_opts *o) {
     ds_error err;
     if (ds_kernels_select(o->kernels, &err)) { fprintf(stderr, "dsflash perf serve: %s\n", err.msg); return 2; }
-    ds_numa_plan *plan = ds_xcalloc(1, sizeof *plan);   /* the limits are measured where the model will run */
-    int placed = ds_numa_place(o->numa_nodes, o->threads, plan, &err);
-    free(plan);
-    if (placed) { fprintf(stderr, "dsflash perf serve: %s\n", err.msg); return 2; }
+    if (ds_numa_place(o->numa_nodes, o->threads, NULL, &err)) {   /* the limits are measured where the model will run */ fprintf(stderr, "dsflash perf serve: %s\n", err.msg); return 2; }
     ds_prof_enable(o->profile);
     if (ds_dist_rank() > 0) o->json = NULL;   /* rank 0 reports */
     if (o->json && !json_writable(o->json)) return 3;

@@ -549,10 +549,7 @@ static int run_mode(int argc, char **argv, int decode) {
         return decode ? ds_cli_dist_end(2) : 2;
     }
     /* perf decode measures its limits where the model will run (its --numa-nodes) */
-    ds_numa_plan *plan = ds_xcalloc(1, sizeof *plan);
-    int placed = ds_numa_place(decode ? o.numa_nodes : "all", o.threads, plan, &err);
-    free(plan);
-    if (placed) {
+    if (ds_numa_place(decode ? o.numa_nodes : "all", o.threads, NULL, &err)) {
         fprintf(stderr, "dsflash perf: %s\n", err.msg);
         return decode ? ds_cli_dist_end(2) : 2;
     }

@@ -2,6 +2,7 @@
  * (see numa.h for why). */
 #define _GNU_SOURCE
 #include "base/numa.h"
+#include "base/flags.h"
 #include "base/threadpool.h"
 #include <ctype.h>
 #include <errno.h>
@@ -15,27 +16,18 @@
 
 int ds_cpulist_parse(const char *text, const char *what, ds_cpumask *set, ds_error *err) {
     memset(set, 0, sizeof *set);
-    const char *p = text;
-    while (*p && isspace((unsigned char)*p)) p++;
-    while (*p && *p != '\n') {
-        char *end;
-        if (!isdigit((unsigned char)*p)) break;
-        long a = strtol(p, &end, 10), b = a;
-        p = end;
-        if (*p == '-') {
-            if (!isdigit((unsigned char)p[1])) break;
-            b = strtol(p + 1, &end, 10);
-            p = end;
-        }
-        if (a > b || b >= DS_MAX_CPUS)
-            return ds_fail(err, "E_ARG", "%s: range %ld-%ld in '%s' is empty or above %d", what, a, b, text, DS_MAX_CPUS - 1);
-        for (long c = a; c <= b; c++) ds_cpumask_add(set, (int)c);
-        if (*p == ',') p++;
-        else break;
-    }
-    while (*p && isspace((unsigned char)*p)) p++;
-    if (*p) return ds_fail(err, "E_ARG", "%s: expected a list like 0-3,8 (ids below %d), got '%s'", what, DS_MAX_CPUS, text);
-    return 0;
+    char list[4096];
+    snprintf(list, sizeof list, "%s", text);
+    size_t n = strlen(list);
+    while (n && isspace((unsigned char)list[n - 1])) list[--n] = 0;   /* sysfs ends with a newline */
+    if (!n) return 0;                                                  /* a node without CPUs */
+    ds_int_range *r = ds_xcalloc(DS_MAX_CPUS, sizeof *r);
+    char why[256];
+    int k = ds_parse_int_ranges(list, 0, DS_MAX_CPUS - 1, r, DS_MAX_CPUS, why, sizeof why);
+    for (int i = 0; i < k; i++)
+        for (int64_t c = r[i].lo; c <= r[i].hi; c++) ds_cpumask_add(set, (int)c);
+    free(r);
+    return k < 0 ? ds_fail(err, "E_ARG", "%s: %s", what, why) : 0;
 }
 
 /* The first line of sysfs/<rel> into buf; -1 (errno kept) when the file cannot be read. */
@@ -70,29 +62,26 @@ static void mask_text(const ds_cpumask *m, char *buf, size_t n) {
 
 /* "all" or a comma list of node ids, each online, none twice, into p->nodes (ascending). */
 static int parse_nodes(const char *spec, const ds_cpumask *online, ds_numa_plan *p, ds_error *err) {
-    ds_cpumask want = {{0}};
-    const char *s = spec;
     char have[256];
     mask_text(online, have, sizeof have);
-    for (;;) {
-        char *end;
-        if (!isdigit((unsigned char)*s)) break;
-        long id = strtol(s, &end, 10);
-        if (id >= DS_MAX_CPUS || !ds_cpumask_has(online, (int)id))
-            return ds_fail(err, "E_ARG", "--numa-nodes: node %ld is not online on this host (online nodes: %s)", id, have);
-        if (ds_cpumask_has(&want, (int)id)) return ds_fail(err, "E_ARG", "--numa-nodes: node %ld is named twice in '%s'", id, spec);
-        ds_cpumask_add(&want, (int)id);
-        s = end;
-        if (*s != ',') break;
-        s++;
-    }
-    if (*s || s == spec || s[-1] == ',')
+    ds_int_range r[DS_NUMA_MAX_NODES + 1];
+    char why[256];
+    int k = ds_parse_int_ranges(spec, 0, INT32_MAX, r, DS_NUMA_MAX_NODES + 1, why, sizeof why);
+    for (int i = 0; i < k; i++)
+        if (r[i].lo != r[i].hi) k = -1;   /* ids only: no ranges ("none" gives k = 0) */
+    if (k <= 0)
         return ds_fail(err, "E_ARG", "--numa-nodes: expected all or a comma list of node ids (online: %s), got '%s'", have, spec);
-    for (int id = 0; id < DS_MAX_CPUS; id++) {
-        if (!ds_cpumask_has(&want, id)) continue;
-        if (p->n_nodes == DS_NUMA_MAX_NODES) return ds_fail(err, "E_ARG", "--numa-nodes: more than %d nodes in '%s'", DS_NUMA_MAX_NODES, spec);
-        p->nodes[p->n_nodes++] = id;
+    if (k > DS_NUMA_MAX_NODES) return ds_fail(err, "E_ARG", "--numa-nodes: more than %d nodes in '%s'", DS_NUMA_MAX_NODES, spec);
+    ds_cpumask want = {{0}};
+    for (int i = 0; i < k; i++) {
+        const int64_t id = r[i].lo;
+        if (id >= DS_MAX_CPUS || !ds_cpumask_has(online, (int)id))
+            return ds_fail(err, "E_ARG", "--numa-nodes: node %lld is not online on this host (online nodes: %s)", (long long)id, have);
+        if (ds_cpumask_has(&want, (int)id)) return ds_fail(err, "E_ARG", "--numa-nodes: node %lld is named twice in '%s'", (long long)id, spec);
+        ds_cpumask_add(&want, (int)id);
     }
+    for (int id = 0; id < DS_MAX_CPUS; id++)
+        if (ds_cpumask_has(&want, id)) p->nodes[p->n_nodes++] = id;
     return 0;
 }
 

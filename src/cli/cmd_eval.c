@@ -22,6 +22,7 @@
  * Why a command of its own: these are the numbers the issue's closing note quotes (quantization
  * cost on real text, DSpark acceptance); they must come from the code that serves requests. */
 #include "cli/commands.h"
+#include "cli/load_flags.h"
 #include "dsflash.h"
 #include "engine/spec.h"
 #include "base/flags.h"
@@ -34,7 +35,7 @@
 #include <string.h>
 
 typedef struct eval_opts {
-    const char *model, *tokens, *numerics, *activations, *starts, *trace, *kernels;
+    const char *model, *tokens, *numerics, *activations, *starts, *trace, *kernels, *numa_nodes;
     long long window, max_windows, window_step, threads, chunk, steps, K;
     int32_t *start_ids;   /* --starts, parsed */
     size_t n_starts;
@@ -46,7 +47,7 @@ typedef struct eval_opts {
     "       dsflash eval acceptance --model DIR --tokens FILE.u32 [--starts 48,96,160,224] [--steps 64]\n" \
     "                               [--num-speculative-tokens 5] [--numerics exact|fast] [--threads N]\n" \
     "                               [--trace FILE (one start: the greedy run's drafts for the oracle)]\n" \
-    "       (both) [--kernels auto|avx512-vnni|avx2|reference] [--activations int8|e4m3]"
+    "       (both) [--kernels auto|avx512-vnni|avx2|reference] [--activations int8|e4m3] [--numa-nodes all|LIST]"
 
 /* One table for both modes; the rows of the other mode are refused after parsing (never ignored). */
 static ds_flag k_flags[] = {
@@ -55,7 +56,8 @@ static ds_flag k_flags[] = {
     {.name = "--numerics", .type = DS_FLAG_ENUM, .def = "exact", .choices = "exact|fast", .help = "numerics tier"},
     {.name = "--activations", .type = DS_FLAG_ENUM, .def = "int8", .choices = "int8|e4m3",
      .help = "official FP8/MXFP4 layout: e4m3 = the official runtime's E4M3-per-32 activations"},
-    {.name = "--threads", .type = DS_FLAG_INT, .def = "0", .lo = 0, .hi = 4096, .help = "0: one per physical core the process may run on"},
+    {.name = "--threads", .type = DS_FLAG_INT, .def = "0", .lo = 0, .hi = 4096, .help = DS_THREADS_HELP},
+    DS_NUMA_NODES_FLAG_ROW,
     {.name = "--kernels", .type = DS_FLAG_ENUM, .def = "auto", .choices = "auto|avx512-vnni|avx2|reference", .help = "kernel family"},
     {.name = "--window", .type = DS_FLAG_INT, .def = "256", .lo = 2, .hi = 1 << 20, .help = "perplexity: ids per window"},
     {.name = "--max-windows", .type = DS_FLAG_INT, .lo = 1, .hi = 1 << 30, .help = "perplexity: at most this many windows (default all)"},
@@ -87,6 +89,7 @@ static int parse_args(int argc, char **argv, bool acceptance, eval_opts *o) {
     o->activations = ds_flag_str(&fs, "--activations");
     o->kernels = ds_flag_str(&fs, "--kernels");
     o->threads = ds_flag_int(&fs, "--threads");
+    o->numa_nodes = ds_flag_str(&fs, "--numa-nodes");
     o->window = ds_flag_int(&fs, "--window");
     o->max_windows = ds_flag_int(&fs, "--max-windows");
     o->window_step = ds_flag_int(&fs, "--window-step");
@@ -398,7 +401,7 @@ int cmd_eval(int argc, char **argv) {
     int32_t *ids = read_u32(o.tokens, &n);
     if (!ids) { free(o.start_ids); return 5; }
     ds_load_options lo = {.kernels = o.kernels, .threads = (int)o.threads, .numerics = o.numerics,
-                          .activations = o.activations, .draft = acc ? 2 : 0};
+                          .activations = o.activations, .numa_nodes = o.numa_nodes, .draft = acc ? 2 : 0};
     char eb[1024];
     ds_model *m = ds_model_load(o.model, &lo, eb, sizeof eb);
     if (!m) { fprintf(stderr, "dsflash eval: %s\n", eb); free(ids); free(o.start_ids); return 1; }

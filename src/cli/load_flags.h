@@ -1,4 +1,4 @@
-/* Flag rows of the model load that serve, generate and perf decode|serve share (one text for all). */
+/* Flag rows of the model load that serve, generate, eval and perf decode|serve share (one text for all). */
 #ifndef DS_CLI_LOAD_FLAGS_H
 #define DS_CLI_LOAD_FLAGS_H
 #include "base/flags.h"

@@ -49,6 +49,16 @@ check "the release has the draft manifest and mtpq shards" test -f "$TMP/tt_w4a8
 nll=$(sed -n 's/^perplexity: NLL \([0-9.]*\),.*/\1/p' "$TMP/ppl.log")
 echo "  held-out NLL windows 0-1 (exact tier, W4A8): ${nll:-none} (reference float 6.934)"
 check "held-out NLL within 0.1 of the reference" "$PY" -c "import sys; sys.exit(0 if abs(float('${nll:-99}') - 6.934) < 0.1 else 1)"
+# the same windows placed on node 0 (pinned workers, bound memory): the same NLL to the last digit
+if [ -e /sys/devices/system/node/node0/cpulist ]; then
+    "$BIN" eval perplexity --model "$TMP/tt_w4a8" --tokens "$TMP/heldout.u32" --max-windows 2 --numa-nodes 0 > "$TMP/ppl_numa.log" 2>&1
+    nll0=$(sed -n 's/^perplexity: NLL \([0-9.]*\),.*/\1/p' "$TMP/ppl_numa.log")
+    check "eval --numa-nodes 0: placed on node 0, NLL ${nll0:-none} equals the unplaced run's" \
+        sh -c "grep -q 'numa: nodes 0: .*memory bound to the node' '$TMP/ppl_numa.log' && [ -n '$nll0' ] && [ '$nll0' = '$nll' ]"
+fi
+"$BIN" eval perplexity --model "$TMP/tt_w4a8" --tokens "$TMP/heldout.u32" --numa-nodes 4095 > "$TMP/ppl_numa_bad.log" 2>&1
+check "eval --numa-nodes 4095: refused, naming the flag and the nodes online" \
+    sh -c "! grep -q '^perplexity:' '$TMP/ppl_numa_bad.log' && grep -q -- '--numa-nodes: node 4095 is not online' '$TMP/ppl_numa_bad.log'"
 
 # ---- 3. acceptance and identity on the trained fixture
 if "$BIN" eval acceptance --model "$TMP/tt_w4a8" --tokens "$TMP/heldout.u32" --starts 48,160 --steps 32 > "$TMP/acc.log" 2>&1; then

@@ -1,8 +1,9 @@
 /* HTTP front end on libmicrohttpd (see server.h for the threading model): the daemon, its
  * listening socket, routing, authentication, connection deadlines and the shutdown drain.
  *
- * Flow of one request: the access handler accumulates the body (413 past --max-request-body,
- * decided from Content-Length up front when present), then routes: method check (405 with
+ * Flow of one request: the access handler accumulates the body (413 past --max-request-body:
+ * after reading and dropping the body, or at once for Expect: 100-continue or a declared length
+ * past 1 GiB; answer_413_at_once), then routes: method check (405 with
  * Allow), authentication (§10.1), readiness/draining, and the endpoint (http_endpoints.c,
  * http_generate.c).
  *
@@ -275,6 +276,20 @@ static enum MHD_Result route_request(struct MHD_Connection *c, ds_server *s, con
     return ds_http_send_error(c, s, "other", &err, NULL);
 }
 
+/* A body over --max-request-body is normally read and dropped before the 413 goes out: replying
+ * first makes libmicrohttpd close the socket with the body unread, and the client's write then
+ * fails (EPIPE, connection reset) before it reads the reply, so the user sees a broken pipe
+ * instead of the reason.  The reply goes out at once when the client waits for it before sending
+ * (Expect: 100-continue) or declares more than DRAIN_MAX_BYTES (and twice --max-request-body):
+ * a declared 100 GB upload was otherwise drained until --http-timeout cut it off, with no reply. */
+#define DRAIN_MAX_BYTES (1ull << 30)
+static bool answer_413_at_once(const ds_server *s, struct MHD_Connection *c, unsigned long long declared) {
+    const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Expect");
+    if (expect && !strcasecmp(expect, "100-continue")) return true;
+    const unsigned long long twice = s->cfg.max_body > DRAIN_MAX_BYTES ? 2 * s->cfg.max_body : DRAIN_MAX_BYTES;
+    return declared > twice;
+}
+
 static enum MHD_Result access_cb(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     ds_server *s = cls;
@@ -284,8 +299,12 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *c, const char
         cc = ds_xcalloc(1, sizeof *cc);
         *con_cls = cc;
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body) cc->too_large = true;
-        return MHD_YES;
+        const unsigned long long declared = cl ? strtoull(cl, NULL, 10) : 0;
+        if (declared <= s->cfg.max_body) return MHD_YES;
+        cc->too_large = true;
+        if (!answer_413_at_once(s, c, declared)) return MHD_YES;   /* read and dropped, then 413 */
+        conn_mark(s, c, false);
+        return route_request(c, s, cc, url, method);
     }
     if (!receive_body(s, cc, upload, upload_size)) return MHD_YES;
     conn_mark(s, c, false); /* the whole request is here: its time is the handler's now */

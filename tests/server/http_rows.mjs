@@ -1,6 +1,7 @@
 // Raw HTTP against a live server started with --api-key k --max-request-body 64KiB
 // --max-pending-requests 6: every error row of SERVING.md §10.6 as an exact status + OpenAI
 // error body, plus SSE framing and the readiness/open endpoints.
+import net from 'node:net';
 import { test, assert, assertEq, run, post, get, parseSSE, sleep } from './harness.mjs';
 
 const [base] = process.argv.slice(2);
@@ -97,6 +98,34 @@ test('404 unknown model', async () => {
 test('413 body over --max-request-body', async () => {
     const r = await post(base, '/v1/completions', { model: MODEL, prompt: 'x'.repeat(70 * 1024) }, AUTH);
     expectError(r, 413, 'invalid_request_error', 'request_too_large');
+    // a body far over the limit is still read before the reply: the client gets the 413, not a
+    // broken pipe from a socket closed under its upload
+    const big = await post(base, '/v1/completions', { model: MODEL, prompt: 'x'.repeat(8 << 20) }, AUTH);
+    expectError(big, 413, 'invalid_request_error', 'request_too_large');
+});
+
+// Headers only, the socket left open (no half-close): what comes back within 5 s.
+function headersOnly(head) {
+    return new Promise((resolve) => {
+        const u = new URL(base);
+        const sock = net.connect(Number(u.port), u.hostname, () => sock.write(head));
+        const chunks = [];
+        const t0 = Date.now();
+        const timer = setTimeout(() => { sock.destroy(); resolve({ text: Buffer.concat(chunks).toString(), closed: false }); }, 5000);
+        sock.on('data', (d) => chunks.push(d));
+        sock.on('close', () => { clearTimeout(timer); resolve({ text: Buffer.concat(chunks).toString(), closed: true, ms: Date.now() - t0 }); });
+        sock.on('error', () => {});
+    });
+}
+test('413 at once for a declared 100 GB body and for Expect: 100-continue, the connection closed', async () => {
+    const heads = [
+        'POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\nContent-Type: application/json\r\nContent-Length: 99999999999\r\n\r\n{',
+        'POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\nExpect: 100-continue\r\nContent-Type: application/json\r\nContent-Length: 70000\r\n\r\n'];
+    for (const h of heads) {
+        const r = await headersOnly(h);
+        assert(r.text.startsWith('HTTP/1.1 413 ') && r.text.includes('"code":"request_too_large"'), `reply: ${JSON.stringify(r.text.slice(0, 60))}`);
+        assert(r.closed, 'connection closed within 5 s (it waited for --http-timeout, 30 s, with no reply)');
+    }
 });
 
 test('429 when running + waiting reaches --max-pending-requests, with Retry-After', async () => {

@@ -247,6 +247,9 @@ static int parse_sampling(const cJSON *b, ds_api_kind kind, const ds_api_limits 
         if (get_bool(b, "logprobs", &lp, err)) return -1;
         int64_t top = 0;
         if (get_int(b, "top_logprobs", 0, 20, &top, NULL, err)) return -1;
+        if (top > 0 && !lp) /* OpenAI's rule; answering without them would drop what was asked for */
+            return BAD("invalid_value", "top_logprobs", "'top_logprobs' is %lld but 'logprobs' is not true; set "
+                       "\"logprobs\": true to get top log-probabilities", (long long)top);
         r->logprobs = lp;
         sp->logprobs = lp ? (int)top : -1;
     } else {

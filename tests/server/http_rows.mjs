@@ -53,6 +53,7 @@ test('400 parameter ranges name the field', async () => {
     const rows = [
         [{ temperature: 3 }, 'invalid_value', 'temperature'], [{ top_p: 0 }, 'invalid_value', 'top_p'],
         [{ logprobs: true, top_logprobs: 21 }, 'invalid_value', 'top_logprobs'], [{ n: 65 }, 'invalid_value', 'n'],
+        [{ top_logprobs: 5 }, 'invalid_value', 'top_logprobs'], [{ logprobs: false, top_logprobs: 1 }, 'invalid_value', 'top_logprobs'],
         [{ top_k: -5 }, 'invalid_value', 'top_k'], [{ presence_penalty: 2.5 }, 'invalid_value', 'presence_penalty'],
         [{ repetition_penalty: 0 }, 'invalid_value', 'repetition_penalty'], [{ max_tokens: 0 }, 'invalid_value', 'max_tokens'],
         [{ logit_bias: { 5: 101 } }, 'invalid_value', 'logit_bias'], [{ min_p: 1.5 }, 'invalid_value', 'min_p'],
@@ -64,6 +65,8 @@ test('400 parameter ranges name the field', async () => {
         const r = await post(base, '/v1/chat/completions', { model: MODEL, messages: msgs, ...extra }, AUTH);
         expectError(r, 400, 'invalid_request_error', code, param);
     }
+    const zero = await post(base, '/v1/chat/completions', { model: MODEL, messages: msgs, max_tokens: 1, top_logprobs: 0 }, AUTH);
+    assert(zero.status === 200 && zero.json.choices[0].logprobs == null, `top_logprobs 0 without logprobs: ${zero.status}`);
     expectError(await post(base, '/v1/completions', { model: MODEL, prompt: 'x', logprobs: 21 }, AUTH),
                 400, 'invalid_request_error', 'invalid_value', 'logprobs');
     expectError(await post(base, '/v1/completions', { model: MODEL, prompt: 'x', best_of: 2 }, AUTH),

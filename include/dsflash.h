@@ -12,6 +12,9 @@
 extern "C" {
 #endif
 
+/* Release of the binary, the library and the HTTP API (`dsflash --version`, GET /version). */
+#define DSFLASH_VERSION "0.1.0"
+
 typedef struct ds_model ds_model;
 typedef struct ds_seq ds_seq;
 

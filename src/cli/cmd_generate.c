@@ -1,7 +1,7 @@
 /* dsflash generate: greedy generation with the C engine alone (no server), for smoke runs, timing
  * and the oracle comparison trace.
  *
- *   dsflash generate --model DIR (--prompt-ids 1,2,3 | --prompt-file F) --max-tokens N
+ *   dsflash generate --model DIR (--prompt-ids 1,2,3 | --prompt TEXT | --prompt-file F) --max-tokens N
  *                    [--chunk K] [--trace FILE] [--threads N] [--kernels NAME] [--numerics exact|fast]
  *
  * The prompt is prefilled in chunks of K rows (default: one chunk), then one decode step per
@@ -36,7 +36,7 @@
 #include <sys/stat.h>
 
 #define GENERATE_USAGE                                                                                        \
-    "usage: dsflash generate --model DIR (--prompt-ids 1,2,3 | --prompt-file F) --max-tokens N\n"                    \
+    "usage: dsflash generate --model DIR (--prompt-ids 1,2,3 | --prompt TEXT | --prompt-file F) --max-tokens N\n"                    \
     "                        [--chunk K] [--trace FILE] [--threads N] [--kernels NAME] [--numerics exact|fast]\n"                                   \
     "                        [--activations int8|e4m3] [--numa-nodes all|LIST] [--ignore-eos]"
 
@@ -44,6 +44,7 @@
 static ds_flag k_flags[] = {
     {.name = "--model", .type = DS_FLAG_STRING, .help = "checkpoint directory (required)"},
     {.name = "--prompt-ids", .type = DS_FLAG_STRING, .help = "token ids: 1,2,3"},
+    {.name = "--prompt", .type = DS_FLAG_STRING, .help = "UTF-8 text encoded with DIR/tokenizer.json (as --prompt-file)"},
     {.name = "--prompt-file", .type = DS_FLAG_STRING, .help = "UTF-8 text encoded with DIR/tokenizer.json"},
     {.name = "--max-tokens", .type = DS_FLAG_INT, .lo = 1, .hi = 1 << 24, .help = "tokens to generate (required)"},
     {.name = "--chunk", .type = DS_FLAG_INT, .lo = 1, .hi = 1 << 24, .help = "prefill chunk rows (default: the whole prompt)"},
@@ -113,11 +114,13 @@ int cmd_generate(int argc, char **argv) {
     if (prc) return prc == 1 ? 0 : 2;
     const char *model_dir = ds_flag_str(&fs, "--model"), *ids_arg = ds_flag_str(&fs, "--prompt-ids");
     const char *prompt_file = ds_flag_str(&fs, "--prompt-file"), *trace_path = ds_flag_str(&fs, "--trace");
+    const char *prompt_text = ds_flag_str(&fs, "--prompt");
     long long max_tokens = ds_flag_given(&fs, "--max-tokens") ? ds_flag_int(&fs, "--max-tokens") : -1;
     long long chunk = ds_flag_int(&fs, "--chunk"), threads = ds_flag_int(&fs, "--threads");
     int ignore_eos = ds_flag_on(&fs, "--ignore-eos");
-    if (!model_dir || max_tokens < 0 || (!ids_arg == !prompt_file)) {
-        fprintf(stderr, "dsflash generate: --model, --max-tokens and exactly one of --prompt-ids / --prompt-file are required\n");
+    if (!model_dir || max_tokens < 0 || !!ids_arg + !!prompt_file + !!prompt_text != 1) {
+        fprintf(stderr, "dsflash generate: --model, --max-tokens and exactly one of --prompt-ids / --prompt / --prompt-file "
+                        "are required\n");
         ds_flags_usage(&fs, stderr);
         return 2;
     }
@@ -160,16 +163,20 @@ int cmd_generate(int argc, char **argv) {
     uint8_t *no_noise = NULL;
     trace_buf tb = {0};
     ds_tokens processed = {0};
-    if (prompt_file) {
+    if (prompt_file || prompt_text) {
+        const char *what = prompt_file ? "--prompt-file" : "--prompt";
         char *text = NULL;
         size_t len = 0;
-        if (ds_read_file(prompt_file, &text, &len, &err) < 0) {
+        if (prompt_text) {
+            text = ds_xstrdup(prompt_text);
+            len = strlen(text);
+        } else if (ds_read_file(prompt_file, &text, &len, &err) < 0) {
             fprintf(stderr, "dsflash generate: --prompt-file %s: %s\n", prompt_file, err.msg);
             rc = 5;
             goto done;
         }
         if (!tok) {
-            fprintf(stderr, "dsflash generate: --prompt-file needs %s/tokenizer.json, found none\n", model_dir);
+            fprintf(stderr, "dsflash generate: %s needs %s/tokenizer.json, found none\n", what, model_dir);
             free(text);
             rc = 5;
             goto done;
@@ -177,7 +184,8 @@ int cmd_generate(int argc, char **argv) {
         int e = ds_tokenizer_encode(tok, text, len, true, &prompt, &err);
         free(text);
         if (e < 0 || prompt.n == 0) {
-            fprintf(stderr, "dsflash generate: --prompt-file %s: %s\n", prompt_file, e < 0 ? err.msg : "empty prompt");
+            fprintf(stderr, "dsflash generate: %s%s%s: %s\n", what, prompt_file ? " " : "", prompt_file ? prompt_file : "",
+                    e < 0 ? err.msg : "empty prompt");
             rc = 1;
             goto done;
         }

@@ -1,6 +1,7 @@
 /* `dsflash` — one binary, many subcommands.  This file only dispatches; each subcommand parses its
  * own options (long options, exact match only: TOOLS.md §0) in src/cli/cmd_*.c. */
 #include "cli/commands.h"
+#include "dsflash.h"
 #include <stdio.h>
 #include <string.h>
 
@@ -35,12 +36,17 @@ static void usage(FILE *f) {
     fprintf(f, "usage: dsflash <command> [options]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
         fprintf(f, "  %-12s %s\n", k_cmds[i].name, k_cmds[i].help);
-    fprintf(f, "\n`dsflash <command> --help` describes each command.\n");
+    fprintf(f, "\n`dsflash <command> --help` describes each command; `dsflash --version` prints the release.\n");
 }
 
 int main(int argc, char **argv) {
     if (argc < 2) { usage(stderr); return 2; }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) { usage(stdout); return 0; }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        if (argc > 2) { fprintf(stderr, "dsflash --version: expected no arguments, got '%s'\n", argv[2]); return 2; }
+        printf("dsflash %s\n", DSFLASH_VERSION);
+        return 0;
+    }
     for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
         if (!strcmp(argv[1], k_cmds[i].name)) return k_cmds[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "dsflash: unknown command '%s'\n", argv[1]);

@@ -10,10 +10,11 @@
 #ifndef DS_SERVER_SERVER_H
 #define DS_SERVER_SERVER_H
 #include "base/common.h"
+#include "dsflash.h"
 #include "engine/engine.h"
 #include "tokenizer/tokenizer.h"
 
-#define DS_SERVER_VERSION "0.1.0"
+#define DS_SERVER_VERSION DSFLASH_VERSION
 
 typedef struct ds_server ds_server;
 

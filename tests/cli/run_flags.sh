@@ -124,6 +124,24 @@ stop_server
 
 # --- --engram-residency locked: an mlock the limit refuses fails naming it (root: without CAP_IPC_LOCK) ---
 tiny=$(dirname "$(ls "$MODEL_CACHE"/*/config.json | head -1)")
+# --- generate --prompt TEXT: the prompt, ids and text of --prompt-file holding the same text ---
+printf 'hello world, twice: hello world' > "$OUT/prompt.txt"
+"$B" generate --model "$tiny" --prompt 'hello world, twice: hello world' --max-tokens 4 --threads 1 > "$OUT/gen_text.out" 2>&1; rc1=$?
+"$B" generate --model "$tiny" --prompt-file "$OUT/prompt.txt" --max-tokens 4 --threads 1 > "$OUT/gen_file.out" 2>&1; rc2=$?
+if [ $rc1 = 0 ] && [ $rc2 = 0 ] && grep -q '^generated: [0-9]' "$OUT/gen_text.out" &&
+   [ "$(grep -E '^(prompt|generated|text):' "$OUT/gen_text.out")" = "$(grep -E '^(prompt|generated|text):' "$OUT/gen_file.out")" ]
+then ok "generate --prompt TEXT: the same prompt, ids and text as --prompt-file"
+else bad "generate --prompt TEXT" "exit $rc1/$rc2: $(grep -m1 -E '^(generated|dsflash)' "$OUT/gen_text.out")"; fi
+"$B" generate --model "$tiny" --prompt x --prompt-ids 5 --max-tokens 1 > "$OUT/gen_two.out" 2>&1; rc=$?
+if [ $rc = 2 ] && grep -q 'exactly one of --prompt-ids / --prompt / --prompt-file are required' "$OUT/gen_two.out"
+then ok "generate with --prompt and --prompt-ids: refused (exit 2)"
+else bad "generate --prompt with --prompt-ids" "exit $rc: $(head -1 "$OUT/gen_two.out")"; fi
+# --- dsflash --version: the release the server reports on GET /version (src/server/http_endpoints.c) ---
+v=$("$B" --version); rc=$?
+"$B" version extra > /dev/null 2>&1; rc_extra=$?
+if [ $rc = 0 ] && [[ "$v" =~ ^dsflash\ [0-9]+\.[0-9]+\.[0-9]+$ ]] && [ $rc_extra = 2 ]
+then ok "dsflash --version prints '$v' (exit 0); an extra argument is refused (exit 2)"
+else bad "dsflash --version" "exit $rc: '$v'"; fi
 drop=(); [ "$(id -u)" = 0 ] && drop=(setpriv --bounding-set -ipc_lock)
 (ulimit -l 0; exec "${drop[@]}" "$B" generate --model "$tiny" --prompt-ids 5,6,7 --max-tokens 1 --threads 1 \
     --engram-residency locked) > "$OUT/lock.log" 2>&1; rc=$?

@@ -437,7 +437,10 @@ static int parse_tool_choice(cJSON *b, ds_api_request *r, ds_api_error *err) {
     if (!keep) return BAD("invalid_value", "tool_choice", "tool_choice names '%s', which is not in 'tools'", name);
     cJSON *only = cJSON_CreateArray();
     cJSON_AddItemToArray(only, cJSON_DetachItemViaPointer(tools, keep));
-    cJSON_ReplaceItemViaPointer(b, tools, only);
+    /* InObject, not ViaPointer: the replacement must carry the key.  A keyless member ends every
+     * later lookup in this object (cJSON stops at it), so "tools" and every field after it, such
+     * as "messages", were lost: 400 "messages is required", or the tool section left unrendered */
+    cJSON_ReplaceItemInObjectCaseSensitive(b, "tools", only);
     r->tool_required = true;
     r->required_tool = ds_xstrdup(name);
     return 0;

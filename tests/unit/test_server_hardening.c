@@ -5,6 +5,7 @@
  * connections — and asserts the fixed behaviour against an independent expectation: the
  * greedy reference of the synthetic model, the tokenizer's own decode, or the HTTP rule. */
 #include "test_server_fixture.h"
+#include "server/api.h"
 #include <ctype.h>
 #include <errno.h>
 #include <poll.h>
@@ -517,7 +518,42 @@ TEST(hardening_8_vllm_features) {
     CHECK(r.status == 400 && !strcmp(jerr_code(j), "invalid_value") && !strcmp(jerr_param(j), "tool_choice"), "unknown named tool: %s", r.body);
     cJSON_Delete(j);
     resp_free(&r);
-    snprintf(b, sizeof b, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}},\"return_text\":true}", tools);
+    /* the narrowed tools keep their key: fields after them are still found (messages last, as
+     * some clients order them), and the prompt renders the named tool only (from the parse
+     * itself, against the same request without tool_choice) */
+    {
+        const char *names[] = {"deepseek-v41"};
+        ds_api_limits lim = {.model_names = names, .n_model_names = 1, .max_model_len = 4096, .vocab = 1 << 20};
+        char nb[1024], ab[1024];
+        snprintf(nb, sizeof nb, "{\"model\":\"deepseek-v41\",%s,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}},\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", tools);
+        snprintf(ab, sizeof ab, "{\"model\":\"deepseek-v41\",%s,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", tools);
+        ds_api_request nr, ar;
+        ds_api_error ne = {0}, ae = {0};
+        int nrc = ds_api_parse_generation(DS_API_CHAT, nb, strlen(nb), &lim, st.tok, &nr, &ne);
+        int arc = ds_api_parse_generation(DS_API_CHAT, ab, strlen(ab), &lim, st.tok, &ar, &ae);
+        CHECK(nrc == 0 && arc == 0, "named tool_choice before messages parses: %s / %s", ne.message, ae.message);
+        if (nrc == 0 && arc == 0) {
+            CHECK(nr.has_tools && nr.tool_required && nr.prompt_text && ar.prompt_text, "named: has_tools %d", nr.has_tools);
+            CHECK(nr.prompt_text && strstr(nr.prompt_text, "\"g\"") && !strstr(nr.prompt_text, "\"f\"") &&
+                  ar.prompt_text && strstr(ar.prompt_text, "\"f\"") && strstr(ar.prompt_text, "\"g\""),
+                  "the named prompt lists g only, the plain one f and g");
+        }
+        ds_api_request_free(&nr);
+        ds_api_request_free(&ar);
+        /* messages first: the request parsed before the fix too, but "tools" was not found after
+         * the narrowing, so the prompt carried no tool section at all */
+        snprintf(nb, sizeof nb, "{\"model\":\"deepseek-v41\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}", tools);
+        nrc = ds_api_parse_generation(DS_API_CHAT, nb, strlen(nb), &lim, st.tok, &nr, &ne);
+        CHECK(nrc == 0 && nr.has_tools && nr.prompt_text && strstr(nr.prompt_text, "\"g\"") && !strstr(nr.prompt_text, "\"f\""),
+              "named tool_choice after messages: the prompt lists g only (rc %d: %s)", nrc, ne.message);
+        ds_api_request_free(&nr);
+    }
+    snprintf(b, sizeof b, "{\"model\":\"deepseek-v41\",\"max_tokens\":4,%s,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}},\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", tools);
+    r = post(&st, "/v1/chat/completions", b);
+    j = jbody(&r);
+    CHECK(r.status == 400 && !strcmp(jerr_code(j), "tool_choice_not_satisfied"), "named tool, messages last: %d %s", r.status, r.body);
+    cJSON_Delete(j);
+    resp_free(&r);
     snprintf(b, sizeof b, "{\"model\":\"deepseek-v41\",\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}", tools);
     r = post(&st, "/v1/chat/completions", b);
     j = jbody(&r);

@@ -369,7 +369,7 @@ int ds_chat_render(const ds_tokenizer *tok, const ds_chat_request *req, ds_chat_
         if (!cJSON_IsObject(rf) || !type) { rfail(&c, "invalid_type", "response_format", "response_format must be an object with a string \"type\""); goto done; }
         if (!strcmp(type, "text")) rf = NULL;
         else if (!req->allow_response_format) {
-            rfail(&c, "unsupported_parameter", "response_format", "response_format type \"%.40s\" is not supported yet (only \"text\")", type);
+            rfail(&c, "unsupported_parameter", "response_format", "response_format type \"%.40s\" is not supported (text, json_object or json_schema)", type);
             goto done;
         }
     }

@@ -89,6 +89,10 @@ int ds_api_check_model(const cJSON *body, bool required, const ds_api_limits *li
  * unless the text already starts with it or add_special is false. */
 int ds_api_tokenize_completion(const ds_tokenizer *tok, const char *text, bool add_special, ds_tokens *out,
                                ds_api_error *err);
+/* tool_choice of a chat body (auto, none, required, or a named function): a named function
+ * narrows the body's `tools` to that one, in place, so the prompt lists it alone.  *required and
+ * *name (malloc'd, NULL unless named) say what the reply must hold; 400 for a bad choice. */
+int ds_api_tool_choice(cJSON *body, bool *required, char **name, ds_api_error *err);
 /* Chat prompt (§11) from a body holding messages, tools, reasoning_effort, chat_template_kwargs,
  * response_format, add_generation_prompt, continue_final_message. */
 int ds_api_encode_chat(const ds_tokenizer *tok, const cJSON *body, const ds_api_limits *lim, ds_tokens *out,

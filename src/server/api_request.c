@@ -415,7 +415,9 @@ static int parse_completion_prompt(const cJSON *b, const ds_tokenizer *tok, cons
 
 /* tool_choice: "auto" / "none" / "required" / {"type":"function","function":{"name":N}}.  A named
  * choice narrows the tools section to that function; the reply is checked (response.c). */
-static int parse_tool_choice(cJSON *b, ds_api_request *r, ds_api_error *err) {
+int ds_api_tool_choice(cJSON *b, bool *required, char **name_out, ds_api_error *err) {
+    *required = false;
+    *name_out = NULL;
     const cJSON *tc = cJSON_GetObjectItemCaseSensitive(b, "tool_choice");
     if (!tc || cJSON_IsNull(tc)) return 0;
     cJSON *tools = cJSON_GetObjectItemCaseSensitive(b, "tools");
@@ -423,7 +425,7 @@ static int parse_tool_choice(cJSON *b, ds_api_request *r, ds_api_error *err) {
     if (cJSON_IsString(tc) && (!strcmp(tc->valuestring, "auto") || !strcmp(tc->valuestring, "none"))) return 0;
     if (cJSON_IsString(tc) && !strcmp(tc->valuestring, "required")) {
         if (!have) return BAD("invalid_value", "tool_choice", "tool_choice \"required\" needs a non-empty 'tools' list");
-        r->tool_required = true;
+        *required = true;
         return 0;
     }
     const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tc, "function"), "name"));
@@ -435,14 +437,14 @@ static int parse_tool_choice(cJSON *b, ds_api_request *r, ds_api_error *err) {
         if (tn && !strcmp(tn, name)) keep = t;
     }
     if (!keep) return BAD("invalid_value", "tool_choice", "tool_choice names '%s', which is not in 'tools'", name);
+    *name_out = ds_xstrdup(name);   /* before the tools it points into are replaced */
     cJSON *only = cJSON_CreateArray();
     cJSON_AddItemToArray(only, cJSON_DetachItemViaPointer(tools, keep));
     /* InObject, not ViaPointer: the replacement must carry the key.  A keyless member ends every
      * later lookup in this object (cJSON stops at it), so "tools" and every field after it, such
      * as "messages", were lost: 400 "messages is required", or the tool section left unrendered */
     cJSON_ReplaceItemInObjectCaseSensitive(b, "tools", only);
-    r->tool_required = true;
-    r->required_tool = ds_xstrdup(name);
+    *required = true;
     return 0;
 }
 
@@ -464,7 +466,7 @@ int ds_api_parse_generation(ds_api_kind kind, const char *body, size_t len, cons
     if (ds_api_check_model(b, true, lim, err)) return -1;
     if (parse_sampling(b, kind, lim, r, err)) return -1;
     if (kind == DS_API_CHAT) {
-        if (parse_tool_choice(r->body, r, err)) return -1;
+        if (ds_api_tool_choice(r->body, &r->tool_required, &r->required_tool, err)) return -1;
         if (get_bool(b, "parallel_tool_calls", &r->parallel_tool_calls, err)) return -1;
         const cJSON *tools = cJSON_GetObjectItemCaseSensitive(b, "tools");
         r->has_tools = tools && cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0;

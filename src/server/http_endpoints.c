@@ -90,14 +90,26 @@ enum MHD_Result ds_http_tokenize(struct MHD_Connection *c, ds_server *s, const c
     if (!b) goto fail;
     if (ds_api_check_model(b, false, &s->lim, &err)) goto fail;
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(b, "prompt");
-    if (p && cJSON_IsString(p)) {
+    if (cJSON_IsNull(p)) p = NULL;
+    if (p && cJSON_GetObjectItemCaseSensitive(b, "messages")) {   /* which one to count is the caller's call */
+        ds_api_fail(&err, 400, "invalid_request_error", "invalid_value", "prompt", "give 'prompt' or 'messages', not both");
+        goto fail;
+    }
+    if (p && !cJSON_IsString(p)) {
+        ds_api_fail(&err, 400, "invalid_request_error", "invalid_type", "prompt", "'prompt' must be a string");
+        goto fail;
+    }
+    if (p) {
         const cJSON *as = cJSON_GetObjectItemCaseSensitive(b, "add_special_tokens");
         bool add = !as || !cJSON_IsFalse(as);
         if (ds_api_tokenize_completion(s->tok, p->valuestring, add, &toks, &err)) goto fail;
         text = ds_xstrdup(p->valuestring);
     } else if (cJSON_GetObjectItemCaseSensitive(b, "messages")) {
-        bool thinking;
-        if (ds_api_encode_chat(s->tok, b, &s->lim, &toks, &text, &thinking, &err)) goto fail;
+        bool thinking, required;
+        char *named = NULL;   /* a named tool_choice narrows the tools as the generation does (same count) */
+        int bad = ds_api_tool_choice(b, &required, &named, &err);
+        free(named);
+        if (bad || ds_api_encode_chat(s->tok, b, &s->lim, &toks, &text, &thinking, &err)) goto fail;
     } else {
         ds_api_fail(&err, 400, "invalid_request_error", "invalid_value", "prompt", "'prompt' (a string) or 'messages' is required");
         goto fail;

@@ -300,6 +300,17 @@ TEST(hardening_5_nul_bytes) {
     r = post(&st, "/tokenize", bad);
     CHECK(r.status == 400, "raw C0 80 refused: %d", r.status);
     resp_free(&r);
+    /* /tokenize with both a prompt and messages: which to count is ambiguous (it counted the
+     * prompt and ignored the messages); a null prompt is absent; a non-string prompt is named */
+    r = post(&st, "/tokenize", "{\"prompt\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"y\"}]}");
+    CHECK(r.status == 400 && strstr(r.body, "not both") && strstr(r.body, "\"param\":\"prompt\""), "tokenize both: %d %s", r.status, r.body);
+    resp_free(&r);
+    r = post(&st, "/tokenize", "{\"prompt\":null,\"messages\":[{\"role\":\"user\",\"content\":\"y\"}]}");
+    CHECK(r.status == 200, "tokenize null prompt + messages: %d %s", r.status, r.body);
+    resp_free(&r);
+    r = post(&st, "/tokenize", "{\"prompt\":[1,2]}");
+    CHECK(r.status == 400 && strstr(r.body, "'prompt' must be a string"), "tokenize id-list prompt: %d %s", r.status, r.body);
+    resp_free(&r);
     stack_down(&st);
 }
 
@@ -538,6 +549,17 @@ TEST(hardening_8_vllm_features) {
                   ar.prompt_text && strstr(ar.prompt_text, "\"f\"") && strstr(ar.prompt_text, "\"g\""),
                   "the named prompt lists g only, the plain one f and g");
         }
+        /* /tokenize narrows the same way: its count is the generation's prompt length (§10 /tokenize) */
+        char tb[1024];
+        snprintf(tb, sizeof tb, "{%s,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}},\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"return_text\":true}", tools);
+        http_resp tr = post(&st, "/tokenize", tb);
+        cJSON *tj = jbody(&tr);
+        const cJSON *cnt = cJSON_GetObjectItem(tj, "count"), *txt = cJSON_GetObjectItem(tj, "text");
+        CHECK(tr.status == 200 && nrc == 0 && cJSON_IsNumber(cnt) && (size_t)cnt->valuedouble == nr.prompt.n && cJSON_IsString(txt) &&
+              strstr(txt->valuestring, "\"g\"") && !strstr(txt->valuestring, "\"f\""),
+              "/tokenize with a named tool_choice: %d %s", tr.status, tr.body);
+        cJSON_Delete(tj);
+        resp_free(&tr);
         ds_api_request_free(&nr);
         ds_api_request_free(&ar);
         /* messages first: the request parsed before the fix too, but "tools" was not found after

@@ -230,8 +230,11 @@ static int selfcheck_tokenizer(const ds_tokenizer *tok, const ds_token_mask *mas
             fprintf(stderr, "[selfcheck] tokenizer: FAIL control token %s does not resolve to an id < %d\n", ds_control_tokens[i], vocab);
             return -1;
         }
-        if (mask->masked[id]) {
-            fprintf(stderr, "[selfcheck] tokenizer: FAIL control token %s (id %d) is in the sampler mask\n", ds_control_tokens[i], id);
+        /* BOS is encoded, never generated: it must be masked; every other control token must not */
+        const bool bos = i == DS_CONTROL_BOS;
+        if (mask->masked[id] != bos) {
+            fprintf(stderr, "[selfcheck] tokenizer: FAIL control token %s (id %d) is %s the sampler mask\n", ds_control_tokens[i], id,
+                    bos ? "not in" : "in");
             return -1;
         }
     }
@@ -244,7 +247,7 @@ static int selfcheck_tokenizer(const ds_tokenizer *tok, const ds_token_mask *mas
     }
     char *back = ds_tokenizer_decode(tok, t.ids, t.n, false, NULL, &e);
     int ok = back && !strcmp(back, torture);
-    fprintf(stderr, "[selfcheck] tokenizer: %s (control tokens resolve and are spared by the mask; UTF-8 round trip of %zu tokens)\n",
+    fprintf(stderr, "[selfcheck] tokenizer: %s (control tokens resolve and are spared by the mask, BOS masked; UTF-8 round trip of %zu tokens)\n",
             ok ? "OK" : "FAIL", t.n);
     free(back);
     ds_tokens_free(&t);

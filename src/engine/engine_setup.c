@@ -86,7 +86,8 @@ void ds_engine_sampler_mask(const ds_backend *be, const ds_int_range *sentinels,
     int n_spare = 0;
     for (int k = 0; k < ds_n_control_tokens; k++) {
         int32_t id = lookup(ctx, ds_control_tokens[k]);
-        if (id >= 0 && id < be->vocab) spare[n_spare++] = id;   /* an unresolved one fails the self-check */
+        /* an unresolved one fails the self-check; BOS, PAD and noise stay masked (ds_token_mask_init) */
+        if (id >= 0 && id < be->vocab && id != be->bos_id && id != be->pad_id && id != be->noise_id) spare[n_spare++] = id;
     }
     ds_token_mask_init(mask, be->vocab, be->noise_id, be->bos_id, be->pad_id, be->image_id, sentinels, n_sentinels, spare,
                        n_spare);

@@ -60,10 +60,12 @@ int ds_mem_plan_compute(const ds_mem_inputs *in, ds_mem_plan *p, ds_error *err);
 /* The capacity line: every term of the formula and where it came from (no newline). */
 void ds_mem_plan_line(const ds_mem_plan *p, const char *residency, char *buf, size_t n);
 
-/* Control tokens the encoder and the output parsers need: the sampler mask spares them and each
- * must resolve to an id (start-up self-check). */
+/* Control tokens the encoder and the output parsers need: each must resolve to an id (start-up
+ * self-check), and the sampler mask spares them inside the sentinel list, except BOS, which the
+ * encoder writes but the model must never generate. */
 extern const char *const ds_control_tokens[];
 extern const int ds_n_control_tokens;
+#define DS_CONTROL_BOS 0   /* index of BOS in ds_control_tokens: it must resolve, and it stays masked */
 
 /* id of a token literal, or -1 (e.g. ds_tokenizer_token_id). */
 typedef int32_t (*ds_token_id_fn)(const void *ctx, const char *literal);

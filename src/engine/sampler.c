@@ -70,21 +70,23 @@ void ds_token_mask_init(ds_token_mask *m, int vocab, int noise_id, int bos_id, i
     m->vocab = vocab;
     m->masked = ds_xcalloc((size_t)vocab, 1);
     m->count = 0;
-    mask_set(m, noise_id);
-    mask_set(m, bos_id);
-    mask_set(m, pad_id);
     for (int r = 0; r < n_sentinels; r++)
         for (int64_t id = DS_MAX(sentinels[r].lo, 0); id <= sentinels[r].hi && id < vocab; id++) mask_set(m, id);
-    if (image_id >= 0) {
-        mask_set(m, image_id);
-        mask_set(m, (int64_t)image_id + 1);
-    }
-    for (int i = 0; i < n_spare; i++) {
+    for (int i = 0; i < n_spare; i++) {   /* control tokens are spared inside the sentinel list only */
         int32_t id = spare[i];
         if (id >= 0 && id < vocab && m->masked[id]) {
             m->masked[id] = 0;
             m->count--;
         }
+    }
+    /* always masked, whatever the spare list holds (SERVING.md §9; BOS is a control token the
+     * encoder needs, yet it must never be generated, even under logit_bias) */
+    mask_set(m, noise_id);
+    mask_set(m, bos_id);
+    mask_set(m, pad_id);
+    if (image_id >= 0) {
+        mask_set(m, image_id);
+        mask_set(m, (int64_t)image_id + 1);
     }
 }
 

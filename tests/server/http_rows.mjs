@@ -94,6 +94,21 @@ test('400 context_length_exceeded with the spec message', async () => {
                 400, 'invalid_request_error', 'context_length_exceeded');
 });
 
+test('BOS and PAD are never generated, not even under logit_bias +100, nor listed in top_logprobs', async () => {
+    // BOS is a chat-control token (the encoder writes it), and the mask once spared it with the others
+    const r = await post(base, '/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 6,
+        temperature: 0, logit_bias: { 0: 100, 2: 100 }, logprobs: true, top_logprobs: 20, skip_special_tokens: false }, AUTH);
+    assertEq(r.status, 200, `status (${r.text.slice(0, 200)})`);
+    const content = r.json.choices[0].logprobs.content;
+    assertEq(content.length, 6, 'six tokens');
+    const specials = ['<｜begin▁of▁sentence｜>', '<｜▁pad▁｜>'];
+    for (const t of content) {
+        assert(!specials.includes(t.token), `generated ${t.token}`);
+        for (const tt of t.top_logprobs) assert(!specials.includes(tt.token), `listed ${tt.token}`);
+    }
+    assert(!r.json.choices[0].message.content.includes('begin▁of▁sentence'), 'no BOS literal in the text');
+});
+
 test('404 unknown model', async () => {
     expectError(await post(base, '/v1/completions', { model: 'gpt-5', prompt: 'x' }, AUTH), 404, 'not_found_error', 'model_not_found', 'model');
 });

@@ -103,8 +103,9 @@ TEST(sampler_mask_spares_control_tokens) {
     char line[512];
     ds_engine_sampler_mask(be, NULL, 0, lookup, NULL, &m, line, sizeof line);
     CHECK(m.masked[300] && m.masked[2] && m.masked[310], "noise, PAD and the image sentinel are masked");
-    CHECK(!m.masked[100] && !m.masked[101] && !m.masked[103], "BOS/EOS/control ids are spared");
-    CONTAINS(line, "spared control ids: 100 101 103");
+    CHECK(m.masked[100], "BOS is masked although it is a control token (SERVING.md §9: always, even over logit_bias)");
+    CHECK(!m.masked[101] && !m.masked[103], "EOS and the other control ids are spared");
+    CONTAINS(line, "spared control ids: 101 103");
     CONTAINS(line, "noise 300, BOS 100, PAD 2");
     ds_token_mask_free(&m);
     ds_backend_free(be);

@@ -572,7 +572,7 @@ static int echo_config(serve_run *s) {
     cJSON_AddNumberToObject(echo, "activation_reservation_bytes", (double)s->mem.activations);
     cJSON_AddNumberToObject(echo, "pid", (double)getpid());
     cJSON_AddNumberToObject(echo, "start_time", (double)time(NULL));
-    cJSON_AddStringToObject(echo, "version", "dsflash 0.1");
+    cJSON_AddStringToObject(echo, "version", "dsflash " DSFLASH_VERSION);
     s->echo_s = cJSON_PrintUnformatted(echo);
     fprintf(stderr, "[selfcheck] configuration: OK %s\n", s->echo_s);
     char *cfg_path = ds_path_join(s->log_dir, "serve_config.json");

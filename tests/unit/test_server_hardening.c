@@ -570,18 +570,19 @@ TEST(hardening_8_vllm_features) {
               "named tool_choice after messages: the prompt lists g only (rc %d: %s)", nrc, ne.message);
         ds_api_request_free(&nr);
     }
-    snprintf(b, sizeof b, "{\"model\":\"deepseek-v41\",\"max_tokens\":4,%s,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}},\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", tools);
-    r = post(&st, "/v1/chat/completions", b);
-    j = jbody(&r);
-    CHECK(r.status == 400 && !strcmp(jerr_code(j), "tool_choice_not_satisfied"), "named tool, messages last: %d %s", r.status, r.body);
-    cJSON_Delete(j);
-    resp_free(&r);
-    snprintf(b, sizeof b, "{\"model\":\"deepseek-v41\",\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}", tools);
-    r = post(&st, "/v1/chat/completions", b);
-    j = jbody(&r);
-    CHECK(r.status == 400 && !strcmp(jerr_code(j), "tool_choice_not_satisfied"), "named tool not called: %d %s", r.status, r.body);
-    cJSON_Delete(j);
-    resp_free(&r);
+    /* over HTTP, in both field orders, the request reaches the model, which does not call g */
+    for (int order = 0; order < 2; order++) {
+        const char *msgs = "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
+        const char *choice = "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}";
+        if (order == 0) snprintf(b, sizeof b, "{\"model\":\"deepseek-v41\",\"max_tokens\":4,%s,%s,%s}", tools, choice, msgs);
+        else snprintf(b, sizeof b, "{\"model\":\"deepseek-v41\",\"max_tokens\":4,%s,%s,%s}", msgs, tools, choice);
+        r = post(&st, "/v1/chat/completions", b);
+        j = jbody(&r);
+        CHECK(r.status == 400 && !strcmp(jerr_code(j), "tool_choice_not_satisfied"), "named tool not called (messages %s): %d %s",
+              order == 0 ? "last" : "first", r.status, r.body);
+        cJSON_Delete(j);
+        resp_free(&r);
+    }
     /* suffix: a clear 400 */
     r = post(&st, "/v1/completions", "{\"model\":\"deepseek-v41\",\"prompt\":\"abc\",\"suffix\":\"z\"}");
     CHECK(r.status == 400 && strstr(r.body, "suffix"), "suffix: %d", r.status);

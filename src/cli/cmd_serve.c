@@ -80,6 +80,9 @@ static ds_flag k_flags[] = {
     DS_NUMA_NODES_FLAG_ROW,
     {.name = "--http-threads", .type = DS_FLAG_INT, .def = "1088", .lo = 1, .hi = 65536,
      .help = "most simultaneous connections (one thread each)"},
+    {.name = "--allowed-origins", .type = DS_FLAG_STRING, .def = "*",
+     .help = "browser origins the answers admit (CORS): * (any, as vLLM), none, or a comma list such as "
+             "https://chat.example,http://localhost:3000"},
     {.name = "--http-timeout", .type = DS_FLAG_INT, .def = "30", .lo = 1, .hi = 3600,
      .help = "seconds for a request's headers and body to arrive"},
     {.name = "--shutdown-timeout", .type = DS_FLAG_INT, .def = "30", .lo = 0, .hi = 3600,
@@ -338,6 +341,7 @@ static int check_rules(serve_run *s) {
     s->default_thinking = et && cJSON_IsTrue(et);
     cJSON_Delete(kwargs);
     s->api_key = fv("--api-key") ? fv("--api-key") : getenv("DSFLASH_API_KEY");
+    if (ds_cors_check_origins(fv("--allowed-origins"), why, sizeof why)) return ds_flags_fail(&g_fs, "--allowed-origins", "%s", why);
     s->names_buf = ds_xstrdup(fv("--served-model-name"));
     for (char *sv, *t = strtok_r(s->names_buf, ",", &sv); t && s->n_names < 16; t = strtok_r(NULL, ",", &sv))
         s->names[s->n_names++] = t;
@@ -404,7 +408,8 @@ static int start_listener(serve_run *s) {
                            .max_connections = (int)fi("--max-pending-requests") + 64,
                            .http_timeout_s = (double)fi("--http-timeout"), .dev_endpoints = on("--enable-dev-endpoints"),
                            .default_thinking = s->default_thinking, .limit_images = 0, .server_info_json = "{}",
-                           .log_requests = on("--log-requests"), .max_log_len = (int)fi("--max-log-len")};
+                           .log_requests = on("--log-requests"), .max_log_len = (int)fi("--max-log-len"),
+                           .allowed_origins = fv("--allowed-origins")};
     s->srv = ds_server_start(&sc, NULL, s->tok, &s->metrics, &e);
     if (!s->srv) {
         fprintf(stderr, "dsflash serve: %s\n", e.msg);

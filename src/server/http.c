@@ -41,6 +41,7 @@ enum MHD_Result ds_http_send_text(struct MHD_Connection *c, ds_server *s, const 
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
     if (status == 429) MHD_add_response_header(r, "Retry-After", "1");
     if (atomic_load(&s->draining)) MHD_add_response_header(r, "Connection", "close");
+    ds_http_cors_headers(s, c, r);
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     ds_metrics_inc_http(s->m, endpoint, status);
@@ -210,6 +211,7 @@ static enum MHD_Result method_not_allowed(struct MHD_Connection *c, ds_server *s
     struct MHD_Response *r = MHD_create_response_from_buffer(b.n, b.s, MHD_RESPMEM_MUST_COPY);
     MHD_add_response_header(r, "Content-Type", "application/json");
     MHD_add_response_header(r, "Allow", rt->allow);
+    ds_http_cors_headers(s, c, r);
     enum MHD_Result rc = MHD_queue_response(c, 405, r);
     MHD_destroy_response(r);
     ds_metrics_inc_http(s->m, "other", 405);
@@ -237,6 +239,7 @@ static enum MHD_Result route_request(struct MHD_Connection *c, ds_server *s, con
     ds_api_error err = {0};
     const route *rt = find_route(url);
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
+    if (rt && !strcmp(method, "OPTIONS")) return ds_http_preflight(c, s, rt->allow);   /* no key: browsers send none */
     if (rt && !(strstr(rt->allow, "GET") ? get : post)) return method_not_allowed(c, s, rt, method);
     const char *ep = rt ? rt->path : "other"; /* metrics label: known paths only */
     if (!strcmp(url, "/health")) return ds_http_health(c, s);

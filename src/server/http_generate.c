@@ -187,6 +187,7 @@ static enum MHD_Result start_stream(struct MHD_Connection *c, gen *g, const char
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     if (xrid) MHD_add_response_header(resp, "X-Request-Id", xrid);
     if (ar->ignored_fields.n) MHD_add_response_header(resp, "x-ignored-fields", ar->ignored_fields.s);
+    ds_http_cors_headers(g->s, c, resp);
     enum MHD_Result rc = MHD_queue_response(c, 200, resp);
     MHD_destroy_response(resp);
     ds_metrics_inc_http(g->s->m, endpoint, 200);

@@ -55,6 +55,11 @@ cJSON *ds_http_parse_object_body(const char *body, size_t len, ds_json_capture *
 bool ds_http_client_gone(int fd);
 int ds_http_conn_fd(struct MHD_Connection *c);
 
+/* CORS (http_cors.c): the Access-Control headers of an answer to this connection's Origin, and
+ * the answer to an OPTIONS preflight of a path serving `methods`. */
+void ds_http_cors_headers(const ds_server *s, struct MHD_Connection *c, struct MHD_Response *r);
+enum MHD_Result ds_http_preflight(struct MHD_Connection *c, ds_server *s, const char *methods);
+
 enum MHD_Result ds_http_health(struct MHD_Connection *c, ds_server *s);
 enum MHD_Result ds_http_models(struct MHD_Connection *c, ds_server *s, const char *one_id);
 enum MHD_Result ds_http_version(struct MHD_Connection *c, ds_server *s);

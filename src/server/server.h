@@ -36,6 +36,7 @@ typedef struct ds_server_config {
     const char *server_info_json;    /* effective configuration object (text) */
     bool log_requests;               /* one INFO line per generation request */
     int max_log_len;                 /* prompt characters in that line */
+    const char *allowed_origins;     /* CORS: "*", "none" or a comma list of origins (http_cors.c) */
 } ds_server_config;
 
 ds_server *ds_server_start(const ds_server_config *cfg, ds_engine *e, const ds_tokenizer *tok, ds_metrics *m,
@@ -54,6 +55,8 @@ void ds_server_set_ready(ds_server *s, const char *instance_id);
  * ds_server_stop afterwards. */
 int ds_server_drain(ds_server *s, double timeout_s);
 void ds_server_stop(ds_server *s);
+/* 0 when `spec` is "*", "none" or a comma list of origins (scheme://host[:port]); else -1 with why. */
+int ds_cors_check_origins(const char *spec, char *why, size_t why_len);
 /* The bound port (useful with port 0). */
 int ds_server_port(const ds_server *s);
 

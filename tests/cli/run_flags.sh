@@ -52,6 +52,8 @@ expect_usage "serve --memory-utilization 1.5" "dsflash serve: --memory-utilizati
 expect_usage "serve --gpu-memory-utilization 0 (alias)" "dsflash serve: --gpu-memory-utilization: expected a number in (0, 1], got '0'" "$B" "${S[@]}" --gpu-memory-utilization 0
 expect_usage "serve --numerics fastest" "dsflash serve: --numerics: expected exact or fast, got 'fastest'" "$B" "${S[@]}" --numerics fastest
 expect_usage "serve --block-size 48" "dsflash serve: --block-size: expected a power of two in [16, 256], got '48'" "$B" "${S[@]}" --block-size 48
+expect_usage "serve --allowed-origins ftp://x" \
+    "dsflash serve: --allowed-origins: expected *, none or a comma list of origins such as https://chat.example:8443 (scheme, host, optional port; no path), found 'ftp://x'" "$B" "${S[@]}" --allowed-origins ftp://x
 expect_usage "serve --kernels amx" "dsflash serve: --kernels: expected auto, avx512-vnni, avx2 or reference, got 'amx'" "$B" "${S[@]}" --kernels amx
 expect_usage "serve --engram-residency mlock" \
     "dsflash serve: --engram-residency: expected page-cache, huge-pages, locked or disk, got 'mlock'" "$B" "${S[@]}" --engram-residency mlock
@@ -171,6 +173,24 @@ if [ -e /sys/devices/system/node/node0/cpulist ]; then
     else bad "--numa-nodes 0" "exit $rc: $(grep -m1 numa "$OUT/numa3.log")"; fi
 elif [ $rc != 0 ] && grep -q "this host shows no NUMA topology" "$OUT/numa3.log"; then ok "--numa-nodes 0 on a host without sysfs nodes: refused, named"
 else bad "--numa-nodes 0 without sysfs nodes" "exit $rc: $(tail -1 "$OUT/numa3.log")"; fi
+# --- serve --allowed-origins LIST: a listed origin is echoed (with Vary: Origin), another gets no
+# CORS header, and its preflight no Allow-Methods; --allowed-origins none sends none ---
+if start_server "$OUT/serve_cors.log" --allowed-origins https://a.example,http://localhost:3000; then
+    h1=$(curl -s -D - -o /dev/null -H "Origin: http://localhost:3000" "$BASE/v1/models" | tr -d '\r')
+    h2=$(curl -s -D - -o /dev/null -H "Origin: https://b.example" "$BASE/v1/models" | tr -d '\r')
+    h3=$(curl -s -D - -o /dev/null -X OPTIONS -H "Origin: https://b.example" -H "Access-Control-Request-Method: POST" "$BASE/v1/completions" | tr -d '\r')
+    if grep -qx "Access-Control-Allow-Origin: http://localhost:3000" <<<"$h1" && grep -qx "Vary: Origin" <<<"$h1" &&
+       ! grep -qi "^Access-Control-Allow-Origin" <<<"$h2" && grep -q "^HTTP/1.1 204" <<<"$h3" && ! grep -qi "^Access-Control-Allow-Methods" <<<"$h3"
+    then ok "--allowed-origins list: the listed origin echoed with Vary, another origin and its preflight get no CORS grant"
+    else bad "--allowed-origins list" "$(grep -i 'access-control\|^HTTP' <<<"$h1$h2$h3" | tr '\n' ' ')"; fi
+else bad "server with --allowed-origins did not start"; fi
+stop_server
+if start_server "$OUT/serve_nocors.log" --allowed-origins none; then
+    h=$(curl -s -D - -o /dev/null -H "Origin: http://localhost:3000" "$BASE/v1/models" | tr -d '\r')
+    if ! grep -qi "^Access-Control" <<<"$h" && grep -q "^HTTP/1.1 200" <<<"$h"; then ok "--allowed-origins none: no CORS header"
+    else bad "--allowed-origins none" "$(grep -i 'access-control' <<<"$h")"; fi
+else bad "server with --allowed-origins none did not start"; fi
+stop_server
 # --- serve --numa-nodes 0: /server_info echoes the nodes, the resolved thread count and the pinning;
 # the memory plan takes node 0's MemTotal (sysfs), and the capacity line names the nodes ---
 if [ -e /sys/devices/system/node/node0/meminfo ]; then

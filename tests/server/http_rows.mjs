@@ -109,6 +109,24 @@ test('BOS and PAD are never generated, not even under logit_bias +100, nor liste
     assert(!r.json.choices[0].message.content.includes('begin▁of▁sentence'), 'no BOS literal in the text');
 });
 
+test('CORS (default --allowed-origins *): preflight 204 without the key, answers and streams carry Allow-Origin', async () => {
+    const pre = await fetch(base + '/v1/chat/completions', { method: 'OPTIONS', headers: { Origin: 'http://localhost:3000',
+        'Access-Control-Request-Method': 'POST', 'Access-Control-Request-Headers': 'authorization,content-type' } });
+    assertEq(pre.status, 204, 'preflight status (it was 405)');
+    assertEq(pre.headers.get('access-control-allow-origin'), '*', 'Allow-Origin');
+    assert(pre.headers.get('access-control-allow-methods').includes('POST'), 'Allow-Methods');
+    assertEq(pre.headers.get('access-control-allow-headers'), 'authorization,content-type', 'Allow-Headers echo the request');
+    const h = { ...AUTH, Origin: 'http://localhost:3000' };
+    const m = await get(base, '/v1/models', h);
+    assert(m.status === 200 && m.headers.get('access-control-allow-origin') === '*', 'GET /v1/models with an Origin');
+    const st = await fetch(base + '/v1/completions', { method: 'POST', headers: { ...h, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ model: MODEL, prompt: 'x', max_tokens: 2, stream: true }) });
+    assert(st.status === 200 && st.headers.get('access-control-allow-origin') === '*', 'a stream with an Origin');
+    await st.text();
+    const no = await post(base, '/v1/completions', { model: MODEL, prompt: 'x' }, { Origin: 'http://localhost:3000' });
+    assert(no.status === 401 && no.headers.get('access-control-allow-origin') === '*', 'the 401 is readable by the page too');
+});
+
 test('404 unknown model', async () => {
     expectError(await post(base, '/v1/completions', { model: 'gpt-5', prompt: 'x' }, AUTH), 404, 'not_found_error', 'model_not_found', 'model');
 });

@@ -289,8 +289,8 @@ static enum MHD_Result route_request(struct MHD_Connection *c, ds_server *s, con
 static bool answer_413_at_once(const ds_server *s, struct MHD_Connection *c, unsigned long long declared) {
     const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Expect");
     if (expect && !strcasecmp(expect, "100-continue")) return true;
-    const unsigned long long twice = s->cfg.max_body > DRAIN_MAX_BYTES ? 2 * s->cfg.max_body : DRAIN_MAX_BYTES;
-    return declared > twice;
+    const unsigned long long drain_limit = s->cfg.max_body > DRAIN_MAX_BYTES ? 2 * s->cfg.max_body : DRAIN_MAX_BYTES;
+    return declared > drain_limit;
 }
 
 static enum MHD_Result access_cb(void *cls, struct MHD_Connection *c, const char *url, const char *method,

@@ -10,6 +10,7 @@
 #include "server/http_internal.h"
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 /* One origin: http or https, a host, an optional port, nothing after it. */
 static bool origin_ok(const char *o, size_t n) {
